@@ -1,0 +1,60 @@
+"""Shared fixtures: the repo root on sys.path, a scratch working directory, and small test envs."""
+
+import os
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+# each test process trains with one thread, as the scripts do; keeps two xdist workers off each other
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(autouse=True)
+def scratch_dir(tmp_path, monkeypatch):
+    """Scripts write runs/ and videos/ into the working directory: keep them out of the repo."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+class CountingEnv(gym.Env):
+    """A 4-dim observation env with known rewards, for checking what the scripts log and store.
+
+    The observation is [t / 10, episode index, 0, 0]; the reward at step t is t + 1 + (episode index % 3);
+    the episode terminates after `3 + episode index % 4` steps unless the TimeLimit (6 steps) truncates
+    it first, so rollouts hold both kinds of episode end. Every finished episode's reward sum is
+    appended to `CountingEnv.finished` (the envs run in-process, so a test can read it).
+    """
+
+    finished = []
+
+    def __init__(self, terminate=True):
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.terminate = terminate
+        self.episode = -1
+
+    def _obs(self):
+        return np.array([self.t / 10, self.episode, 0, 0], dtype=np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.episode += 1
+        self.t, self.total = 0, 0.0
+        return self._obs(), {}
+
+    def step(self, action):
+        reward = float(self.t + 1 + self.episode % 3)
+        self.t += 1
+        self.total += reward
+        terminated = self.terminate and self.t >= 3 + self.episode % 4
+        if terminated or self.t >= 6:  # the TimeLimit below truncates at 6
+            CountingEnv.finished.append(self.total)
+        return self._obs(), reward, terminated, False, {}
+
+
+gym.register("Counting-v0", entry_point=CountingEnv, max_episode_steps=6)
+gym.register("CountingNoTerm-v0", entry_point=CountingEnv, max_episode_steps=6, kwargs={"terminate": False})
