@@ -157,13 +157,13 @@ def check_args(args: Args) -> None:
     if args.capture_video:
         try:
             import moviepy  # noqa: F401
-        except ImportError:
-            raise ConfigError("--capture-video needs moviepy: pip install moviepy") from None
+        except ImportError as e:
+            raise ConfigError(f"--capture-video needs moviepy, which did not import ({e}): pip install moviepy") from None
     if args.track:
         try:
             import wandb  # noqa: F401
-        except ImportError:
-            raise ConfigError("--track needs wandb: pip install wandb") from None
+        except ImportError as e:
+            raise ConfigError(f"--track needs wandb, which did not import ({e}): pip install wandb") from None
 
 
 def make_env(env_id, idx, capture_video, run_name):
@@ -282,7 +282,7 @@ def ppo_losses(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns, 
 
     if args.clip_vloss:
         v_loss_unclipped = (newvalue - returns) ** 2
-        v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -args.clip_coef, args.clip_coef)
+        v_clipped = torch.clamp(newvalue, oldvalue - args.clip_coef, oldvalue + args.clip_coef)
         v_loss_clipped = (v_clipped - returns) ** 2
         v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
     else:

@@ -414,3 +414,11 @@ def test_cuda_falls_back_with_notice(mod, capsys):
         pytest.skip("a GPU is present; the fallback path is not taken")
     assert mod.pick_device(mod.Args(cuda=True)).type == "cpu"
     assert "no CUDA device" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, package", [("track", "wandb"), ("capture_video", "moviepy")])
+def test_optional_packages_missing_named_before_training(mod, monkeypatch, flag, package):
+    monkeypatch.setitem(sys.modules, package, None)  # makes `import <package>` fail
+    with pytest.raises(mod.ConfigError, match=f"needs {package}.*pip install {package}"):
+        mod.train(tiny(mod, **{flag: True}))
+    assert not os.path.exists("runs")
