@@ -144,7 +144,9 @@ def check_args(args: Args) -> None:
         gym.spec(args.env_id)
     except gym.error.Error:
         raise ConfigError(f"unknown env id {args.env_id!r}; see gymnasium.pprint_registry() for the ids") from None
-    space = gym.make(args.env_id).action_space
+    probe = gym.make(args.env_id)
+    space = probe.action_space
+    probe.close()
     if not isinstance(space, gym.spaces.Discrete):
         raise ConfigError(
             f"{args.env_id} has a {type(space).__name__} action space; {SCRIPT} handles Discrete only "
