@@ -1,0 +1,599 @@
+"""PPO for Atari games through envpool (C++ thread-pool envs), same details as ppo_atari.py.
+
+Run:   python ppo_atari_envpool.py --env-id Breakout-v5
+Eval:  python ppo_atari_envpool.py --eval-checkpoint runs/<run>/checkpoint.pt --eval-episodes 10
+
+The 13 core implementation details of "The 37 Implementation Details of PPO" (seed 000), as in ppo.py:
+  1. vectorized architecture: N envs stepped together by envpool, fixed-length rollouts of T steps,
+     auto-reset in envpool's own (next-step) mode, handled as described below
+  2. orthogonal init: hidden layers std sqrt(2), policy head 0.01, value head 1.0, biases 0
+  3. Adam epsilon 1e-5
+  4. learning rate annealed linearly to exactly 0 at the last iteration
+  5. GAE with value bootstrap from the observation after the rollout; returns = advantages + values
+  6. minibatch updates: each epoch shuffles the batch and splits it into disjoint minibatches
+  7. advantages normalised per minibatch
+  8. clipped surrogate objective
+  9. clipped value loss (0.5 * max(unclipped, clipped))
+  10. loss = pg_loss - ent_coef * entropy + vf_coef * v_loss, one optimizer for both heads
+  11. global gradient norm clipped to max_grad_norm
+  12. debug variables: policy_loss, value_loss, entropy, old_approx_kl, approx_kl, clipfrac,
+      explained_variance
+  (13. of ppo.py, separate MLPs, is replaced by Atari detail 8)
+
+The 9 Atari details (seed 000). envpool's v5 games are processed as the v4 pipeline of ppo_atari.py
+by passing (see make_envs): A1 noop_max=30; A2 frame_skip=4 with the max over the last two frames;
+A3 episodic_life=True; A4 use_fire_reset=True; A5 gray_scale=True, 84x84 with INTER_AREA resize;
+A6 reward_clip=True; A7 stack_num=4; and repeat_action_probability=0 (v5 would otherwise use sticky
+actions). A8 the shared Nature CNN and A9 the /255 scaling are in the network, as in ppo_atari.py.
+
+envpool's auto-reset: the step after an episode ends only resets that env: the action is ignored, the
+reward is 0 and the observation it was given is the ended episode's last one. Such a step is not a
+decision of the policy, so it is masked out: it is removed from the batch before the update (no policy
+gradient, no value regression on a terminal observation), and as its predecessor has done=1 no
+advantage or value target flows across it.
+
+Logging: charts/episodic_return is the raw full-game score (envpool's info["reward"] is unclipped),
+summed over all lives and logged when the game is really over (info["terminated"], or a time-limit
+truncation); charts/episodic_length is the game's length in agent steps (info["elapsed_step"]).
+
+Deliberate choices (reference behaviour stays the default):
+  - the reset steps are masked out (the reference trains on them); with 8 envs and lives of hundreds of
+    steps they are ~1% of the batch, so minibatches are the remaining steps split num_minibatches ways.
+  - --bootstrap-truncated (off by default, as in the reference): a truncated episode bootstraps from
+    the value of its final observation instead of being treated as terminal.
+  - the rollout keeps each step's log-prob and value (a shared CNN makes the value head free).
+  - observations are stored as uint8 and scaled in the network (4x less rollout memory).
+  - --resume restores the agent, optimizer, RNGs and counters but starts new games: envpool's envs
+    cannot be pickled.
+  - --torch-threads 1 by default (the machine this was written on shares its cores with the envs).
+"""
+
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import envpool
+import numpy as np
+import torch
+import torch.nn as nn
+
+SCRIPT = "ppo_atari_envpool.py"
+
+
+@dataclass
+class Args:
+    exp_name: str = "ppo_atari_envpool"
+    """the name of this experiment (the first part of the run name)"""
+    seed: int = 1
+    """seed of python, numpy, torch and the environments"""
+    torch_deterministic: bool = True
+    """if toggled, sets `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """use CUDA when available (falls back to CPU with a notice)"""
+    torch_threads: int = 1
+    """torch intra-op threads (0 keeps torch's default); 1 is fastest for these small networks"""
+    track: bool = False
+    """log to Weights & Biases (imports wandb only when set)"""
+    wandb_project_name: str = "ppo-reference"
+    """the Weights & Biases project"""
+    wandb_entity: Optional[str] = None
+    """the Weights & Biases entity (team)"""
+    capture_video: bool = False
+    """not supported with envpool (its envs render nothing); rejected with an error"""
+    save_model: bool = False
+    """write a checkpoint to `runs/<run name>/checkpoint.pt` periodically and at the end"""
+    save_every: int = 50
+    """iterations between periodic checkpoints (with --save-model)"""
+    resume: Optional[str] = None
+    """path of a checkpoint of this script to continue training from (its args are used)"""
+    eval_checkpoint: Optional[str] = None
+    """evaluate this checkpoint instead of training, and print the mean return"""
+    eval_episodes: int = 10
+    """episodes to run with --eval-checkpoint"""
+
+    # Algorithm specific arguments
+    env_id: str = "Breakout-v5"
+    """the id of the environment (an envpool Atari game, e.g. Breakout-v5)"""
+    total_timesteps: int = 10000000
+    """total environment steps of the experiment"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 8
+    """the number of parallel environments"""
+    num_steps: int = 128
+    """the number of steps to run in each environment per rollout"""
+    anneal_lr: bool = True
+    """anneal the learning rate linearly to 0 (detail 4)"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda of generalized advantage estimation"""
+    num_minibatches: int = 4
+    """the number of minibatches per epoch"""
+    update_epochs: int = 4
+    """the number of epochs over each rollout"""
+    norm_adv: bool = True
+    """normalise advantages per minibatch (detail 7)"""
+    clip_coef: float = 0.1
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """use the clipped value loss (detail 9)"""
+    ent_coef: float = 0.01
+    """coefficient of the entropy bonus"""
+    vf_coef: float = 0.5
+    """coefficient of the value loss"""
+    max_grad_norm: float = 0.5
+    """the maximum global norm of the gradients"""
+    target_kl: Optional[float] = None
+    """stop the epochs early when approx_kl exceeds this (off in the reference)"""
+    bootstrap_truncated: bool = False
+    """bootstrap truncated (time-limit) episodes from the value of their final observation"""
+
+    # filled in at runtime
+    batch_size: int = 0
+    """the batch size (computed: num_envs * num_steps)"""
+    minibatch_size: int = 0
+    """the minibatch size (computed: batch_size // num_minibatches)"""
+    num_iterations: int = 0
+    """the number of iterations (computed: total_timesteps // batch_size)"""
+
+
+class ConfigError(ValueError):
+    """Bad input found before training; __main__ prints it as one line."""
+
+
+def check_args(args: Args) -> None:
+    """Fail before any training with a message that names the problem and the fix."""
+    if args.total_timesteps <= 0:
+        raise ConfigError(f"--total-timesteps must be positive, got {args.total_timesteps}")
+    if args.num_envs <= 0 or args.num_steps <= 0 or args.num_minibatches <= 0:
+        raise ConfigError("--num-envs, --num-steps and --num-minibatches must be positive")
+    batch = args.num_envs * args.num_steps
+    if batch % args.num_minibatches != 0:
+        raise ConfigError(
+            f"num_envs * num_steps = {batch} is not divisible by --num-minibatches {args.num_minibatches}; "
+            "choose a number of minibatches that divides it"
+        )
+    if args.total_timesteps < batch:
+        raise ConfigError(f"--total-timesteps {args.total_timesteps} is less than one rollout ({batch} steps)")
+    if args.env_id not in envpool.list_all_envs():
+        raise ConfigError(f"unknown env id {args.env_id!r}; envpool's Atari ids look like Breakout-v5")
+    if type(envpool.make_spec(args.env_id)).__name__ != "AtariEnvSpec":
+        raise ConfigError(f"{args.env_id} is not an Atari game; {SCRIPT} needs one, e.g. Breakout-v5")
+    if args.capture_video:
+        raise ConfigError("--capture-video is not supported with envpool; use ppo_atari.py to record videos")
+    if args.track:
+        try:
+            import wandb  # noqa: F401
+        except ImportError:
+            raise ConfigError("--track needs wandb: pip install wandb") from None
+
+
+def make_envs(env_id, num_envs, seed):
+    """envpool's Atari, processed as the v4 pipeline of ppo_atari.py (Atari details A1-A7)."""
+    return envpool.make(
+        env_id,
+        env_type="gymnasium",
+        num_envs=num_envs,
+        seed=seed,
+        noop_max=30,  # A1
+        frame_skip=4,  # A2 (envpool max-pools the last two frames)
+        episodic_life=True,  # A3
+        use_fire_reset=True,  # A4
+        gray_scale=True,  # A5
+        img_height=84,
+        img_width=84,
+        use_inter_area_resize=True,
+        reward_clip=True,  # A6 (info["reward"] keeps the raw reward)
+        stack_num=4,  # A7
+        repeat_action_probability=0.0,  # v4 semantics: no sticky actions
+        max_episode_steps=27000,  # 108k frames, as ALE's v4 limit
+    )
+
+
+def env_snapshot(envs):
+    """None: envpool's envs cannot be pickled, so a resumed run starts new games."""
+    return None
+
+
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    # detail 2: orthogonal weights, constant biases
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    def __init__(self, in_channels, n_actions):
+        super().__init__()
+        # detail A8: the Nature CNN, shared by the policy and value heads
+        self.network = nn.Sequential(
+            layer_init(nn.Conv2d(in_channels, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(64 * 7 * 7, 512)),
+            nn.ReLU(),
+        )
+        self.actor = layer_init(nn.Linear(512, n_actions), std=0.01)
+        self.critic = layer_init(nn.Linear(512, 1), std=1.0)
+
+    def hidden(self, x):
+        # detail A9: uint8 pixels to [0, 1]; without it the first update's KL explodes (seed 000)
+        return self.network(x.float() / 255.0)
+
+    def get_value(self, x):
+        return self.critic(self.hidden(x)).squeeze(-1)
+
+    def get_logits(self, x):
+        return self.actor(self.hidden(x))
+
+    def get_logits_and_value(self, x):
+        hidden = self.hidden(x)
+        return self.actor(hidden), self.critic(hidden).squeeze(-1)
+
+
+def compute_gae(rewards, values, dones, next_value, gamma, gae_lambda):
+    """Generalized advantage estimation (detail 5). Tensors [T, N]; next_value [N].
+
+    dones[t] = 1 when the transition at step t ended its episode, so neither the value of the next
+    step nor its advantage flows back across it. Returns (advantages, TD(lambda) returns).
+    The T-step recursion runs in numpy: on arrays of N elements a numpy op costs a fraction of a torch op.
+    """
+    r, v, d = (x.detach().cpu().numpy() for x in (rewards, values, dones))
+    next_v = next_value.detach().cpu().numpy()
+    advantages = np.zeros_like(r)
+    lastgaelam = np.zeros_like(next_v)
+    for t in reversed(range(r.shape[0])):
+        nextvalues = next_v if t == r.shape[0] - 1 else v[t + 1]
+        nextnonterminal = 1.0 - d[t]
+        delta = r[t] + gamma * nextvalues * nextnonterminal - v[t]
+        lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+        advantages[t] = lastgaelam
+    advantages = torch.as_tensor(advantages, device=rewards.device)
+    return advantages, advantages + values
+
+
+def sample_categorical(logits):
+    """Inverse-CDF sampling of Categorical(logits), one uniform per row (twice as fast as torch.multinomial)."""
+    u = torch.rand(logits.shape[:-1] + (1,), device=logits.device)
+    return (logits.softmax(-1).cumsum(-1) < u).sum(-1).clamp_(max=logits.shape[-1] - 1)
+
+
+def categorical_logprob_entropy(logits, actions):
+    """Log-probability of `actions` and entropy of Categorical(logits), without building a distribution."""
+    logp = logits.log_softmax(-1)
+    return logp.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), -(logp.exp() * logp).sum(-1)
+
+
+def ppo_losses(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns, entropy, args):
+    """Clipped surrogate (detail 8), clipped value loss (detail 9), overall loss (detail 10).
+
+    Returns (loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac).
+    """
+    logratio = newlogprob - oldlogprob
+    ratio = logratio.exp()
+    with torch.no_grad():
+        # detail 12: k1 and the lower-variance k3 estimators of KL(old || new)
+        old_approx_kl = (-logratio).mean()
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
+
+    if args.norm_adv:  # detail 7: per minibatch, not per batch
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+    if args.clip_vloss:
+        v_loss_unclipped = (newvalue - returns) ** 2
+        v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -args.clip_coef, args.clip_coef)
+        v_loss_clipped = (v_clipped - returns) ** 2
+        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+    else:
+        v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
+
+    entropy_loss = entropy.mean()
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+    return loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac
+
+
+def linear_lr(iteration, num_iterations, lr):
+    """Detail 4: lr at `iteration` (1-based), reaching exactly 0 at the last iteration."""
+    return lr * (1.0 - (iteration - 1.0) / (num_iterations - 1)) if num_iterations > 1 else lr
+
+
+def minibatch_indices(batch_size, minibatch_size, device="cpu"):
+    """Detail 6: shuffle the batch and split it into disjoint minibatches that cover all of it."""
+    return torch.randperm(batch_size, device=device).split(minibatch_size)
+
+
+def update(agent, optimizer, b, args):
+    """The learning phase: update_epochs passes over batch `b` (a dict of flat tensors, reset steps
+    already removed) in num_minibatches minibatches.
+
+    Returns the last minibatch's losses (as in the reference's logs) and the first minibatch's
+    ratio/clipfrac/approx_kl, which must be exactly 1/0/0 as nothing has changed yet.
+    """
+    clipfracs, first = [], None
+    for epoch in range(args.update_epochs):
+        for mb in minibatch_indices(len(b["obs"]), -(-len(b["obs"]) // args.num_minibatches), b["obs"].device):
+            newlogits, newvalue = agent.get_logits_and_value(b["obs"][mb])
+            newlogprob, entropy = categorical_logprob_entropy(newlogits, b["actions"][mb])
+            loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac = ppo_losses(
+                newlogprob, b["logprobs"][mb], b["advantages"][mb], newvalue, b["values"][mb],
+                b["returns"][mb], entropy, args,
+            )
+            if first is None:
+                ratio_dev = (newlogprob - b["logprobs"][mb]).exp().sub(1).abs().max()
+                first = {"ratio_max_dev": ratio_dev.item(), "clipfrac": clipfrac.item(), "approx_kl": approx_kl.item()}
+            clipfracs.append(clipfrac)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # detail 11
+            optimizer.step()
+        if args.target_kl is not None and approx_kl > args.target_kl:
+            break
+    losses = {
+        "value_loss": v_loss.item(), "policy_loss": pg_loss.item(), "entropy": entropy_loss.item(),
+        "old_approx_kl": old_approx_kl.item(), "approx_kl": approx_kl.item(),
+        "clipfrac": torch.stack(clipfracs).mean().item(),
+    }
+    return losses, first
+
+
+def explained_variance(y_pred, y_true):
+    var_y = np.var(y_true)
+    return np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+
+def save_checkpoint(path, state):
+    """Write atomically: a crash or Ctrl-C mid-write leaves the previous checkpoint intact."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path):
+    if not os.path.isfile(path):
+        raise ConfigError(f"checkpoint {path!r} does not exist")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:
+        raise ConfigError(f"checkpoint {path!r} could not be read ({type(e).__name__}: {e})") from None
+    if not isinstance(ckpt, dict) or ckpt.get("script") != SCRIPT:
+        owner = ckpt.get("script") if isinstance(ckpt, dict) else None
+        raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not {SCRIPT}")
+    return ckpt
+
+
+def rng_states():
+    states = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states):
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def pick_device(args):
+    if args.cuda and not torch.cuda.is_available():
+        print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
+    return torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+
+
+def evaluate_agent(agent, env_id, eval_episodes=10, seed=0, device="cpu"):
+    """Raw full-game scores of `eval_episodes` games of the agent's sampling policy, seeded for repeatability.
+
+    The env is the training pipeline, so a lost life is a (continued) reset; a game counts once it is over.
+    """
+    env = make_envs(env_id, 1, seed)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    returns, score = [], 0.0
+    obs, _ = env.reset()
+    while len(returns) < eval_episodes:
+        with torch.inference_mode():
+            logits = agent.get_logits(torch.as_tensor(obs, device=device))[0]
+            u = torch.rand((), generator=generator, device=device)
+            action = int((logits.softmax(-1).cumsum(-1) < u).sum().clamp(max=logits.shape[-1] - 1))
+        obs, _, _, truncated, info = env.step(np.array([action]))
+        score += float(info["reward"][0])
+        if info["terminated"][0] or truncated[0]:
+            returns.append(score)
+            score = 0.0
+    env.close()
+    return returns
+
+
+def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
+    """Load a checkpoint of this script and return the scores of `eval_episodes` games."""
+    ckpt = load_checkpoint(checkpoint_path)
+    env = make_envs(ckpt["args"]["env_id"], 1, seed)
+    agent = Agent(env.observation_space.shape[0], env.action_space.n).to(device)
+    env.close()
+    agent.load_state_dict(ckpt["model"])
+    return evaluate_agent(agent, ckpt["args"]["env_id"], eval_episodes, seed, device)
+
+
+def train(args: Args):
+    """Train; return a dict with the per-episode returns/lengths, per-iteration losses, the agent and optimizer."""
+    ckpt = None
+    if args.resume:
+        ckpt = load_checkpoint(args.resume)
+        args = Args(**{**ckpt["args"], "resume": args.resume})
+    check_args(args)
+    args.batch_size = args.num_envs * args.num_steps
+    args.minibatch_size = args.batch_size // args.num_minibatches
+    args.num_iterations = args.total_timesteps // args.batch_size
+    run_name = ckpt["run_name"] if ckpt else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+
+    if args.track:
+        import wandb
+
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                   config=asdict(args), name=run_name, save_code=True, resume="allow")
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    if args.torch_threads > 0:
+        torch.set_num_threads(args.torch_threads)
+    device = pick_device(args)
+
+    envs = make_envs(args.env_id, args.num_envs, args.seed)
+    obs_shape = envs.observation_space.shape
+    agent = Agent(obs_shape[0], envs.action_space.n).to(device)
+    # detail 3: eps 1e-5. fused=True is the same Adam in one kernel per step (a third of the update's time)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+
+    T, N = args.num_steps, args.num_envs
+    # rollout storage lives in numpy: per-step writes are cheap and become tensors once per rollout
+    obs_buf = np.zeros((T, N) + obs_shape, dtype=np.uint8)
+    actions_buf = np.zeros((T, N), dtype=np.int64)
+    logprobs_buf = np.zeros((T, N), dtype=np.float32)
+    values_buf = np.zeros((T, N), dtype=np.float32)
+    rewards_buf = np.zeros((T, N), dtype=np.float32)
+    dones_buf = np.zeros((T, N), dtype=np.float32)
+    valid_buf = np.zeros((T, N), dtype=bool)  # False for envpool's reset steps (their action is ignored)
+    game_score = np.zeros(N)  # raw reward of the current game, over all its lives
+    history = {"episodic_return": [], "episodic_length": [], "losses": [], "first_minibatch": [], "learning_rate": [],
+               "masked_steps": [], "seconds": {"env": 0.0, "inference": 0.0, "update": 0.0}}
+    seconds = history["seconds"]
+
+    start_iteration, global_step = 1, 0
+    next_obs, _ = envs.reset()
+    next_valid = np.ones(N, dtype=bool)
+    if ckpt:
+        agent.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
+        print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
+        set_rng_states(ckpt["rng"])
+
+    def checkpoint_state(iteration):
+        return {
+            "script": SCRIPT, "args": asdict(args), "run_name": run_name, "iteration": iteration,
+            "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
+            "rng": rng_states(), "envs": env_snapshot(envs),
+        }
+
+    ckpt_path = f"runs/{run_name}/checkpoint.pt"
+    start_time, start_step = time.time(), global_step
+    for iteration in range(start_iteration, args.num_iterations + 1):
+        if args.anneal_lr:
+            optimizer.param_groups[0]["lr"] = linear_lr(iteration, args.num_iterations, args.learning_rate)
+
+        for step in range(T):
+            global_step += N
+            obs_buf[step], valid_buf[step] = next_obs, next_valid
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                logits, value = agent.get_logits_and_value(torch.as_tensor(obs_buf[step], device=device))
+                action_t = sample_categorical(logits)
+                logprob, _ = categorical_logprob_entropy(logits, action_t)
+                action = action_t.cpu().numpy()
+            actions_buf[step], logprobs_buf[step], values_buf[step] = action, logprob.cpu().numpy(), value.cpu().numpy()
+            t1 = time.perf_counter()
+            # detail A3: a lost life sets terminations (done=1 for GAE) while the game itself goes on
+            next_obs, reward, terminations, truncations, infos = envs.step(action)
+            seconds["inference"] += t1 - t0
+            seconds["env"] += time.perf_counter() - t1
+            done = terminations | truncations
+            rewards_buf[step] = reward
+            dones_buf[step] = done
+            # envpool resets an env on the step after its episode ended: that step is masked out
+            next_valid = ~done
+
+            if args.bootstrap_truncated and truncations.any():
+                # r + gamma * V(final obs) for time-limit ends, so the done cut leaves the right target
+                idx = np.flatnonzero(truncations & ~terminations)
+                if idx.size:
+                    final = next_obs[idx]  # envpool returns the final observation itself
+                    with torch.inference_mode():
+                        v = agent.get_value(torch.as_tensor(final, device=device)).cpu().numpy()
+                    rewards_buf[step, idx] += args.gamma * v
+
+            # the raw score of a game: info["reward"] is unclipped; info["terminated"] is the real game over
+            game_score += infos["reward"]
+            for i in np.flatnonzero(infos["terminated"].astype(bool) | truncations):
+                writer.add_scalar("charts/episodic_return", game_score[i], global_step)
+                writer.add_scalar("charts/episodic_length", infos["elapsed_step"][i], global_step)
+                history["episodic_return"].append(float(game_score[i]))
+                history["episodic_length"].append(int(infos["elapsed_step"][i]))
+                game_score[i] = 0.0
+
+        t0 = time.perf_counter()
+        b_obs = torch.as_tensor(obs_buf, device=device).reshape((-1,) + obs_shape)
+        b_actions = torch.as_tensor(actions_buf, device=device).reshape(-1)
+        b_logprobs = torch.as_tensor(logprobs_buf, device=device).reshape(-1)
+        b_values = torch.as_tensor(values_buf, device=device).reshape(-1)
+        with torch.no_grad():
+            next_value = agent.get_value(torch.as_tensor(next_obs, device=device))
+            advantages, returns = compute_gae(
+                torch.as_tensor(rewards_buf, device=device), b_values.reshape(T, N),
+                torch.as_tensor(dones_buf, device=device), next_value, args.gamma, args.gae_lambda,
+            )
+        b = {"obs": b_obs, "actions": b_actions, "logprobs": b_logprobs, "values": b_values,
+             "advantages": advantages.reshape(-1), "returns": returns.reshape(-1)}
+        # the reset steps leave the batch: their done=1 predecessors already cut GAE across them
+        valid = torch.as_tensor(valid_buf, device=device).reshape(-1)
+        b = {k: v[valid] for k, v in b.items()}
+        history["masked_steps"].append(int((~valid).sum()))
+        losses, first = update(agent, optimizer, b, args)
+        seconds["update"] += time.perf_counter() - t0
+        losses["explained_variance"] = explained_variance(b["values"].cpu().numpy(), b["returns"].cpu().numpy())
+        history["first_minibatch"].append(first)
+        history["losses"].append(losses)
+        history["learning_rate"].append(optimizer.param_groups[0]["lr"])
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        for k, v in losses.items():
+            writer.add_scalar(f"losses/{k}", v, global_step)
+        sps = int((global_step - start_step) / (time.time() - start_time))
+        writer.add_scalar("charts/SPS", sps, global_step)
+        if iteration % 10 == 0 or iteration == args.num_iterations:
+            recent = history["episodic_return"][-20:]
+            print(f"iter {iteration}/{args.num_iterations} step {global_step} SPS {sps} "
+                  f"return(last 20) {np.mean(recent) if recent else float('nan'):.1f}")
+
+        if args.save_model and (iteration % args.save_every == 0 or iteration == args.num_iterations):
+            save_checkpoint(ckpt_path, checkpoint_state(iteration))
+
+    envs.close()
+    writer.close()
+    history.update(run_name=run_name, global_step=global_step, agent=agent, optimizer=optimizer,
+                   checkpoint=ckpt_path if args.save_model else None)
+    return history
+
+
+
+if __name__ == "__main__":
+    import tyro
+
+    cli_args = tyro.cli(Args)
+    try:
+        if cli_args.eval_checkpoint:
+            returns = evaluate(cli_args.eval_checkpoint, cli_args.eval_episodes, cli_args.seed)
+            print(f"mean return over {len(returns)} episodes: {np.mean(returns):.2f} +- {np.std(returns):.2f}")
+        else:
+            train(cli_args)
+    except ConfigError as e:
+        sys.exit(f"{SCRIPT}: error: {e}")

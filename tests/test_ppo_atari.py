@@ -1,0 +1,257 @@
+"""Tests of ppo_atari.py: each Atari wrapper against the real emulator (ALE), the network, the logged
+game score, checkpoints and bad input. The core PPO math is tested in test_ppo.py; here only its contract.
+"""
+
+import subprocess
+import sys
+
+import ale_py
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT
+from test_ppo import brute_force_gae, read_scalars
+
+import ppo_atari
+
+# Asterix: short random games (~190 agent steps), several lives, no FIRE, and rewards of 50
+ASTERIX = "AsterixNoFrameskip-v4"
+
+
+def tiny(**kw):
+    base = dict(cuda=False, env_id=ASTERIX, num_envs=2, num_steps=32, num_minibatches=2, update_epochs=1,
+                total_timesteps=2 * 32 * 2)
+    base.update(kw)
+    return ppo_atari.Args(**base)
+
+
+def skip_updates(monkeypatch, module):
+    """For tests of the rollout and logging only: the learning phase becomes a no-op (it is the slow part)."""
+    losses = dict(value_loss=0.0, policy_loss=0.0, entropy=0.0, old_approx_kl=0.0, approx_kl=0.0, clipfrac=0.0)
+    monkeypatch.setattr(module, "update", lambda *a: (losses, {"ratio_max_dev": 0.0}))
+
+
+class RawFrames(gym.Wrapper):
+    """Records every raw frame and reward the emulator returns (sits right above the ALE env)."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.frames, self.rewards = [], []
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.frames.append(obs.copy())
+        self.rewards.append(reward)
+        return obs, reward, terminated, truncated, info
+
+
+def test_compute_gae_contract():
+    g = np.random.default_rng(3)
+    rewards, values = g.normal(size=(9, 3)), g.normal(size=(9, 3))
+    dones = (g.random((9, 3)) < 0.3).astype(np.float64)
+    next_value = g.normal(size=3)
+    adv, ret = ppo_atari.compute_gae(*map(torch.tensor, (rewards, values, dones, next_value)), 0.99, 0.95)
+    expected = brute_force_gae(rewards, values, dones, next_value, 0.99, 0.95)
+    np.testing.assert_allclose(adv.numpy(), expected, atol=1e-6)
+    np.testing.assert_allclose(ret.numpy(), expected + values, atol=1e-6)
+
+
+def test_nature_cnn_init_and_pixel_scaling():
+    torch.manual_seed(0)
+    agent = ppo_atari.Agent(4, 6)
+    layers = {n: m for n, m in agent.named_modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))}
+    expected = {"network.0": 2**0.5, "network.2": 2**0.5, "network.4": 2**0.5, "network.7": 2**0.5,
+                "actor": 0.01, "critic": 1.0}
+    assert set(layers) == set(expected)
+    for name, std in expected.items():
+        w = layers[name].weight.detach().reshape(layers[name].weight.shape[0], -1)
+        np.testing.assert_allclose(torch.linalg.svdvals(w).numpy(), std, rtol=1e-4)
+        assert torch.all(layers[name].bias == 0)
+    assert layers["network.7"].in_features == 64 * 7 * 7
+    # detail A9: uint8 pixels give the same outputs as the float input already scaled to [0, 1]
+    x = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
+    logits, value = agent.get_logits_and_value(x)
+    h = agent.network(x.float() / 255.0)
+    torch.testing.assert_close(logits, agent.actor(h))
+    assert logits.shape == (2, 6) and value.shape == (2,)
+
+
+def test_observation_shape_dtype_and_frame_stack():
+    env = ppo_atari.make_env("BreakoutNoFrameskip-v4", 0, False, "")()
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
+    assert all(np.array_equal(obs[0], obs[k]) for k in range(4))  # reset fills the stack with its frame
+    prev = obs
+    for _ in range(5):
+        obs, *_ = env.step(3)
+        assert np.array_equal(obs[:3], prev[1:])  # oldest frame dropped, newest appended
+        prev = obs
+    assert not np.array_equal(obs[3], obs[2])  # frames do change (the ball moves after FIRE)
+
+
+def test_max_pool_is_elementwise_max_of_last_two_raw_frames():
+    raw = RawFrames(gym.make("BreakoutNoFrameskip-v4"))
+    env = ppo_atari.MaxAndSkip(raw, skip=4)
+    env.reset(seed=1)
+    differing = 0
+    for action in [1, 2, 2, 3, 3, 1, 0, 2]:
+        obs, reward, terminated, truncated, _ = env.step(action)
+        assert len(raw.frames) % 4 == 0 and not (terminated or truncated)
+        np.testing.assert_array_equal(obs, np.maximum(raw.frames[-2], raw.frames[-1]))
+        assert reward == sum(raw.rewards[-4:])
+        differing += not np.array_equal(raw.frames[-2], raw.frames[-1])
+    assert differing > 0  # the check compared frames that really differ
+
+
+def test_noop_count_in_range_and_played():
+    counts = []
+    env = ppo_atari.NoopReset(gym.make("BreakoutNoFrameskip-v4"), noop_max=30)
+    env.reset(seed=0)  # seeding once: a seeded reset reloads the ROM (slow)
+    for _ in range(40):
+        env.reset()
+        counts.append(env.last_noops)
+        # independent: the emulator's own frame counter says how many frames were played since reset
+        assert env.unwrapped.ale.getEpisodeFrameNumber() == env.last_noops
+    assert min(counts) >= 1 and max(counts) <= 30
+    assert len(set(counts)) > 10  # really random
+
+
+def test_clip_reward_is_sign():
+    env = ppo_atari.ClipReward(gym.make("BreakoutNoFrameskip-v4"))
+    assert [env.reward(r) for r in (-7.0, -0.5, 0.0, 0.2, 50.0)] == [-1.0, -1.0, 0.0, 1.0, 1.0]
+
+
+def test_pipeline_rewards_are_signs_of_raw_rewards():
+    env = ppo_atari.make_env(ASTERIX, 0, False, "")()
+    raw = env
+    while not isinstance(raw, ppo_atari.GameScore):
+        raw = raw.env
+    recorder = RawFrames(raw.env)
+    raw.env = recorder  # record the emulator's rewards below every wrapper
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    clipped, summed = [], []
+    for _ in range(150):
+        n = len(recorder.rewards)
+        _, r, terminated, truncated, _ = env.step(env.action_space.sample())
+        clipped.append(r)
+        summed.append(sum(recorder.rewards[n:]))
+        if terminated or truncated:
+            env.reset()
+    assert set(clipped) <= {-1.0, 0.0, 1.0}
+    np.testing.assert_array_equal(clipped, np.sign(summed))
+    assert max(summed) > 1  # the raw rewards were bigger than the clipped ones
+
+
+def test_life_loss_ends_training_episode_but_not_the_game():
+    envs = ppo_atari.make_envs(tiny(env_id="BreakoutNoFrameskip-v4", num_envs=1), "x")
+    ale = envs.envs[0].unwrapped.ale
+    envs.reset(seed=0)
+    rng = np.random.default_rng(0)
+    life_losses = 0
+    while True:
+        lives_before, frame_before = ale.lives(), ale.getEpisodeFrameNumber()
+        _, _, term, trunc, infos = envs.step(rng.integers(0, 4, size=1))
+        if not term[0]:
+            continue
+        final_info = infos["final_info"]
+        if ale.lives() > 0 and ale.getEpisodeFrameNumber() > frame_before:
+            # a life loss: terminated for learning, the game continued (same episode, one life less)
+            life_losses += 1
+            assert ale.lives() == lives_before - 1
+            assert "game_score" not in final_info
+        else:
+            # the game is over: it was really reset and its score reported once
+            assert lives_before == 1 and final_info["_game_score"][0]
+            assert ale.lives() == 5 and ale.getEpisodeFrameNumber() <= 30 + 2 * 4  # no-ops, FIRE, RIGHT
+            break
+    assert life_losses == 4
+
+
+def test_logged_return_is_raw_full_game_score(monkeypatch):
+    games, current = [], {}
+    original_step = ale_py.env.AtariEnv.step
+
+    def recording_step(self, action, *a, **kw):  # an independent tally of the emulator's rewards
+        obs, reward, terminated, truncated, info = original_step(self, action, *a, **kw)
+        current[id(self)] = current.get(id(self), 0.0) + reward
+        if terminated or truncated:
+            games.append(current.pop(id(self)))
+        return obs, reward, terminated, truncated, info
+
+    monkeypatch.setattr(ale_py.env.AtariEnv, "step", recording_step)
+    skip_updates(monkeypatch, ppo_atari)
+    out = ppo_atari.train(tiny(num_envs=1, num_steps=256, num_minibatches=1, total_timesteps=256 * 3))
+    assert len(out["episodic_return"]) >= 2  # several games, each over several lives
+    assert sorted(out["episodic_return"]) == sorted(games)
+    assert max(games) > 50  # far above any sum of clipped rewards per life
+    logged = read_scalars(f"runs/{out['run_name']}", "charts/episodic_return")
+    assert sorted(logged) == sorted(games)
+    assert all(length > 100 for length in out["episodic_length"])  # raw frames of whole games
+
+
+def test_training_logs_all_keys_and_first_minibatch_is_on_policy():
+    out = ppo_atari.train(tiny())
+    for first in out["first_minibatch"]:
+        assert first["ratio_max_dev"] < 1e-5 and first["clipfrac"] == 0.0
+    assert out["learning_rate"] == [2.5e-4, 0.0]
+    for tag in ["charts/learning_rate", "charts/SPS", "losses/value_loss", "losses/policy_loss",
+                "losses/entropy", "losses/old_approx_kl", "losses/approx_kl", "losses/clipfrac",
+                "losses/explained_variance"]:
+        assert len(read_scalars(f"runs/{out['run_name']}", tag)) == 2, tag
+
+
+def test_reference_defaults():
+    a = ppo_atari.Args()
+    assert (a.env_id, a.num_envs, a.num_steps, a.num_minibatches, a.update_epochs) == ("BreakoutNoFrameskip-v4", 8, 128, 4, 4)
+    assert (a.clip_coef, a.ent_coef, a.learning_rate, a.anneal_lr, a.total_timesteps) == (0.1, 0.01, 2.5e-4, True, 10_000_000)
+
+
+def test_resume_continues_from_checkpoint_and_evaluate(capsys):
+    full = ppo_atari.train(tiny(total_timesteps=2 * 32 * 2, save_model=True, save_every=1))
+    ckpt = torch.load(full["checkpoint"], weights_only=False)
+    assert ckpt["script"] == "ppo_atari.py" and ckpt["iteration"] == 2
+    ckpt["args"]["total_timesteps"] = 2 * 32 * 3  # one more iteration
+    torch.save(ckpt, "longer.pt")
+    resumed = ppo_atari.train(ppo_atari.Args(resume="longer.pt"))
+    assert "resuming with fresh episodes" in capsys.readouterr().err  # ALE state does not pickle
+    assert resumed["global_step"] == 2 * 32 * 3 and len(resumed["losses"]) == 1
+    assert resumed["learning_rate"] == [0.0]  # the schedule continued, not restarted
+    scores = ppo_atari.evaluate(full["checkpoint"], eval_episodes=1, seed=0)
+    assert scores == ppo_atari.evaluate_agent(full["agent"], ASTERIX, eval_episodes=1, seed=0)
+    assert len(scores) == 1 and scores[0] % 50 == 0  # whole-game Asterix scores
+
+
+@pytest.mark.parametrize(
+    "kw,message",
+    [
+        (dict(env_id="NoSuchGame-v4"), "unknown env id"),
+        (dict(env_id="CartPole-v1"), "not an Atari"),
+        (dict(env_id="ALE/Breakout-v5"), "NoFrameskip-v4"),
+        (dict(num_minibatches=3), "not divisible"),
+        (dict(total_timesteps=10), "less than one rollout"),
+    ],
+)
+def test_bad_input_rejected_before_training(kw, message):
+    with pytest.raises(ppo_atari.ConfigError, match=message):
+        ppo_atari.train(tiny(**kw))
+
+
+def test_foreign_checkpoint_rejected():
+    torch.save({"script": "ppo.py"}, "other.pt")
+    with pytest.raises(ppo_atari.ConfigError, match="written by ppo.py, not ppo_atari.py"):
+        ppo_atari.evaluate("other.pt")
+    with open("junk.pt", "w") as f:
+        f.write("not a checkpoint")
+    with pytest.raises(ppo_atari.ConfigError, match="could not be read"):
+        ppo_atari.train(ppo_atari.Args(resume="junk.pt"))
+
+
+def test_cli_error_is_one_line_without_traceback():
+    proc = subprocess.run([sys.executable, f"{ROOT}/ppo_atari.py", "--env-id", "CartPole-v1"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    lines = [l for l in proc.stderr.splitlines() if l.startswith("ppo_atari.py")]
+    assert lines == ["ppo_atari.py: error: CartPole-v1 is not an Atari (ALE) game; ppo_atari.py needs one, e.g. BreakoutNoFrameskip-v4"]
+    assert "Traceback" not in proc.stderr
