@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# IMPALA (V-trace): impala_vtrace.py on Atari.
+#
+#   bash benchmark/impala.sh          # the paper's per-game budget: 200M frames = 50M steps, seeds 1 2 3
+#   bash benchmark/impala.sh short    # Breakout, 2M steps, seeds 1 2: fits a 2-core CPU
+#
+# The paper publishes human-normalised scores over all 57 games and evaluation returns, not means of
+# training episodes, so the report marks them "not comparable: published metric is ..."; the curves remain.
+# GAMES overrides the game list. Logs go to runs/ of the current directory; finished runs are skipped.
+# WORKERS=n runs n at a time (default 1).
+set -uo pipefail
+BENCH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(dirname "$BENCH")"
+MODE="${1:-full}"
+WORKERS="${WORKERS:-1}"
+
+if [ "$MODE" = short ]; then
+    STEPS=2000000; SEEDS="1 2"; GAMES="${GAMES:-Breakout}"
+else
+    STEPS=50000000; SEEDS="1 2 3"; GAMES="${GAMES:-Breakout Pong BeamRider Qbert Seaquest SpaceInvaders}"
+fi
+ENVS=""; for g in $GAMES; do ENVS="$ENVS ${g}NoFrameskip-v4"; done
+
+status=0
+python "$BENCH/run.py" --script "$REPO/impala_vtrace.py" --env-ids $ENVS --seeds $SEEDS --workers "$WORKERS" \
+    -- --total-timesteps "$STEPS" || status=1
+
+python "$BENCH/report.py" runs/ --scripts impala_vtrace.py --steps "$STEPS" --out "$BENCH/results/impala_$MODE"
+exit $status

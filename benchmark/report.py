@@ -1,0 +1,339 @@
+"""Our seed sweeps beside the published results: a markdown table, per-seed CSV and learning curves.
+
+Run:   python benchmark/report.py runs/ [--out benchmark/results/<name>] [--compare-as ppo_shared.py=ppo.py]
+
+The final return is defined as the published CleanRL numbers define it (reference_results.csv notes:
+openrlbenchmark's rlops.py, metric_last_n_average_window=100): per seed, the mean of the last 100
+logged values of charts/episodic_return (training episodes of the stochastic policy); then the mean
+and np.std (ddof=0) across seeds. The published row for (script, env) is the one with the same steps
+budget, preferring CleanRL's own implementation; the verdict says whether our mean lies within the
+published mean +- std, above, below, or is not comparable (budget differs, or nothing published).
+
+Writes into the out dir: report.md (command, date, machine, the table), per_seed.csv (the raw
+per-seed values) and one <env>.png per env (each seed thin, the mean thick, the published band).
+"""
+
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+import time
+from collections import defaultdict
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import FINAL_WINDOW, RETURN_TAG, final_return, machine_info, read_run  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REFERENCE_CSV = os.path.join(HERE, "reference_results.csv")
+COMPARABLE_METRIC = "episodic_return_final"
+
+
+# ---- the numbers ----------------------------------------------------------------------------------------
+
+
+def aggregate(finals):
+    """Mean and std across seeds; np.std with ddof=0, as the published numbers."""
+    return float(np.mean(finals)), float(np.std(finals))
+
+
+def _num(x):
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None  # blank, or approximate values such as "~2250"
+
+
+def load_reference(path=REFERENCE_CSV):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def game(env_id):
+    """The game behind an env id ("BreakoutNoFrameskip-v4", "Breakout-v5" -> "Breakout"), for papers that name games."""
+    name = env_id.split("/")[-1]
+    for suffix in ("NoFrameskip-v4", "NoFrameskip-v0", "-v5", "-v4", "-v0"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def pick_reference(rows, script, env_id, budget):
+    """The published row for (script, env). In order of preference: the same env id (over the same game
+    named by a paper), the metric we compute, the same steps budget, CleanRL's own implementation (the
+    notes say impl=CleanRL), a published std, the earliest in the file. None when nothing is published."""
+    cands = [(i, r) for i, r in enumerate(rows) if r["script"] == script and _num(r["mean"]) is not None
+             and (r["env_id"] == env_id or r["env_id"] == game(env_id))]
+    if not cands:
+        return None
+
+    def rank(i_row):
+        i, r = i_row
+        return (r["env_id"] != env_id, r["metric"] != COMPARABLE_METRIC, _num(r["total_timesteps"]) != budget,
+                not r["notes"].startswith("impl=CleanRL"), _num(r["std"]) is None, i)
+
+    return min(cands, key=rank)[1]
+
+
+def verdict(ours_mean, budget, ref):
+    """within / above / below the published mean +- std, or why the two cannot be compared."""
+    if ref is None:
+        return "not comparable: nothing published"
+    if ref["metric"] != COMPARABLE_METRIC:
+        return f"not comparable: published metric is {ref['metric']}"
+    ref_budget = _num(ref["total_timesteps"])
+    if ref_budget is None or budget is None or int(ref_budget) != int(budget):
+        return "not comparable: budget differs"
+    mean, std = _num(ref["mean"]), _num(ref["std"])
+    if std is None:
+        return "not comparable: no published std"
+    # published values carry two decimals; a tiny tolerance keeps e.g. -200 vs -200.00 +- 0.00 "within"
+    tol = 1e-9 * max(1.0, abs(mean))
+    if ours_mean > mean + std + tol:
+        return "above"
+    if ours_mean < mean - std - tol:
+        return "below"
+    return "within"
+
+
+# ---- reading the runs -----------------------------------------------------------------------------------
+
+
+def load_summaries(runs_dir):
+    """The runner's summaries, keyed by the run's TensorBoard dir relative to runs_dir."""
+    out = {}
+    sdir = os.path.join(runs_dir, "summaries")
+    for name in sorted(os.listdir(sdir)) if os.path.isdir(sdir) else []:
+        if name.endswith(".json"):
+            with open(os.path.join(sdir, name)) as f:
+                s = json.load(f)
+            if s.get("tb_dir"):
+                out[os.path.normpath(s["tb_dir"])] = s
+    return out
+
+
+def find_run_dirs(runs_dir):
+    found = []
+    for root, dirs, files in os.walk(runs_dir):
+        dirs[:] = sorted(d for d in dirs if d not in ("summaries", "logs"))
+        if any(f.startswith("events.out.tfevents") for f in files):
+            found.append(root)
+    return found
+
+
+def collect(runs_dir, tag=RETURN_TAG):
+    """One record per (exp name, env, seed): the runner's finished run, else the latest complete one."""
+    summaries = load_summaries(runs_dir)
+    best = {}
+    for d in find_run_dirs(runs_dir):
+        rel = os.path.normpath(os.path.relpath(d, runs_dir))
+        summary = summaries.get(rel)
+        if summary is not None and not summary.get("ok"):
+            continue  # a failed run of the runner
+        data = read_run(d, tag)
+        hp = data["hparams"]
+        parts = os.path.basename(d).split("__")
+        env_id = hp.get("env_id") or rel.rsplit("__", 3)[0]
+        exp_name = hp.get("exp_name") or (parts[-3] if len(parts) >= 4 else parts[0])
+        seed = int(hp.get("seed") or (parts[-2] if len(parts) >= 4 else 0))
+        budget = _num(hp.get("total_timesteps"))
+        budget = int(budget) if budget is not None else None
+        if not data["returns"]:
+            print(f"report.py: {rel}: no {tag} logged, left out", file=sys.stderr)
+            continue
+        if summary is None and budget and data["last_step"] < 0.95 * budget:
+            print(f"report.py: {rel}: stopped at step {data['last_step']} of {budget}, left out", file=sys.stderr)
+            continue
+        # the runner names experiments "<script stem>-<args hash>"; a script run by hand uses its stem
+        script = summary["script"] if summary else exp_name.split("-")[0] + ".py"
+        rec = {"script": script, "env_id": env_id, "exp_name": exp_name, "seed": seed, "budget": budget,
+               "last_step": data["last_step"], "episodes": len(data["returns"]),
+               "final_return": final_return(data["returns"]), "steps": data["steps"], "returns": data["returns"],
+               "run_dir": d, "git_commit": summary.get("git_commit") if summary else None,
+               "extra_args": " ".join(summary["args"]) if summary else "", "from_runner": summary is not None,
+               "machine": machine_str(summary["machine"]) if summary else None,
+               # the run name ends in the start time of the run
+               "started": int(parts[-1]) if parts[-1].isdigit() else os.path.getmtime(d)}
+        key = (exp_name, env_id, seed)
+        old = best.get(key)
+        if old is None or (rec["from_runner"], rec["started"]) > (old["from_runner"], old["started"]):
+            best[key] = rec
+    return sorted(best.values(), key=lambda r: (r["env_id"], r["script"], r["exp_name"], r["seed"]))
+
+
+def group(records):
+    """(script, env, exp name) -> its seeds' records."""
+    groups = defaultdict(list)
+    for r in records:
+        groups[(r["script"], r["env_id"], r["exp_name"])].append(r)
+    return groups
+
+
+# ---- output ---------------------------------------------------------------------------------------------
+
+
+def machine_str(m):
+    return f"{m['cores']} cores, {m['cpu']}" + (f", GPU {m['gpu']}" if m.get("gpu") else ", no GPU")
+
+
+def fmt(x, std=None):
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{x:.2f}" if std is None else f"{x:.2f} ± {std:.2f}"
+
+
+def steps_str(n):
+    if n is None:
+        return "?"
+    n = int(n)
+    return f"{n // 1_000_000}M" if n % 1_000_000 == 0 else f"{n // 1000}k" if n % 1000 == 0 else str(n)
+
+
+def build_table(groups, rows, compare_as):
+    lines = ["| script | env | steps | seeds | ours (mean ± std) | per seed | published (mean ± std) "
+             "| published steps | verdict | ref |", "|---|---|---|---|---|---|---|---|---|---|"]
+    sources, results = [], []
+    for (script, env_id, exp_name), recs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
+        finals = [r["final_return"] for r in recs]
+        mean, std = aggregate(finals)
+        budgets = {r["budget"] for r in recs}
+        budget = next(iter(budgets)) if len(budgets) == 1 else None
+        ref_script = compare_as.get(script, script)
+        ref = pick_reference(rows, ref_script, env_id, budget)
+        v = verdict(mean, budget, ref) if len(budgets) == 1 else "not comparable: seeds differ in budget"
+        ref_n = ""
+        if ref is not None:
+            text = f"{ref['source']}; {ref['notes']}"
+            if text not in sources:
+                sources.append(text)
+            ref_n = f"[{sources.index(text) + 1}]"
+        other_args = recs[0]["extra_args"].replace(f"--total-timesteps {budget}", "").strip()  # in its own column
+        label = script + (f" `{other_args}`" if other_args else "")
+        pub = "—"
+        if ref is not None:
+            pub = fmt(_num(ref["mean"]), _num(ref["std"])) + (f" ({ref_script})" if ref_script != script else "")
+        lines.append(f"| {label} | {env_id} | {steps_str(budget)} | {len(recs)} | {fmt(mean, std)} | "
+                     f"{', '.join(f'{x:.1f}' for x in finals)} | {pub} | "
+                     f"{steps_str(_num(ref['total_timesteps'])) if ref else '—'} | {v} | {ref_n} |")
+        results.append({"script": script, "env_id": env_id, "exp_name": exp_name, "budget": budget, "mean": mean,
+                        "std": std, "ref": ref, "ref_script": ref_script, "verdict": v, "records": recs})
+    return lines, sources, results
+
+
+def running_mean(values, window=FINAL_WINDOW):
+    """At each episode, the mean of the last `window` returns: its last value is the seed's final return."""
+    c = np.cumsum(np.insert(np.asarray(values, dtype=np.float64), 0, 0.0))
+    n = np.arange(1, len(values) + 1)
+    lo = np.maximum(n - window, 0)
+    return (c[n] - c[lo]) / (n - lo)
+
+
+def plot_env(env_id, results, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, res in enumerate(results):
+        color = f"C{i}"
+        curves = [(np.asarray(r["steps"]), running_mean(r["returns"])) for r in res["records"] if r["returns"]]
+        for steps, curve in curves:
+            ax.plot(steps, curve, color=color, lw=0.7, alpha=0.5)
+        if curves:
+            end = min(s[-1] for s, _ in curves)
+            grid = np.linspace(max(s[0] for s, _ in curves), end, 200)
+            mean = np.mean([np.interp(grid, s, c) for s, c in curves], axis=0)
+            ax.plot(grid, mean, color=color, lw=2.5,
+                    label=f"{res['script']} ({len(curves)} seeds): {res['mean']:.1f} ± {res['std']:.1f}")
+        ref = res["ref"]
+        if ref is not None and ref["metric"].startswith("episodic_return"):  # not the aggregate % scores
+            m, s = _num(ref["mean"]), _num(ref["std"]) or 0.0
+            ax.axhspan(m - s, m + s, color=color, alpha=0.15)
+            budget = steps_str(_num(ref["total_timesteps"]))
+            ax.axhline(m, color=color, ls="--", lw=1, label=f"published {res['ref_script']}: {m:.1f} ± {s:.1f} at {budget} steps")
+    ax.set_title(f"{env_id}: episodic return, mean of the last {FINAL_WINDOW} episodes")
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("episodic return")
+    ax.legend(fontsize=7, loc="best")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_csv(records, path):
+    cols = ["script", "env_id", "exp_name", "extra_args", "seed", "budget", "last_step", "episodes",
+            "final_return", "git_commit", "machine", "run_dir"]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        for r in records:
+            w.writerow(r)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("runs_dir", help="the runs/ directory the scripts (or benchmark/run.py) logged into")
+    p.add_argument("--out", default=None, help="output dir (default: benchmark/results/report-<date>)")
+    p.add_argument("--tag", default=RETURN_TAG, help="the scalar that holds the episodic returns")
+    p.add_argument("--compare-as", nargs="*", default=[], metavar="SCRIPT=REF_SCRIPT",
+                   help="compare SCRIPT with REF_SCRIPT's published rows (for variants with none of their own)")
+    p.add_argument("--reference", default=REFERENCE_CSV, help="the published results (default: benchmark/reference_results.csv)")
+    p.add_argument("--scripts", nargs="*", default=[], help="only these scripts (default: all)")
+    p.add_argument("--steps", nargs="*", type=int, default=[], help="only runs with these --total-timesteps (default: all)")
+    p.add_argument("--no-plots", action="store_true")
+    args = p.parse_args(argv)
+    if not os.path.isdir(args.runs_dir):
+        p.error(f"{args.runs_dir!r} is not a directory")
+    try:
+        compare_as = dict(item.split("=", 1) for item in args.compare_as)
+    except ValueError:
+        p.error("--compare-as takes SCRIPT=REF_SCRIPT pairs, e.g. ppo_shared.py=ppo.py")
+
+    records = [r for r in collect(args.runs_dir, args.tag)
+               if (not args.scripts or r["script"] in args.scripts) and (not args.steps or r["budget"] in args.steps)]
+    if not records:
+        print(f"report.py: no TensorBoard runs with {args.tag} under {args.runs_dir}", file=sys.stderr)
+        return 1
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    out = args.out or os.path.join(HERE, "results", "report-" + time.strftime("%Y%m%d-%H%M", time.gmtime()))
+    os.makedirs(out, exist_ok=True)
+
+    table, sources, results = build_table(group(records), load_reference(args.reference), compare_as)
+    m = machine_info()
+    commits = sorted({r["git_commit"] for r in records if r["git_commit"]})
+    md = [f"# Benchmark report ({date})", "",
+          f"- command: `python benchmark/report.py {' '.join(sys.argv[1:] if argv is None else argv)}`",
+          f"- machine of the runs: {'; '.join(sorted({r['machine'] for r in records if r['machine']})) or 'unknown'}"
+          f" (of this report: {machine_str(m)})",
+          f"- git commit of the runs: {', '.join(commits) or 'unknown (not run through benchmark/run.py)'}",
+          f"- final return: per seed the mean of the last {FINAL_WINDOW} values of `{args.tag}` (training episodes); "
+          "mean ± std across seeds with np.std (ddof=0), as the published numbers",
+          "- verdict: our mean within the published mean ± std, above, below; not comparable when the steps budget differs",
+          "- raw per-seed values: per_seed.csv; learning curves (mean of the last 100 episodes): <env>.png",
+          "", *table, ""]
+    if compare_as:
+        md.append("Compared with another script's published rows: "
+                  + ", ".join(f"{k} with {v}" for k, v in compare_as.items()) + " (they publish none of their own).")
+        md.append("")
+    md += ["Published sources:", ""] + [f"{i + 1}. {s}" for i, s in enumerate(sources)]
+    with open(os.path.join(out, "report.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    write_csv(records, os.path.join(out, "per_seed.csv"))
+    if not args.no_plots:
+        by_env = defaultdict(list)
+        for res in results:
+            by_env[res["env_id"]].append(res)
+        for env_id, res in by_env.items():
+            plot_env(env_id, res, os.path.join(out, env_id.replace("/", "-") + ".png"))
+    print("\n".join(md))
+    print(f"\nreport.py: wrote {out}/report.md, per_seed.csv" + ("" if args.no_plots else " and the plots"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,255 @@
+"""Seed-sweep runner: every (env, seed) of one script as its own process, a few at a time.
+
+Run:   python benchmark/run.py --script ppo.py --env-ids CartPole-v1 Acrobot-v1 --seeds 1 2 3 \
+           --workers 2 -- --total-timesteps 500000
+
+Everything after `--` goes to the script unchanged. Each run is
+    python <script> --env-id E --seed S --exp-name <script stem>-<hash of the extra args> <extra args>
+so its TensorBoard log lands in runs/<E>__<exp name>__<S>__<timestamp>/ of the current directory,
+and runs with other extra args never mix with these. After each run the runner writes
+runs/summaries/<script stem>__<E>__<S>__<hash>.json (script, args, env, seed, git commit, machine,
+wall time, steps/s, final return, exit status, log paths). A run whose summary says "ok" is skipped,
+so an interrupted sweep continues where it stopped; a failed run prints its log tail and the others
+go on; the exit code is 1 if any run failed.
+
+Threads: workers x threads <= cores. Each run gets OMP_NUM_THREADS = MKL_NUM_THREADS = threads and
+`--torch-threads threads` (unless the extra args set it), threads = cores // workers by default.
+"""
+
+import argparse
+import glob
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+
+import numpy as np
+
+RETURN_TAG = "charts/episodic_return"
+FINAL_WINDOW = 100  # the published numbers average the last 100 logged episodic returns of each seed
+
+
+# ---- shared with report.py and throughput.py --------------------------------------------------------
+
+
+def available_cores():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def machine_info():
+    """Cores, CPU model and GPU (if nvidia-smi finds one), without importing torch."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    gpu = None
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=20)
+            gpu = ", ".join(line.strip() for line in out.stdout.splitlines() if line.strip()) or None
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return {"cores": available_cores(), "cpu": cpu, "gpu": gpu, "hostname": platform.node(),
+            "python": platform.python_version()}
+
+
+def git_commit(path):
+    """The commit of the repository holding `path`, with '+dirty' when it has uncommitted changes."""
+    cwd = os.path.dirname(os.path.abspath(path))
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=20)
+        if rev.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                               capture_output=True, text=True, timeout=20).stdout.strip()
+        return rev.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def final_return(returns, window=FINAL_WINDOW):
+    """The published definition of one seed's result: the mean of its last `window` episodic returns."""
+    if len(returns) == 0:
+        return float("nan")
+    return float(np.mean(returns[-window:]))
+
+
+def read_run(run_dir, tag=RETURN_TAG):
+    """A TensorBoard run: {"steps", "returns" (in logging order), "hparams" (the script's Args), "last_step"}."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(run_dir, size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    tags = acc.Tags()
+    events = acc.Scalars(tag) if tag in tags["scalars"] else []
+    last_step = max((acc.Scalars(t)[-1].step for t in tags["scalars"] if acc.Scalars(t)), default=0)
+    hparams = {}
+    if "hyperparameters/text_summary" in tags.get("tensors", []):
+        # the scripts log their Args as a markdown table "|param|value|"
+        text = acc.Tensors("hyperparameters/text_summary")[0].tensor_proto.string_val[0].decode()
+        for line in text.splitlines()[2:]:
+            cells = line.strip().strip("|").split("|")
+            if len(cells) == 2:
+                hparams[cells[0]] = cells[1]
+    return {"steps": [e.step for e in events], "returns": [e.value for e in events], "hparams": hparams,
+            "last_step": last_step}
+
+
+# ---- the runner ---------------------------------------------------------------------------------------
+
+
+def args_hash(extra):
+    return hashlib.sha1(json.dumps(extra).encode()).hexdigest()[:8]
+
+
+def exp_name_for(script, extra):
+    # no "__" inside: it separates the parts of the run name
+    return f"{os.path.splitext(os.path.basename(script))[0]}-{args_hash(extra)}"
+
+
+def summary_path(runs_dir, script, env_id, seed, extra):
+    stem = os.path.splitext(os.path.basename(script))[0]
+    return os.path.join(runs_dir, "summaries", f"{stem}__{env_id.replace('/', '-')}__{seed}__{args_hash(extra)}.json")
+
+
+def run_dirs(runs_dir, env_id, exp_name, seed):
+    return set(glob.glob(os.path.join(runs_dir, glob.escape(f"{env_id}__{exp_name}__{seed}__") + "*")))
+
+
+def log_tail(path, n=20):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError:
+        return ""
+
+
+def run_one(script, env_id, seed, extra, runs_dir, threads, python):
+    """Run one (env, seed) to the end; write and return its summary."""
+    exp_name = exp_name_for(script, extra)
+    cmd = [python, os.path.abspath(script), "--env-id", env_id, "--seed", str(seed), "--exp-name", exp_name]
+    if not any(a.startswith("--torch-threads") for a in extra):
+        cmd += ["--torch-threads", str(threads)]
+    cmd += extra
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+
+    os.makedirs(os.path.join(runs_dir, "logs"), exist_ok=True)
+    summary_file = summary_path(runs_dir, script, env_id, seed, extra)
+    log_path = os.path.join(runs_dir, "logs", os.path.basename(summary_file)[: -len(".json")] + ".log")
+    before = run_dirs(runs_dir, env_id, exp_name, seed)
+    start = time.time()
+    with open(log_path, "w") as log:
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+        # the scripts write runs/ relative to their working directory: run them in the parent of runs_dir
+        status = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                cwd=os.path.dirname(os.path.abspath(runs_dir))).returncode
+    wall = time.time() - start
+
+    # the run's own dir: a new one, or (a rerun started within the same second) one written since the start
+    new = [d for d in run_dirs(runs_dir, env_id, exp_name, seed) if d not in before or os.path.getmtime(d) >= start]
+    tb_dir = max(new, key=os.path.getmtime) if new else None
+    data = read_run(tb_dir) if tb_dir else {"returns": [], "last_step": 0}
+    summary = {
+        "script": os.path.basename(script), "script_path": os.path.abspath(script), "args": extra,
+        "command": cmd, "env_id": env_id, "seed": seed, "exp_name": exp_name, "threads": threads,
+        "git_commit": git_commit(script), "machine": machine_info(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
+        "wall_time_s": round(wall, 2), "global_step": data["last_step"],
+        "steps_per_s": round(data["last_step"] / wall, 1) if wall > 0 else None,
+        "episodes": len(data["returns"]), "final_return": final_return(data["returns"]),
+        "exit_status": status, "ok": status == 0 and tb_dir is not None,
+        "total_timesteps": data.get("hparams", {}).get("total_timesteps"),
+        # relative to runs_dir, so a moved or copied runs/ still finds its logs
+        "tb_dir": os.path.relpath(tb_dir, runs_dir) if tb_dir else None, "log_path": log_path,
+    }
+    os.makedirs(os.path.dirname(summary_file), exist_ok=True)
+    with open(summary_file + ".tmp", "w") as f:
+        json.dump(summary, f, indent=1, default=str)
+    os.replace(summary_file + ".tmp", summary_file)  # never a half-written summary that reads as done
+    return summary
+
+
+def finished(path):
+    try:
+        with open(path) as f:
+            return json.load(f).get("ok") is True
+    except (OSError, ValueError):
+        return False
+
+
+def parse(argv):
+    extra = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog="everything after -- goes to the script")
+    p.add_argument("--script", required=True, help="the training script, e.g. ppo.py")
+    p.add_argument("--env-ids", nargs="+", required=True)
+    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    p.add_argument("--workers", type=int, default=1, help="runs at the same time")
+    p.add_argument("--threads", type=int, default=0, help="threads per run (default: cores // workers, at least 1)")
+    p.add_argument("--runs-dir", default="runs", help="where the scripts' TensorBoard logs land (default: ./runs)")
+    p.add_argument("--python", default=sys.executable, help="the interpreter that runs the script")
+    args = p.parse_args(argv)
+    if not os.path.isfile(args.script):
+        p.error(f"script {args.script!r} not found")
+    if args.workers < 1:
+        p.error("--workers must be at least 1")
+    if os.path.basename(os.path.normpath(args.runs_dir)) != "runs":
+        p.error("--runs-dir must end in 'runs': the scripts always log into runs/ of their working directory")
+    return args, extra
+
+
+def main(argv=None):
+    args, extra = parse(sys.argv[1:] if argv is None else argv)
+    cores = available_cores()
+    threads = args.threads or max(1, cores // args.workers)
+    if args.workers * threads > cores:
+        print(f"run.py: warning: {args.workers} workers x {threads} threads > {cores} cores", file=sys.stderr)
+    jobs = [(e, s) for e in args.env_ids for s in args.seeds]
+    name = os.path.basename(args.script)
+    todo, failed, done = [], [], 0
+    for env_id, seed in jobs:
+        if finished(summary_path(args.runs_dir, args.script, env_id, seed, extra)):
+            done += 1
+            print(f"[{done}/{len(jobs)}] {name} {env_id} seed {seed}: already finished, skipped", flush=True)
+        else:
+            todo.append((env_id, seed))
+
+    with ThreadPoolExecutor(max_workers=args.workers) as pool:
+        futures = {pool.submit(run_one, args.script, e, s, extra, args.runs_dir, threads, args.python): (e, s)
+                   for e, s in todo}
+        for fut in as_completed(futures):
+            env_id, seed = futures[fut]
+            done += 1
+            s = fut.result()
+            head = f"[{done}/{len(jobs)}] {name} {env_id} seed {seed}:"
+            if s["ok"]:
+                print(f"{head} ok {s['wall_time_s']:.1f}s {s['steps_per_s']:.0f} steps/s "
+                      f"return {s['final_return']:.1f}", flush=True)
+            else:
+                failed.append((env_id, seed))
+                why = f"exit status {s['exit_status']}" if s["exit_status"] else "no TensorBoard log found"
+                print(f"{head} FAILED ({why}) after {s['wall_time_s']:.1f}s; log {s['log_path']}; its tail:\n"
+                      + "".join("    " + line for line in log_tail(s["log_path"]).splitlines(True)), flush=True)
+    if failed:
+        print(f"run.py: {len(failed)} of {len(jobs)} runs failed: "
+              + ", ".join(f"{e} seed {s}" for e, s in failed), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""Steps per second of each script on a short fixed budget, and of Stable-Baselines3's PPO beside ours.
+
+Run:   python benchmark/throughput.py [--steps N] [--repeats 3] [--scripts ppo.py ...]
+
+Each script runs with its own defaults except --total-timesteps (the budgets below, or --steps), one
+thread, in a scratch directory; scripts not present in the repository are skipped. Ours is the
+training-loop rate the script logs as charts/SPS (after env and network construction). For ppo.py
+(CartPole-v1) and ppo_continuous_action.py (HalfCheetah-v4), Stable-Baselines3's PPO runs the same
+budget with the hyperparameters read from the script's Args defaults (n_envs, n_steps, minibatch
+size, epochs, linearly annealed lr, clip, entropy/value coefficients, max grad norm, GAE, separate
+64-64 tanh networks with orthogonal init, Adam eps 1e-5; VecNormalize for the continuous script's
+observation/reward normalisation), timed around model.learn(). Ours and SB3 alternate, repeats
+times, and the ratio of the medians is what we quote: absolute numbers drift on a shared machine.
+
+Writes benchmark/results/throughput_<date>.md with the command, date and machine.
+"""
+
+import argparse
+import importlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import machine_info, read_run  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# a few rollouts of each script's default configuration (at least one rollout of its batch), short
+# enough that every script fits in a minute or two on a 2-core CPU
+BUDGETS = {
+    "ppo.py": 40_960,
+    "ppo_shared.py": 40_960,
+    "ppo_continuous_action.py": 10_240,
+    "ppo_atari.py": 4_096,
+    "ppo_atari_lstm.py": 4_096,
+    "ppo_atari_envpool.py": 4_096,
+    "ppo_procgen.py": 16_384,
+    "ppo_multidiscrete.py": 4_096,
+    "ppo_multidiscrete_mask.py": 4_096,
+    "a2c_paac.py": 8_000,
+    "impala_vtrace.py": 8_000,
+}
+# the scripts with an independent implementation to compare with, and the env to compare on
+SB3_ENVS = {"ppo.py": "CartPole-v1", "ppo_continuous_action.py": "HalfCheetah-v4"}
+
+
+def run_ours(script, steps, env_id=None):
+    """One run of a script; returns (training steps/s logged as charts/SPS, the env it ran) or raises."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, os.path.join(ROOT, script), "--total-timesteps", str(steps), "--seed", "1",
+               "--exp-name", "throughput", "--torch-threads", "1"]
+        if env_id:
+            cmd += ["--env-id", env_id]
+        out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, env=one_thread_env())
+        if out.returncode != 0:
+            raise RuntimeError(last_line(out))
+        runs = os.path.join(tmp, "runs")
+        dirs = [os.path.join(runs, d) for d in os.listdir(runs)] if os.path.isdir(runs) else []
+        data = read_run(dirs[0], "charts/SPS") if dirs else {"returns": []}
+        if not data["returns"]:
+            raise RuntimeError("no charts/SPS logged")
+        return data["returns"][-1], data["hparams"].get("env_id", env_id)
+
+
+def last_line(completed):
+    lines = (completed.stderr or completed.stdout).strip().splitlines()
+    return lines[-1] if lines else f"exit status {completed.returncode}"
+
+
+def one_thread_env():
+    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+
+def run_sb3(script, env_id, steps):
+    """SB3's PPO in a child process (fresh interpreter, as ours); returns the steps/s of model.learn()."""
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--sb3-child", script, env_id, str(steps)],
+                         capture_output=True, text=True, env=one_thread_env())
+    if out.returncode != 0:
+        raise RuntimeError(last_line(out))
+    return json.loads(out.stdout.strip().splitlines()[-1])["sps"]
+
+
+def sb3_child(script, env_id, steps):
+    """Build SB3's PPO with `script`'s Args defaults and time learn(steps)."""
+    import torch
+    import torch.nn as nn
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    torch.set_num_threads(1)  # as --torch-threads 1 in ours
+    sys.path.insert(0, ROOT)
+    a = importlib.import_module(os.path.splitext(script)[0]).Args()
+    env = make_vec_env(env_id, n_envs=a.num_envs, seed=1)
+    if script == "ppo_continuous_action.py":  # C6-C9: obs and reward normalisation, both clipped at 10
+        env = VecNormalize(env, norm_obs=True, norm_reward=True, clip_obs=10.0, clip_reward=10.0, gamma=a.gamma)
+    lr = a.learning_rate
+    model = PPO(
+        "MlpPolicy", env, seed=1, device="cpu", verbose=0,
+        learning_rate=(lambda progress_remaining: progress_remaining * lr) if a.anneal_lr else lr,
+        n_steps=a.num_steps, batch_size=a.num_envs * a.num_steps // a.num_minibatches, n_epochs=a.update_epochs,
+        gamma=a.gamma, gae_lambda=a.gae_lambda, clip_range=a.clip_coef,
+        clip_range_vf=a.clip_coef if a.clip_vloss else None, normalize_advantage=a.norm_adv,
+        ent_coef=a.ent_coef, vf_coef=a.vf_coef, max_grad_norm=a.max_grad_norm,
+        policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=nn.Tanh, ortho_init=True,
+                           optimizer_kwargs=dict(eps=1e-5)),
+    )
+    start = time.time()
+    model.learn(total_timesteps=steps)
+    print(json.dumps({"sps": model.num_timesteps / (time.time() - start)}))
+
+
+def write_markdown(rows, args, argv, sb3_version, out):
+    """The results so far (rewritten after each script, so an interrupted run keeps what it measured)."""
+    import torch
+
+    m = machine_info()
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    md = [f"# Throughput ({date})", "",
+          f"- command: `{' '.join(['python benchmark/throughput.py', *(sys.argv[1:] if argv is None else argv)])}`",
+          f"- machine: {m['cores']} cores, {m['cpu']}" + (f", GPU {m['gpu']}" if m["gpu"] else ", no GPU")
+          + f"; torch {torch.__version__}, python {m['python']}"
+          + (f", stable-baselines3 {sb3_version}" if sb3_version else ""),
+          "- each script with its default hyperparameters, one torch thread, OMP_NUM_THREADS=1; ours = last "
+          "charts/SPS (training loop); SB3 = num_timesteps / time of model.learn(); median of the repeats "
+          "(each repeat in parentheses)",
+          "- the ratio ours/SB3 is the number to quote: absolute steps/s drift with the load of a shared machine",
+          "", "| script | env | steps | ours steps/s | SB3 PPO steps/s | ours / SB3 |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        ours = median_str(r["ours"]) if r["ours"] else f"failed: {r['error']}"
+        sb3 = median_str(r["sb3"]) if r["sb3"] else "—"
+        ratio = f"{r['ratio']:.2f}" if "ratio" in r else "—"
+        md.append(f"| {r['script']} | {r['env']} | {r['steps']} | {ours} | {sb3} | {ratio} |")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        f.write("\n".join(md) + "\n")
+
+
+def median_str(values):
+    return f"{statistics.median(values):.0f} ({', '.join(f'{v:.0f}' for v in values)})"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--steps", type=int, default=0, help="budget of every script (default: per-script BUDGETS)")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each measurement; the median is reported")
+    p.add_argument("--scripts", nargs="+", default=list(BUDGETS), help="scripts to measure (default: all present)")
+    p.add_argument("--no-sb3", action="store_true", help="skip the Stable-Baselines3 comparison")
+    p.add_argument("--out", default=None, help="markdown output (default: benchmark/results/throughput_<date>.md)")
+    p.add_argument("--sb3-child", nargs=3, metavar=("SCRIPT", "ENV", "STEPS"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.sb3_child:
+        sb3_child(args.sb3_child[0], args.sb3_child[1], int(args.sb3_child[2]))
+        return 0
+
+    sb3_version = None
+    if not args.no_sb3:
+        try:
+            import stable_baselines3
+
+            sb3_version = stable_baselines3.__version__
+        except ImportError:
+            print("throughput.py: stable-baselines3 is not installed (pip install stable-baselines3); "
+                  "measuring ours only", file=sys.stderr)
+    out = args.out or os.path.join(HERE, "results", f"throughput_{time.strftime('%Y-%m-%d', time.gmtime())}.md")
+    rows = []
+    for script in args.scripts:
+        if not os.path.isfile(os.path.join(ROOT, script)):
+            print(f"throughput.py: {script} not present, skipped", file=sys.stderr)
+            continue
+        steps = args.steps or BUDGETS.get(script, 20_000)
+        env_id = SB3_ENVS.get(script)
+        with_sb3 = sb3_version is not None and env_id is not None
+        ours, sb3, error, env_ran = [], [], None, env_id
+        for _ in range(args.repeats):
+            try:  # alternate ours and SB3, so that load from other users hits both alike
+                sps, env_ran = run_ours(script, steps, env_id)
+                ours.append(sps)
+                if with_sb3:
+                    sb3.append(run_sb3(script, env_id, steps))
+            except RuntimeError as e:
+                error = str(e)
+                break
+        row = {"script": script, "env": env_ran or "(script default)", "steps": steps, "ours": ours, "sb3": sb3,
+               "error": error}
+        rows.append(row)
+        msg = f"{script}: ours {median_str(ours)} steps/s" if ours else f"{script}: failed: {error}"
+        if sb3:
+            row["ratio"] = statistics.median(ours) / statistics.median(sb3)
+            msg += f", SB3 {median_str(sb3)} steps/s, ratio ours/SB3 {row['ratio']:.2f}"
+        print(msg, flush=True)
+        write_markdown(rows, args, argv, sb3_version, out)
+    print(f"\nthroughput.py: wrote {out}")
+    return 1 if any(r["error"] for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

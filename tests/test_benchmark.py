@@ -1,0 +1,227 @@
+"""Tests of benchmark/: the runner's skip/resume and failure handling, and the report's final return.
+
+The runner runs a tiny fake training script (written into the test's directory) that logs known
+episodic returns the way the real scripts do, so no training is needed.
+"""
+
+import csv
+import importlib.util
+import json
+import os
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "benchmark"))
+import report  # noqa: E402
+import run  # noqa: E402
+
+FAKE_SCRIPT = textwrap.dedent('''
+    """Logs `--total-timesteps // 10` episodic returns seed*100 + i as the real scripts log; Broken-v0 fails.
+
+    Writes the events with tensorboard's own writer: importing torch would take most of the test's time.
+    """
+    import argparse, os, sys, time
+
+
+    def write_tb(run_dir, hparams, returns, steps):
+        """The script's Args as the markdown table the scripts log, then one charts/episodic_return per episode."""
+        from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        w = EventFileWriter(run_dir)
+        text = "|param|value|\\n|-|-|\\n" + "\\n".join(f"|{k}|{v}|" for k, v in hparams.items())
+        meta = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="text"))
+        tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, string_val=[text.encode()])
+        value = summary_pb2.Summary.Value(tag="hyperparameters/text_summary", metadata=meta, tensor=tensor)
+        w.add_event(event_pb2.Event(wall_time=time.time(), step=0, summary=summary_pb2.Summary(value=[value])))
+        for step, r in zip(steps, returns):
+            value = summary_pb2.Summary.Value(tag="charts/episodic_return", simple_value=float(r))
+            w.add_event(event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=[value])))
+        w.close()
+
+
+    if __name__ == "__main__":
+        p = argparse.ArgumentParser()
+        for flag in ("--env-id", "--exp-name"):
+            p.add_argument(flag)
+        for flag in ("--seed", "--torch-threads", "--total-timesteps"):
+            p.add_argument(flag, type=int)
+        a = p.parse_args()
+        with open("calls.txt", "a") as f:
+            f.write(f"{a.env_id} {a.seed} torch_threads={a.torch_threads} omp={os.environ['OMP_NUM_THREADS']}\\n")
+        if a.env_id == "Broken-v0":
+            print("step 0 ...")
+            print("boom: intentional failure", file=sys.stderr)
+            sys.exit(3)
+        n = a.total_timesteps // 10
+        write_tb(f"runs/{a.env_id}__{a.exp_name}__{a.seed}__{int(time.time())}",
+                 {"exp_name": a.exp_name, "seed": a.seed, "env_id": a.env_id, "total_timesteps": a.total_timesteps},
+                 [a.seed * 100 + i for i in range(n)], [10 * (i + 1) for i in range(n)])
+''')
+
+
+@pytest.fixture
+def fake(tmp_path):
+    path = tmp_path / "fake.py"
+    path.write_text(FAKE_SCRIPT)
+    return str(path)
+
+
+@pytest.fixture
+def write_tb(fake):
+    """The fake script's event writer, for synthetic logs written by the test itself."""
+    spec = importlib.util.spec_from_file_location("fake", fake)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.write_tb
+
+
+def calls():
+    with open("calls.txt") as f:
+        return f.read().splitlines()
+
+
+def summary(env_id, seed, extra):
+    with open(run.summary_path("runs", "fake.py", env_id, seed, extra)) as f:
+        return json.load(f)
+
+
+# ---- the runner -------------------------------------------------------------------------------------------
+
+
+def test_runner_runs_each_env_seed_once_and_skips_finished_runs(fake, capsys):
+    extra = ["--total-timesteps", "1500"]
+    argv = ["--script", fake, "--env-ids", "A-v0", "B-v0", "--seeds", "1", "2", "--workers", "2", "--", *extra]
+    assert run.main(argv) == 0
+    assert sorted(c.split(" ")[0] + c.split(" ")[1] for c in calls()) == ["A-v01", "A-v02", "B-v01", "B-v02"]
+    threads = max(1, run.available_cores() // 2)  # 2 workers share the cores
+    assert all(c.endswith(f"torch_threads={threads} omp={threads}") for c in calls())
+    out = capsys.readouterr().out
+    assert sorted(line.split(":")[0][:5] for line in out.splitlines()) == ["[1/4]", "[2/4]", "[3/4]", "[4/4]"]
+    assert "fake.py B-v0 seed 2: ok" in out
+
+    s = summary("B-v0", 2, extra)
+    # 150 episodes with returns 200..349: the final return is the mean of the last 100 (250..349)
+    assert s["ok"] and s["exit_status"] == 0 and s["episodes"] == 150
+    assert s["final_return"] == pytest.approx(np.mean(np.arange(250, 350)))
+    assert s["global_step"] == 1500 and s["steps_per_s"] > 0 and s["env_id"] == "B-v0" and s["seed"] == 2
+    assert s["args"] == extra and s["machine"]["cores"] == run.available_cores()
+    assert os.path.isdir(os.path.join("runs", s["tb_dir"])) and s["total_timesteps"] == "1500"
+
+    # second invocation: everything finished, nothing runs again
+    assert run.main(argv) == 0
+    assert len(calls()) == 4
+    assert capsys.readouterr().out.count("already finished, skipped") == 4
+
+    # an interrupted sweep (one summary missing) resumes with only that run
+    os.remove(run.summary_path("runs", fake, "A-v0", 2, extra))
+    assert run.main(argv) == 0
+    assert calls()[4:] == [f"A-v0 2 torch_threads={threads} omp={threads}"]
+
+    # other extra args are another experiment, with its own summaries and exp name
+    other = ["--total-timesteps", "1000"]
+    assert run.summary_path("runs", fake, "A-v0", 1, other) != run.summary_path("runs", fake, "A-v0", 1, extra)
+    assert run.exp_name_for(fake, other) != s["exp_name"] and s["exp_name"].startswith("fake-")
+
+
+def test_runner_reports_a_failed_run_with_its_log_tail_and_runs_the_others(fake, capsys):
+    argv = ["--script", fake, "--env-ids", "Broken-v0", "A-v0", "--seeds", "1", "--workers", "1", "--",
+            "--total-timesteps", "200"]
+    assert run.main(argv) == 1
+    captured = capsys.readouterr()
+    assert "fake.py Broken-v0 seed 1: FAILED (exit status 3)" in captured.out
+    assert "    boom: intentional failure" in captured.out  # the log tail, indented
+    assert "fake.py A-v0 seed 1: ok" in captured.out  # started after the failure
+    assert "1 of 2 runs failed: Broken-v0 seed 1" in captured.err
+    broken = summary("Broken-v0", 1, ["--total-timesteps", "200"])
+    assert not broken["ok"] and broken["exit_status"] == 3 and broken["tb_dir"] is None
+    assert summary("A-v0", 1, ["--total-timesteps", "200"])["ok"]
+
+    # the failed run is retried on the next invocation, the finished one is not
+    assert run.main(argv) == 1
+    assert [c.split(" ")[0] for c in calls()] == ["Broken-v0", "A-v0", "Broken-v0"]
+
+
+def test_runner_rejects_a_missing_script(capsys):
+    with pytest.raises(SystemExit):
+        run.main(["--script", "nope.py", "--env-ids", "A-v0"])
+    assert "script 'nope.py' not found" in capsys.readouterr().err
+
+
+# ---- the report ---------------------------------------------------------------------------------------------
+
+
+def write_run(write_tb, env_id, exp_name, seed, returns, total_timesteps, last_step=None, stamp=1):
+    """A run as the scripts write it: runs/<env>__<exp name>__<seed>__<time>/ with hyperparameters and returns."""
+    steps = np.linspace(1, last_step or total_timesteps, len(returns)).astype(int)
+    write_tb(f"runs/{env_id}__{exp_name}__{seed}__{stamp}",
+             {"exp_name": exp_name, "seed": seed, "env_id": env_id, "total_timesteps": total_timesteps}, returns, steps)
+
+
+def test_final_return_is_mean_of_last_100_episodes_then_mean_and_population_std_across_seeds(write_tb):
+    g = np.random.default_rng(0)
+    per_seed = {}
+    for seed, n in [(1, 250), (2, 130), (3, 80)]:  # seed 3 has fewer than 100 episodes: all of them count
+        returns = np.round(g.uniform(470, 510, n), 1).astype(np.float32)
+        returns[:-100] = 0.0  # early episodes that must not count
+        write_run(write_tb, "CartPole-v1", "ppo", seed, returns, 500000)
+        per_seed[seed] = float(np.mean(returns[-100:].astype(np.float64)))
+    # an interrupted run (no runner summary, stopped at 40% of its budget) is left out
+    write_run(write_tb, "CartPole-v1", "ppo", 4, [0.0] * 120, 500000, last_step=200000)
+
+    records = report.collect("runs")
+    assert sorted(r["seed"] for r in records) == [1, 2, 3]
+    assert {r["seed"]: r["final_return"] for r in records} == pytest.approx(per_seed, abs=1e-4)
+    assert {r["script"] for r in records} == {"ppo.py"} and {r["budget"] for r in records} == {500000}
+
+    lines, sources, results = report.build_table(report.group(records), report.load_reference(), {})
+    (res,) = results
+    finals = list(per_seed.values())
+    assert res["mean"] == pytest.approx(np.mean(finals), abs=1e-4)
+    assert res["std"] == pytest.approx(np.std(finals, ddof=0), abs=1e-4)
+    assert res["std"] != pytest.approx(np.std(finals, ddof=1), abs=1e-4)
+    assert res["ref"]["mean"] == "490.04" and res["verdict"] == "within"
+    assert f"| ppo.py | CartPole-v1 | 500k | 3 | {res['mean']:.2f} ± {res['std']:.2f} |" in lines[2]
+    assert "490.04 ± 6.12" in lines[2] and sources[0].startswith("CleanRL docs rl-algorithms/ppo.md + docs/benchmark/ppo.md")
+
+
+def test_report_writes_markdown_csv_and_one_plot_per_env(write_tb, tmp_path):
+    write_run(write_tb, "CartPole-v1", "ppo", 1, [400.0] * 150, 500000)
+    write_run(write_tb, "CartPole-v1", "ppo_shared", 1, [495.0] * 150, 500000)
+    write_run(write_tb, "Acrobot-v1", "ppo", 1, [-80.0] * 150, 500000)
+    write_run(write_tb, "Acrobot-v1", "ppo", 1, [-95.0] * 150, 500000, stamp=0)  # an older run of the same seed
+    out = tmp_path / "out"
+    assert report.main(["runs", "--out", str(out), "--compare-as", "ppo_shared.py=ppo.py"]) == 0
+    assert sorted(os.listdir(out)) == ["Acrobot-v1.png", "CartPole-v1.png", "per_seed.csv", "report.md"]
+    md = (out / "report.md").read_text()
+    assert "| ppo.py | CartPole-v1 | 500k | 1 | 400.00 ± 0.00 | 400.0 | 490.04 ± 6.12 | 500k | below |" in md
+    assert "| ppo_shared.py | CartPole-v1 | 500k | 1 | 495.00 ± 0.00 | 495.0 | 490.04 ± 6.12 (ppo.py) | 500k | within |" in md
+    assert "| ppo.py | Acrobot-v1 | 500k | 1 | -80.00 ± 0.00 | -80.0 | -86.36 ± 1.32 | 500k | above |" in md
+    with open(out / "per_seed.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted((r["script"], r["env_id"], float(r["final_return"])) for r in rows) == [
+        ("ppo.py", "Acrobot-v1", -80.0), ("ppo.py", "CartPole-v1", 400.0), ("ppo_shared.py", "CartPole-v1", 495.0)]
+
+
+def test_verdicts_and_the_choice_of_published_row():
+    rows = report.load_reference()
+    ref = report.pick_reference(rows, "ppo.py", "CartPole-v1", 500000)
+    assert (ref["mean"], ref["std"]) == ("490.04", "6.12")  # CleanRL's own run, not baselines' 497.54 or the old 492.40
+    assert report.verdict(490.04 + 6.12, 500000, ref) == "within"  # the band's edges are inside
+    assert report.verdict(490.04 - 6.12, 500000, ref) == "within"
+    assert report.verdict(496.2, 500000, ref) == "above"
+    assert report.verdict(483.9, 500000, ref) == "below"
+    assert report.verdict(500.0, 100000, ref) == "not comparable: budget differs"
+    assert report.verdict(500.0, 500000, None) == "not comparable: nothing published"
+    mc = report.pick_reference(rows, "ppo.py", "MountainCar-v0", 500000)
+    assert report.verdict(-200.0, 500000, mc) == "within"  # -200.00 +- 0.00
+    assert report.verdict(-199.5, 500000, mc) == "above"
+    # PAAC's paper names games and publishes best-of-3 evaluation scores: shown, never judged
+    paac = report.pick_reference(rows, "a2c_paac.py", "BreakoutNoFrameskip-v4", 115000000)
+    assert paac["env_id"] == "Breakout" and paac["mean"] == "470.1"
+    assert report.verdict(500.0, 115000000, paac) == "not comparable: published metric is episodic_return_eval_best_of_3"
+    assert report.pick_reference(rows, "ppo_shared.py", "CartPole-v1", 500000) is None
