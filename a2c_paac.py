@@ -49,6 +49,12 @@ Deliberate choices (the paper does not state them):
     bootstrap value.
   - charts/time_share_env, charts/time_share_act and charts/time_share_learn: the share of wall time spent
     waiting for the environments, choosing actions and learning (the paper's Figure 2).
+
+Known difference from the authors' released code (not from the paper): their TensorFlow code multiplies
+the loss by 5 and weights the value term by 0.25 (a leftover of tuning the learning rate on sums over
+time steps), and its released Breakout run used gradient clip 3 and entropy 0.02. With epsilon 0.1 inside
+the root, TF's RMSProp is not scale-invariant, so at the same 0.0224 their policy steps are about 5x ours.
+We follow the paper's text (means, beta 0.01, clip 40); --vf-coef and --learning-rate reach the other.
 """
 
 import ctypes

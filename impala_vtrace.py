@@ -14,8 +14,10 @@ Implementation details (seed 002: Sec. 3, Sec. 4, Appendix F / Table F.1):
      charts/policy_lag. --sync hands out buffers only after each update, so the lag is 0
   4. V-trace targets and advantages, `vtrace(...)`, truncation levels rho_bar = c_bar = 1 (torchbeast;
      the seed's text lost the paper's numbers)
-  5. losses: policy gradient with the V-trace advantage, baseline 0.5 * (vs - V)^2, entropy bonus 0.01,
-     summed over time and batch (Table C.1 caption)
+  5. losses: policy gradient with the V-trace advantage, baseline 0.5 * 1/2 (vs - V)^2 (the paper moves V
+     in the direction (vs - V) grad V, the gradient of 1/2 (vs - V)^2, scaled by its baseline cost 0.5;
+     torchbeast and scalable_agent write the same 0.25), entropy bonus 0.01, summed over time and batch
+     (Table C.1 caption)
   6. RMSProp, epsilon 0.01, momentum 0, decay 0.99 (not stated in the paper; torchbeast's alpha)
   7. learning rate 6e-4 annealed linearly to 0 over training
   8. global gradient norm clipped to 40
@@ -223,18 +225,17 @@ class MaxAndSkipEnv(gym.Wrapper):
     def __init__(self, env, skip=4):
         super().__init__(env)
         self.skip = skip
-        self.frames = np.zeros((2,) + env.observation_space.shape, dtype=np.uint8)
 
     def step(self, action):
         total, terminated, truncated, info = 0.0, False, False, {}
-        for i in range(self.skip):
+        last_two = []
+        for _ in range(self.skip):
             obs, reward, terminated, truncated, info = self.env.step(action)
-            if i >= self.skip - 2:
-                self.frames[i - (self.skip - 2)] = obs
+            last_two = [*last_two[-1:], obs]  # an early game end must not mix in the previous step's frame
             total += reward
             if terminated or truncated:
                 break
-        return self.frames.max(axis=0), total, terminated, truncated, info
+        return np.maximum(last_two[0], last_two[-1]), total, terminated, truncated, info
 
 
 class EpisodicLifeEnv(gym.Wrapper):
@@ -415,7 +416,7 @@ def impala_losses(target_logprobs, entropy, values, vs, pg_advantages, args):
     Returns (loss, pg_loss, baseline_loss, entropy_sum).
     """
     pg_loss = -(pg_advantages * target_logprobs).sum()
-    baseline_loss = ((vs - values) ** 2).sum()
+    baseline_loss = 0.5 * ((vs - values) ** 2).sum()  # gradient (V - vs) grad V, as in the paper
     entropy_sum = entropy.sum()
     loss = pg_loss + args.vf_coef * baseline_loss - args.ent_coef * entropy_sum
     return loss, pg_loss, baseline_loss, entropy_sum

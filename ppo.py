@@ -8,7 +8,8 @@ The 13 core implementation details of "The 37 Implementation Details of PPO" (se
      auto-reset in SAME_STEP mode so `next_obs` after a done is already the new episode's first obs
   2. orthogonal init: hidden layers std sqrt(2), policy head 0.01, value head 1.0, biases 0
   3. Adam epsilon 1e-5
-  4. learning rate annealed linearly to exactly 0 at the last iteration
+  4. learning rate annealed linearly to exactly 0 at the last iteration (the reference's schedule,
+     1 - (i - 1) / N, ends at lr / N instead: a difference of one iteration's step)
   5. GAE with value bootstrap from the observation after the rollout; returns = advantages + values
   6. minibatch updates: each epoch shuffles the batch and splits it into disjoint minibatches
   7. advantages normalised per minibatch
@@ -472,9 +473,9 @@ def train(args: Args):
         if ckpt["envs"] is not None:  # continue the very same episodes
             envs.close()
             envs = make_envs(args, run_name, pickle.loads(ckpt["envs"]))
-        else:
+            next_obs, episode_return, episode_length = ckpt["next_obs"], ckpt["episode_return"], ckpt["episode_length"]
+        else:  # keep the fresh episodes' first observations: the saved ones belong to other games
             print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
-        next_obs, episode_return, episode_length = ckpt["next_obs"], ckpt["episode_return"], ckpt["episode_length"]
         set_rng_states(ckpt["rng"])
 
     def checkpoint_state(iteration):

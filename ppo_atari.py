@@ -638,9 +638,9 @@ def train(args: Args):
         if ckpt["envs"] is not None:  # continue the very same episodes
             envs.close()
             envs = make_envs(args, run_name, pickle.loads(ckpt["envs"]))
-        else:
+            next_obs = ckpt["next_obs"]
+        else:  # keep the fresh games' first observations: the saved ones belong to other games
             print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
-        next_obs = ckpt["next_obs"]
         set_rng_states(ckpt["rng"])
 
     def checkpoint_state(iteration):

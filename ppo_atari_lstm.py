@@ -692,10 +692,10 @@ def train(args: Args):
         if ckpt["envs"] is not None:  # continue the very same episodes
             envs.close()
             envs = make_envs(args, run_name, pickle.loads(ckpt["envs"]))
-        else:
+            next_obs, next_start = ckpt["next_obs"], ckpt["next_start"]
+            next_lstm_state = tuple(s.to(device) for s in ckpt["next_lstm_state"])  # saved on the CPU
+        else:  # fresh games start from zero LSTM states (detail L2), not the saved games' memory
             print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
-        next_obs = ckpt["next_obs"]
-        next_lstm_state, next_start = ckpt["next_lstm_state"], ckpt["next_start"]
         set_rng_states(ckpt["rng"])
 
     def checkpoint_state(iteration):

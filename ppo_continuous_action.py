@@ -594,9 +594,9 @@ def train(args: Args):
     reward_scaler = RewardScaler(N, args.gamma, args.clip_reward)
 
     start_iteration, global_step = 1, 0
-    next_obs, _ = envs.reset(seed=args.seed)
-    obs_rms.update(next_obs)
-    next_obs = normalize_obs(next_obs, obs_rms, args.clip_obs)
+    first_obs, _ = envs.reset(seed=args.seed)
+    obs_rms.update(first_obs)
+    next_obs = normalize_obs(first_obs, obs_rms, args.clip_obs)
     if ckpt:
         agent.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
@@ -606,9 +606,10 @@ def train(args: Args):
         if ckpt["envs"] is not None:  # continue the very same episodes
             envs.close()
             envs = make_envs(args, run_name, restore_envs(ckpt["envs"]))
-        else:
+            next_obs, episode_return, episode_length = ckpt["next_obs"], ckpt["episode_return"], ckpt["episode_length"]
+        else:  # keep the fresh episodes' first observations (the saved ones belong to other games)
             print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
-        next_obs, episode_return, episode_length = ckpt["next_obs"], ckpt["episode_return"], ckpt["episode_length"]
+            next_obs = normalize_obs(first_obs, obs_rms, args.clip_obs)  # with the restored statistics
         set_rng_states(ckpt["rng"])
 
     def checkpoint_state(iteration):

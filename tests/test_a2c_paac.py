@@ -2,7 +2,6 @@
 the preprocessing, checkpoints and bad input (numbers refer to the details in its docstring)."""
 
 import os
-import shutil
 import subprocess
 import sys
 
@@ -11,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from test_ppo import read_scalars
+from test_ppo import keep_checkpoint, read_scalars
 
 import a2c_paac as paac
 
@@ -338,18 +337,10 @@ def test_preprocessed_observation_and_frame_stack():
 
 
 def test_resume_matches_uninterrupted_run_and_evaluate(monkeypatch):
-    real_save, kept = paac.save_checkpoint, "iteration2.pt"
-
-    def keep_iteration_2(path, state):
-        real_save(path, state)
-        if state["iteration"] == 2:
-            shutil.copy(path, kept)
-
-    monkeypatch.setattr(paac, "save_checkpoint", keep_iteration_2)
+    keep_checkpoint(paac, monkeypatch, kept := "iteration2.pt")
     full = paac.train(tiny(total_timesteps=2 * 5 * 6, save_model=True, save_every=2,
                            anneal_lr=False, learning_rate=0.01))
     assert full["learning_rate"] == [0.01] * 6  # --no-anneal-lr keeps the rate constant
-    monkeypatch.setattr(paac, "save_checkpoint", real_save)
     resumed = paac.train(paac.Args(resume=kept))
     assert resumed["global_steps"] == [30, 40, 50, 60]
     assert resumed["losses"] == full["losses"][2:]  # the same episodes, parameters and RMSProp state

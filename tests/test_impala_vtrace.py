@@ -3,7 +3,6 @@ processes (sync mode, policy lag, shutdown after the end, a crash and Ctrl-C), c
 """
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -13,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from test_ppo import read_scalars
+from test_ppo import keep_checkpoint, read_scalars
 
 import impala_vtrace as iv
 
@@ -129,11 +128,11 @@ def test_losses_summed_and_no_gradient_through_targets():
     args = iv.Args()
     loss, pg, baseline, ent = iv.impala_losses(target_logp, entropy, values, vs, pg_adv, args)
     assert pg.item() == pytest.approx(-(pg_adv * target_logp).sum().item())
-    assert baseline.item() == pytest.approx(((vs - values) ** 2).sum().item())
+    assert baseline.item() == pytest.approx(0.5 * ((vs - values) ** 2).sum().item())
     assert loss.item() == pytest.approx(pg.item() + 0.5 * baseline.item() - 0.01 * entropy.sum().item())
     loss.backward()
-    # vs is a constant target: d loss / d V = 0.5 * 2 * (V - vs), nothing from V inside vs
-    np.testing.assert_allclose(values.grad.numpy(), (values - vs).detach().numpy(), atol=1e-12)
+    # vs is a constant target: d loss / d V = 0.5 * (V - vs) (baseline cost 0.5 on the paper's (V - vs) grad V)
+    np.testing.assert_allclose(values.grad.numpy(), 0.5 * (values - vs).detach().numpy(), atol=1e-12)
 
 
 # ---- details 9 and 11: the Atari pipeline and the networks ---------------------------------------
@@ -223,18 +222,10 @@ def test_sync_mode_is_on_policy_and_logs_everything():
 
 
 def test_async_actors_run_ahead_and_checkpoint_resume_eval(monkeypatch):
-    real_save, kept = iv.save_checkpoint, "update2.pt"
-
-    def keep_update_2(path, state):
-        real_save(path, state)
-        if state["update"] == 2:
-            shutil.copy(path, kept)
-
-    monkeypatch.setattr(iv, "save_checkpoint", keep_update_2)
+    keep_checkpoint(iv, monkeypatch, kept := "update2.pt", key="update")
     full = iv.train(tiny(total_timesteps=10 * 4 * 5, save_model=True, save_every=2))
     lags = np.array(full["policy_lag"])
     assert lags.min() >= 0 and lags.max() >= 1  # actors kept acting with older weights during updates
-    monkeypatch.setattr(iv, "save_checkpoint", real_save)
     live = iv.evaluate_agent(full["agent"], "BreakoutNoFrameskip-v4", eval_episodes=1, seed=7)
     assert iv.evaluate(full["checkpoint"], eval_episodes=1, seed=7) == live
 

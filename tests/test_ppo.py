@@ -63,6 +63,24 @@ def test_compute_gae_matches_brute_force(mod, shape):
     np.testing.assert_allclose(ret.numpy(), expected + values, atol=1e-6)  # returns = advantages + values
 
 
+# every PPO script carries the same compute_gae contract; it is checked here once for all of them
+PPO_FAMILY = SCRIPTS + ["ppo_atari", "ppo_atari_lstm", "ppo_atari_envpool", "ppo_continuous_action", "ppo_procgen",
+                        "ppo_multidiscrete", "ppo_multidiscrete_mask"]
+
+
+@pytest.mark.parametrize("name", PPO_FAMILY[2:])
+def test_compute_gae_contract_in_every_ppo_script(name):
+    family = importlib.import_module(name)
+    g = np.random.default_rng(7)
+    rewards, values = g.normal(size=(9, 3)), g.normal(size=(9, 3))
+    dones = (g.random((9, 3)) < 0.3).astype(np.float64)
+    next_value = g.normal(size=3)
+    adv, ret = family.compute_gae(*map(torch.tensor, (rewards, values, dones, next_value)), 0.999, 0.9)
+    expected = brute_force_gae(rewards, values, dones, next_value, 0.999, 0.9)
+    np.testing.assert_allclose(adv.numpy(), expected, atol=1e-6)
+    np.testing.assert_allclose(ret.numpy(), expected + values, atol=1e-6)
+
+
 def test_compute_gae_lambda_one_is_discounted_return_plus_bootstrap(mod):
     g = np.random.default_rng(0)
     T, N, gamma = 20, 3, 0.9
@@ -296,17 +314,22 @@ def test_same_seed_same_losses_other_seed_differs(mod):
     assert a["losses"] != c["losses"]
 
 
-def test_resume_matches_uninterrupted_run(mod, monkeypatch):
-    real_save, kept = mod.save_checkpoint, "iteration2.pt"
+def keep_checkpoint(mod, monkeypatch, kept, at=2, key="iteration"):
+    """Make `mod.save_checkpoint` also copy the checkpoint it writes at `state[key] == at` to `kept`:
+    the file a run interrupted there would have left behind."""
+    real_save = mod.save_checkpoint
 
-    def keep_iteration_2(path, state):
+    def save_and_keep(path, state):
         real_save(path, state)
-        if state["iteration"] == 2:
+        if state[key] == at:
             shutil.copy(path, kept)
 
-    monkeypatch.setattr(mod, "save_checkpoint", keep_iteration_2)
+    monkeypatch.setattr(mod, "save_checkpoint", save_and_keep)
+
+
+def test_resume_matches_uninterrupted_run(mod, monkeypatch):
+    keep_checkpoint(mod, monkeypatch, kept := "iteration2.pt")
     full = mod.train(tiny(mod, env_id="CartPole-v1", total_timesteps=2 * 16 * 6, save_model=True, save_every=2))
-    monkeypatch.setattr(mod, "save_checkpoint", real_save)
     resumed = mod.train(mod.Args(resume=kept))
     assert len(resumed["losses"]) == 4
     assert resumed["losses"] == full["losses"][2:]

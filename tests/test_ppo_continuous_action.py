@@ -2,7 +2,6 @@
 statistics, evaluation, resume and bad input. The core PPO details shared with ppo.py are tested there."""
 
 import os
-import shutil
 import subprocess
 import sys
 
@@ -11,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from test_ppo import brute_force_gae
+from test_ppo import keep_checkpoint
 
 import ppo_continuous_action as pca
 
@@ -84,21 +83,6 @@ def prior_merged_moments(x, count=1e-4):
     m, v = x.mean(0), x.var(0)
     total = n + count
     return n * m / total, (count + n * v + m**2 * count * n / total) / total
-
-
-# ---- core detail 5 kept: GAE ---------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("shape", [(1, 1), (7, 3), (32, 1)])
-def test_compute_gae_matches_brute_force(shape):
-    g = np.random.default_rng(shape[0])
-    rewards, values = g.normal(size=shape), g.normal(size=shape)
-    dones = (g.random(shape) < 0.2).astype(np.float64)
-    next_value = g.normal(size=shape[1])
-    adv, ret = pca.compute_gae(*map(torch.tensor, (rewards, values, dones, next_value)), 0.99, 0.95)
-    expected = brute_force_gae(rewards, values, dones, next_value, 0.99, 0.95)
-    np.testing.assert_allclose(adv.numpy(), expected, atol=1e-6)
-    np.testing.assert_allclose(ret.numpy(), expected + values, atol=1e-6)
 
 
 # ---- details C1-C4: the Gaussian policy and its networks -----------------------------------------
@@ -303,17 +287,9 @@ def test_checkpoint_round_trip_evaluates_like_the_live_agent():
 
 
 def test_resume_matches_uninterrupted_run(monkeypatch):
-    real_save, kept = pca.save_checkpoint, "iteration2.pt"
-
-    def keep_iteration_2(path, state):
-        real_save(path, state)
-        if state["iteration"] == 2:
-            shutil.copy(path, kept)
-
-    monkeypatch.setattr(pca, "save_checkpoint", keep_iteration_2)
+    keep_checkpoint(pca, monkeypatch, kept := "iteration2.pt")
     # Hopper's episodes end early and at random: the checkpoint falls mid-episode, after resets
     full = pca.train(tiny(total_timesteps=2 * 32 * 5, save_model=True, save_every=2))
-    monkeypatch.setattr(pca, "save_checkpoint", real_save)
     resumed = pca.train(pca.Args(resume=kept))
     assert len(resumed["losses"]) == 3
     assert resumed["losses"] == full["losses"][2:]

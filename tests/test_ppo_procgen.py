@@ -6,7 +6,6 @@ not installed at all (an installed but broken Procgen fails them).
 
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from test_ppo import brute_force_gae, read_scalars
+from test_ppo import keep_checkpoint, read_scalars
 
 import ppo_procgen as mod
 
@@ -27,21 +26,6 @@ def tiny(**kw):
     base = dict(cuda=False, num_envs=2, num_steps=16, num_minibatches=2, update_epochs=1, total_timesteps=2 * 16 * 2)
     base.update(kw)
     return mod.Args(**base)
-
-
-# ---- detail 5: GAE -------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("shape", [(1, 1), (9, 4)])
-def test_compute_gae_matches_brute_force(shape):
-    g = np.random.default_rng(shape[0])
-    rewards, values = g.normal(size=shape), g.normal(size=shape)
-    dones = (g.random(shape) < 0.3).astype(np.float64)
-    next_value = g.normal(size=shape[1])
-    adv, ret = mod.compute_gae(*map(torch.tensor, (rewards, values, dones, next_value)), 0.999, 0.95)
-    expected = brute_force_gae(rewards, values, dones, next_value, 0.999, 0.95)
-    np.testing.assert_allclose(adv.numpy(), expected, atol=1e-6)
-    np.testing.assert_allclose(ret.numpy(), expected + values, atol=1e-6)
 
 
 # ---- detail P1: the IMPALA CNN -------------------------------------------------------------------
@@ -128,16 +112,8 @@ def test_training_end_to_end_logs_and_keeps_lr_constant():
 
 @needs_procgen
 def test_resume_matches_uninterrupted_run(monkeypatch):
-    real_save, kept = mod.save_checkpoint, "iteration2.pt"
-
-    def keep_iteration_2(path, state):
-        real_save(path, state)
-        if state["iteration"] == 2:
-            shutil.copy(path, kept)
-
-    monkeypatch.setattr(mod, "save_checkpoint", keep_iteration_2)
+    keep_checkpoint(mod, monkeypatch, kept := "iteration2.pt")
     full = mod.train(tiny(num_steps=8, total_timesteps=2 * 8 * 4, save_model=True, save_every=2))
-    monkeypatch.setattr(mod, "save_checkpoint", real_save)
     resumed = mod.train(mod.Args(resume=kept))
     assert resumed["losses"] == full["losses"][2:]  # the games' states were restored, not restarted
     assert resumed["global_step"] == full["global_step"]
