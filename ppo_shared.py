@@ -461,7 +461,9 @@ def train(args: Args):
     rewards_buf = np.zeros((T, N), dtype=np.float32)
     dones_buf = np.zeros((T, N), dtype=np.float32)
     episode_return, episode_length = np.zeros(N), np.zeros(N, dtype=np.int64)
-    history = {"episodic_return": [], "episodic_length": [], "losses": [], "first_minibatch": [], "learning_rate": []}
+    history = {"episodic_return": [], "episodic_length": [], "losses": [], "first_minibatch": [], "learning_rate": [],
+               "seconds": {"env": 0.0, "inference": 0.0, "update": 0.0}}  # where the wall time goes
+    seconds = history["seconds"]
 
     start_iteration, global_step = 1, 0
     next_obs, _ = envs.reset(seed=args.seed)
@@ -494,11 +496,15 @@ def train(args: Args):
         for step in range(T):
             global_step += N
             obs_buf[step] = next_obs
+            t0 = time.perf_counter()
             with torch.inference_mode():
                 logits = agent.get_logits(torch.as_tensor(next_obs, dtype=torch.float32, device=device))
                 action = sample_categorical(logits).cpu().numpy()
             actions_buf[step] = action
+            t1 = time.perf_counter()
             next_obs, reward, terminations, truncations, infos = envs.step(action)
+            seconds["inference"] += t1 - t0
+            seconds["env"] += time.perf_counter() - t1
             done = terminations | truncations
             rewards_buf[step] = reward
             dones_buf[step] = done
@@ -521,6 +527,7 @@ def train(args: Args):
                 history["episodic_length"].append(int(episode_length[i]))
                 episode_return[i], episode_length[i] = 0.0, 0
 
+        t0 = time.perf_counter()
         # one batched forward for the whole rollout: old log-probs, old values and the bootstrap value
         b_obs = torch.as_tensor(obs_buf, device=device).reshape((-1,) + obs_shape)
         b_actions = torch.as_tensor(actions_buf, device=device).reshape(-1)
@@ -535,6 +542,7 @@ def train(args: Args):
         b = {"obs": b_obs, "actions": b_actions, "logprobs": b_logprobs, "values": b_values,
              "advantages": advantages.reshape(-1), "returns": returns.reshape(-1)}
         losses, first = update(agent, optimizer, b, args)
+        seconds["update"] += time.perf_counter() - t0
         losses["explained_variance"] = explained_variance(b_values.cpu().numpy(), b["returns"].cpu().numpy())
         history["first_minibatch"].append(first)
         history["losses"].append(losses)
@@ -554,6 +562,7 @@ def train(args: Args):
 
     envs.close()
     writer.close()
+    print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()) + f", total {time.time() - start_time:.1f}")
     history.update(run_name=run_name, global_step=global_step, agent=agent, optimizer=optimizer,
                    checkpoint=ckpt_path if args.save_model else None)
     return history

@@ -127,6 +127,7 @@ def test_init_scales(mod):
 def test_adam_eps_and_lr_schedule(mod):
     out = mod.train(tiny(mod, total_timesteps=2 * 16 * 5))
     assert out["optimizer"].defaults["eps"] == 1e-5
+    assert all(v > 0 for v in out["seconds"].values()) and set(out["seconds"]) == {"env", "inference", "update"}
     lrs = out["learning_rate"]
     assert len(lrs) == 5 and lrs[0] == 2.5e-4 and lrs[-1] == 0.0  # detail 4: exactly 0 at the last iteration
     np.testing.assert_allclose(np.diff(lrs), -2.5e-4 / 4)  # linear
