@@ -162,6 +162,14 @@ def check_args(args: Args) -> None:
             import moviepy  # noqa: F401
         except ImportError as e:
             raise ConfigError(f"--capture-video needs moviepy, which did not import ({e}): pip install moviepy") from None
+        probe = gym.make(args.env_id, render_mode="rgb_array")
+        try:  # rendering needs the env family's own extra (pygame for classic control)
+            probe.reset(seed=0)
+            probe.render()
+        except gym.error.DependencyNotInstalled as e:
+            raise ConfigError(f"--capture-video cannot render {args.env_id}: {e}") from None
+        finally:
+            probe.close()
     if args.track:
         try:
             import wandb  # noqa: F401

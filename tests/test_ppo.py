@@ -366,6 +366,12 @@ def test_interrupted_run_keeps_its_last_checkpoint(mod, monkeypatch):
     assert torch.load(ckpt, weights_only=False)["iteration"] == 2
 
 
+def test_capture_video_records_env_0(mod):
+    out = mod.train(tiny(mod, env_id="CartPole-v1", capture_video=True))
+    videos = os.listdir(f"videos/{out['run_name']}")
+    assert "rl-video-episode-0.mp4" in videos and os.path.getsize(f"videos/{out['run_name']}/rl-video-episode-0.mp4") > 1000
+
+
 def test_evaluate_checkpoint_matches_live_agent(mod):
     out = mod.train(tiny(mod, env_id="CartPole-v1", save_model=True))
     from_ckpt = mod.evaluate(out["checkpoint"], eval_episodes=3, seed=7)
@@ -445,4 +451,11 @@ def test_optional_packages_missing_named_before_training(mod, monkeypatch, flag,
     monkeypatch.setitem(sys.modules, package, None)  # makes `import <package>` fail
     with pytest.raises(mod.ConfigError, match=f"needs {package}.*pip install {package}"):
         mod.train(tiny(mod, **{flag: True}))
+    assert not os.path.exists("runs")
+
+
+def test_capture_video_without_a_renderer_is_named_before_training(mod, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pygame", None)  # classic control renders with pygame
+    with pytest.raises(mod.ConfigError, match="cannot render CartPole-v1.*pygame"):
+        mod.train(tiny(mod, env_id="CartPole-v1", capture_video=True))
     assert not os.path.exists("runs")
