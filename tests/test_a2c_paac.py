@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from test_ppo import keep_checkpoint, read_scalars
+from test_ppo import (
+    assert_foreign_and_corrupt_checkpoints_rejected,
+    assert_rejected_before_training,
+    keep_checkpoint,
+    read_scalars,
+)
 
 import a2c_paac as paac
 
@@ -371,18 +376,11 @@ def test_resume_matches_uninterrupted_run_and_evaluate(monkeypatch):
     ],
 )
 def test_bad_input_rejected_before_training(kw, message):
-    with pytest.raises(paac.ConfigError, match=message):
-        paac.train(tiny(**kw))
-    assert not os.path.exists("runs")  # nothing started
+    assert_rejected_before_training(paac, tiny(**kw), message)
 
 
 def test_foreign_checkpoint_rejected():
-    torch.save({"script": "ppo_atari.py", "model": {}}, "other.pt")
-    with pytest.raises(paac.ConfigError, match="written by ppo_atari.py"):
-        paac.train(paac.Args(resume="other.pt"))
-    open("garbage.pt", "w").write("not a checkpoint")
-    with pytest.raises(paac.ConfigError, match="could not be read"):
-        paac.evaluate("garbage.pt")
+    assert_foreign_and_corrupt_checkpoints_rejected(paac, "ppo_atari.py")
 
 
 def test_cli_error_is_one_line_and_import_has_no_side_effects():

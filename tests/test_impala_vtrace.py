@@ -12,7 +12,12 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from test_ppo import keep_checkpoint, read_scalars
+from test_ppo import (
+    assert_foreign_and_corrupt_checkpoints_rejected,
+    assert_rejected_before_training,
+    keep_checkpoint,
+    read_scalars,
+)
 
 import impala_vtrace as iv
 
@@ -293,18 +298,11 @@ def test_ctrl_c_stops_every_actor():
     ],
 )
 def test_bad_input_rejected_before_training(kw, message):
-    with pytest.raises(iv.ConfigError, match=message):
-        iv.train(tiny(**kw))
-    assert not os.path.exists("runs")  # nothing started
+    assert_rejected_before_training(iv, tiny(**kw), message)
 
 
 def test_foreign_checkpoint_rejected():
-    torch.save({"script": "ppo.py", "model": {}}, "other.pt")
-    with pytest.raises(iv.ConfigError, match="written by ppo.py"):
-        iv.train(iv.Args(resume="other.pt"))
-    open("garbage.pt", "w").write("not a checkpoint")
-    with pytest.raises(iv.ConfigError, match="could not be read"):
-        iv.evaluate("garbage.pt")
+    assert_foreign_and_corrupt_checkpoints_rejected(iv, "ppo.py")
 
 
 def test_cli_error_is_one_line_and_import_has_no_side_effects():

@@ -395,6 +395,23 @@ def test_learns_cartpole_within_100k_steps(mod):
 # ---- bad input -----------------------------------------------------------------------------------
 
 
+def assert_rejected_before_training(mod, args, message):
+    """train(args) stops with a ConfigError matching `message` before anything is written."""
+    with pytest.raises(mod.ConfigError, match=message):
+        mod.train(args)
+    assert not os.path.exists("runs")  # nothing started
+
+
+def assert_foreign_and_corrupt_checkpoints_rejected(mod, owner):
+    """A checkpoint written by the script `owner` and a file that is no checkpoint are both refused."""
+    torch.save({"script": owner, "model": {}}, "other.pt")
+    with pytest.raises(mod.ConfigError, match=f"written by {owner}"):
+        mod.train(mod.Args(resume="other.pt"))
+    open("garbage.pt", "w").write("not a checkpoint")
+    with pytest.raises(mod.ConfigError, match="could not be read"):
+        mod.evaluate("garbage.pt")
+
+
 @pytest.mark.parametrize(
     "kw, message",
     [
@@ -406,18 +423,11 @@ def test_learns_cartpole_within_100k_steps(mod):
     ],
 )
 def test_bad_input_rejected_before_training(mod, kw, message):
-    with pytest.raises(mod.ConfigError, match=message):
-        mod.train(tiny(mod, **kw))
-    assert not os.path.exists("runs")  # nothing started
+    assert_rejected_before_training(mod, tiny(mod, **kw), message)
 
 
 def test_foreign_checkpoint_rejected(mod):
-    torch.save({"script": "ppo_atari.py", "model": {}}, "other.pt")
-    with pytest.raises(mod.ConfigError, match="written by ppo_atari.py"):
-        mod.train(mod.Args(resume="other.pt"))
-    open("garbage.pt", "w").write("not a checkpoint")
-    with pytest.raises(mod.ConfigError, match="could not be read"):
-        mod.evaluate("garbage.pt")
+    assert_foreign_and_corrupt_checkpoints_rejected(mod, "ppo_atari.py")
 
 
 def test_cli_error_is_one_line_without_traceback(mod):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from test_ppo import read_scalars
+from test_ppo import assert_rejected_before_training, read_scalars
 
 import ppo_atari
 
@@ -223,8 +223,7 @@ def test_resume_continues_from_checkpoint_and_evaluate(capsys):
     ],
 )
 def test_bad_input_rejected_before_training(kw, message):
-    with pytest.raises(ppo_atari.ConfigError, match=message):
-        ppo_atari.train(tiny(**kw))
+    assert_rejected_before_training(ppo_atari, tiny(**kw), message)
 
 
 def test_foreign_checkpoint_rejected():

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import ppo_atari_envpool as pool
+from test_ppo import assert_rejected_before_training
 from test_ppo_atari import skip_updates
 
 # Asterix: short random games (~190 agent steps), several lives, and raw rewards of 50
@@ -142,8 +143,7 @@ def test_resume_and_evaluate(capsys):
     ],
 )
 def test_bad_input_rejected_before_training(kw, message):
-    with pytest.raises(pool.ConfigError, match=message):
-        pool.train(tiny(**kw))
+    assert_rejected_before_training(pool, tiny(**kw), message)
 
 
 def test_foreign_checkpoint_rejected():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from test_ppo import keep_checkpoint
+from test_ppo import assert_rejected_before_training, keep_checkpoint
 
 import ppo_continuous_action as pca
 
@@ -322,9 +322,7 @@ def test_mujoco_v4_and_v5_ids_train(env_id):
     ],
 )
 def test_bad_input_rejected_before_training(kw, message):
-    with pytest.raises(pca.ConfigError, match=message):
-        pca.train(tiny(**kw))
-    assert not os.path.exists("runs")  # nothing started
+    assert_rejected_before_training(pca, tiny(**kw), message)
 
 
 def test_missing_mujoco_dependency_is_a_config_error(monkeypatch):

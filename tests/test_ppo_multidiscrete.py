@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from test_ppo import read_scalars
+from test_ppo import assert_rejected_before_training, read_scalars
 
 import ppo_multidiscrete
 
@@ -151,9 +151,7 @@ def test_resume_continues_with_fresh_episodes(mod, capfd):
     ],
 )
 def test_bad_input_rejected_before_training(mod, kw, message):
-    with pytest.raises(mod.ConfigError, match=message):
-        mod.train(tiny(mod, **kw))
-    assert not os.path.exists("runs")
+    assert_rejected_before_training(mod, tiny(mod, **kw), message)
 
 
 def test_missing_microrts_is_a_config_error(mod, monkeypatch):

@@ -13,7 +13,12 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from test_ppo import keep_checkpoint, read_scalars
+from test_ppo import (
+    assert_foreign_and_corrupt_checkpoints_rejected,
+    assert_rejected_before_training,
+    keep_checkpoint,
+    read_scalars,
+)
 
 import ppo_procgen as mod
 
@@ -141,9 +146,7 @@ def test_evaluate_checkpoint_matches_live_agent():
     ],
 )
 def test_bad_input_rejected_before_training(kw, message):
-    with pytest.raises(mod.ConfigError, match=message):
-        mod.train(tiny(**kw))
-    assert not os.path.exists("runs")
+    assert_rejected_before_training(mod, tiny(**kw), message)
 
 
 def test_missing_procgen_is_a_config_error(monkeypatch):
@@ -153,12 +156,7 @@ def test_missing_procgen_is_a_config_error(monkeypatch):
 
 
 def test_foreign_checkpoint_rejected():
-    torch.save({"script": "ppo_atari.py", "model": {}}, "other.pt")
-    with pytest.raises(mod.ConfigError, match="written by ppo_atari.py"):
-        mod.train(mod.Args(resume="other.pt"))
-    open("garbage.pt", "w").write("not a checkpoint")
-    with pytest.raises(mod.ConfigError, match="could not be read"):
-        mod.evaluate("garbage.pt")
+    assert_foreign_and_corrupt_checkpoints_rejected(mod, "ppo_atari.py")
 
 
 def test_cli_error_is_one_line_and_import_is_silent():
