@@ -228,8 +228,9 @@ def test_first_minibatch_ratio_is_one_and_gradients_are_clipped(mod):
     assert losses["clipfrac"] > 0  # later minibatches did move the policy
 
 
-def test_training_first_minibatch_is_on_policy(mod):
-    out = mod.train(tiny(mod))
+@pytest.mark.parametrize("numpy_rollout", [True, False])
+def test_training_first_minibatch_is_on_policy(mod, numpy_rollout):
+    out = mod.train(tiny(mod, numpy_rollout=numpy_rollout))
     for first in out["first_minibatch"]:  # the batched old log-probs equal the minibatch's recomputation
         assert first["ratio_max_dev"] < 1e-6 and first["clipfrac"] == 0.0 and abs(first["approx_kl"]) < 1e-7
 
@@ -239,6 +240,72 @@ def test_sample_categorical_frequencies(mod):
     logits = torch.tensor([[0.0, 1.0, 2.0, -1.0]]).repeat(200000, 1)
     counts = torch.bincount(mod.sample_categorical(logits), minlength=4).double() / 200000
     np.testing.assert_allclose(counts.numpy(), logits[0].softmax(-1).numpy(), atol=4e-3)
+
+
+# ---- the speed-ups: NumpyPolicy and flat_parameters must not change the algorithm -------------
+
+
+def test_numpy_policy_follows_the_live_actor(mod):
+    torch.manual_seed(0)
+    agent, other = mod.Agent(4, 3), mod.Agent(4, 3)
+    optimizer = torch.optim.Adam([mod.flat_parameters(agent)], lr=0.05)
+    policy = mod.NumpyPolicy(agent.policy_layers())
+    obs = torch.randn(16, 4)
+
+    def same_logits():
+        np.testing.assert_allclose(policy.logits(obs.numpy()), agent.get_logits(obs).detach().numpy(), atol=1e-5)
+
+    same_logits()
+    for _ in range(3):  # the weights are views: optimizer steps are seen without rebuilding the policy
+        optimizer.zero_grad(set_to_none=False)
+        agent.get_logits(obs).square().sum().backward()
+        optimizer.step()
+    same_logits()
+    agent.load_state_dict(other.state_dict())  # so is a restored checkpoint
+    same_logits()
+    assert np.abs(policy.logits(obs.numpy()) - other.get_logits(obs).detach().numpy()).max() < 1e-5
+
+
+def test_numpy_policy_samples_the_softmax(mod):
+    torch.manual_seed(0)
+    np.random.seed(0)
+    agent = mod.Agent(4, 4)
+    with torch.no_grad():  # a head that makes the four probabilities clearly different
+        head = agent.policy_layers()[-1]
+        head.weight.zero_()
+        head.bias.copy_(torch.tensor([0.0, 1.0, 2.0, -1.0]))
+    obs = np.random.randn(200000, 4).astype(np.float32)
+    counts = np.bincount(mod.NumpyPolicy(agent.policy_layers()).sample(obs), minlength=4) / len(obs)
+    np.testing.assert_allclose(counts, head.bias.softmax(-1).detach().numpy(), atol=4e-3)
+
+
+def test_numpy_policy_refuses_layers_it_cannot_run(mod):
+    with pytest.raises(mod.ConfigError, match="no-numpy-rollout"):
+        mod.NumpyPolicy([torch.nn.Linear(4, 8), torch.nn.ReLU()])
+
+
+def test_flat_parameters_give_the_same_update_as_per_layer_tensors(mod):
+    agent, batch, args = make_batch(mod)
+    twin = mod.Agent(4, 3)
+    twin.load_state_dict(agent.state_dict())
+    start = [p.detach().clone() for p in agent.parameters()]
+    per_layer = torch.optim.Adam(agent.parameters(), lr=0.01, eps=1e-5, fused=True)
+    flat = mod.flat_parameters(twin)
+    flat_opt = torch.optim.Adam([flat], lr=0.01, eps=1e-5, fused=True)
+    assert all(p.data_ptr() == flat.data_ptr() + 4 * i for p, i in
+               zip(twin.parameters(), np.cumsum([0] + [p.numel() for p in twin.parameters()][:-1])))
+    for _ in range(2):
+        torch.manual_seed(5)
+        losses_a, _ = mod.update(agent, per_layer, batch, args)
+        torch.manual_seed(5)
+        losses_b, _ = mod.update(twin, flat_opt, batch, args)
+        for k in losses_a:
+            assert losses_b[k] == pytest.approx(losses_a[k], rel=1e-4, abs=1e-6)
+    moved = [(p - q).abs().max().item() for p, q in zip(agent.parameters(), twin.parameters())]
+    assert max(moved) < 1e-5
+    # and the updates did change the weights, so the comparison is not vacuous
+    assert max((p - q).abs().max().item() for p, q in zip(agent.parameters(), start)) > 1e-3
+    assert torch.equal(flat.grad, torch.cat([p.grad.reshape(-1) for p in twin.parameters()]))
 
 
 # ---- logging -------------------------------------------------------------------------------------
