@@ -44,10 +44,16 @@ Deliberate choices (reference behaviour stays the default):
   - the normalisation statistics are saved in the checkpoint; evaluation restores and freezes them, so a
     saved agent sees the observations it was trained on (the reference's saved models evaluate far below
     their training score because evaluation starts fresh statistics).
+  - on CPU the rollout computes the action mean with a numpy forward pass over *views* of the actor's
+    weights (NumpyPolicy: same network, same numbers, a fraction of torch's per-step overhead on one
+    observation); --no-numpy-rollout uses torch, as on CUDA. The Gaussian noise is torch's either way.
+  - all parameters live in one flat tensor (flat_parameters), so gradient clipping and Adam are one
+    op each per minibatch instead of one per layer; the model and its state_dict are unchanged.
   - MuJoCo envs pickle only their constructor arguments: the checkpoint adds each one's full physics
     state and random generator, so a resumed run continues the same episodes.
 """
 
+import gc
 import math
 import os
 import pickle
@@ -133,6 +139,8 @@ class Args:
     """stop the epochs early when approx_kl exceeds this (off in the reference)"""
     bootstrap_truncated: bool = False
     """bootstrap truncated (time-limit) episodes from the value of their final observation"""
+    numpy_rollout: bool = True
+    """on CPU, compute rollout action means with NumpyPolicy (the same actor in numpy; off: torch)"""
     clip_obs: float = 10.0
     """normalised observations are clipped to [-clip_obs, clip_obs] (detail C7)"""
     clip_reward: float = 10.0
@@ -346,6 +354,56 @@ class Agent(nn.Module):
     def get_action_mean_and_value(self, x):
         return self.actor_mean(x), self.critic(x).squeeze(-1)
 
+    def policy_layers(self):
+        """The layers from observation to action mean, in order (for NumpyPolicy)."""
+        return list(self.actor_mean)
+
+
+def flat_parameters(module):
+    """Move all of `module`'s parameters (and their gradients) into one flat tensor; return it as a Parameter.
+
+    Each parameter becomes a view of the flat tensor and each .grad a view of its flat gradient, so
+    backward() fills the flat gradient in place, and clipping and the optimizer step touch one tensor.
+    Call it after .to(device); zero the gradient with zero_grad(set_to_none=False) to keep the views.
+    """
+    flat = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+    flat_grad = torch.zeros_like(flat)
+    offset = 0
+    for p in module.parameters():
+        n = p.numel()
+        p.data = flat[offset:offset + n].view_as(p)
+        p.grad = flat_grad[offset:offset + n].view_as(p)
+        offset += n
+    flat = nn.Parameter(flat)
+    flat.grad = flat_grad
+    return flat
+
+
+class NumpyPolicy:
+    """The actor's action mean in numpy, for the rollout on CPU.
+
+    The weights are numpy views of the actor's CPU parameters, not copies: optimizer steps and
+    load_state_dict are seen at once. Handles Linear and Tanh layers (a variant with other layers
+    passes --no-numpy-rollout).
+    """
+
+    def __init__(self, layers):
+        self.layers = []
+        for layer in layers:
+            if isinstance(layer, nn.Linear):
+                self.layers.append((layer.weight.detach().numpy().T, layer.bias.detach().numpy()))
+            elif isinstance(layer, nn.Tanh):
+                self.layers.append(None)
+            else:
+                raise ConfigError(f"NumpyPolicy handles Linear and Tanh layers, not {type(layer).__name__}; "
+                                  "pass --no-numpy-rollout")
+
+    def mean(self, obs):
+        h = obs
+        for layer in self.layers:
+            h = np.tanh(h) if layer is None else h @ layer[0] + layer[1]
+        return h
+
 
 def compute_gae(rewards, values, dones, next_value, gamma, gae_lambda):
     """Generalized advantage estimation (detail 5). Tensors [T, N]; next_value [N].
@@ -446,9 +504,9 @@ def update(agent, optimizer, b, args):
                 ratio_dev = (newlogprob - b["logprobs"][mb]).exp().sub(1).abs().max()
                 first = {"ratio_max_dev": ratio_dev.item(), "clipfrac": clipfrac.item(), "approx_kl": approx_kl.item()}
             clipfracs.append(clipfrac)
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad(set_to_none=False)  # keeps the parameters' .grad views of the flat gradient
             loss.backward()
-            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # detail 11
+            nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], args.max_grad_norm)  # detail 11
             optimizer.step()
         if args.target_kl is not None and approx_kl > args.target_kl:
             break
@@ -578,8 +636,9 @@ def train(args: Args):
     obs_shape, action_shape = envs.single_observation_space.shape, envs.single_action_space.shape
     action_low, action_high = envs.action_space.low, envs.action_space.high
     agent = Agent(int(np.prod(obs_shape)), int(np.prod(action_shape))).to(device)
-    # detail 3: eps 1e-5. fused=True is the same Adam in one kernel per step (a third of the update's time)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+    # detail 3: eps 1e-5. fused=True is the same Adam in one kernel per step, on the one flat tensor
+    optimizer = torch.optim.Adam([flat_parameters(agent)], lr=args.learning_rate, eps=1e-5, fused=True)
+    policy = NumpyPolicy(agent.policy_layers()) if args.numpy_rollout and device.type == "cpu" else None
 
     T, N = args.num_steps, args.num_envs
     # rollout storage lives in numpy: per-step writes are cheap and become tensors once per rollout
@@ -622,6 +681,7 @@ def train(args: Args):
         }
 
     ckpt_path = f"runs/{run_name}/checkpoint.pt"
+    gc.freeze()  # the ~300k objects made so far (mostly torch's) are never garbage: full collections skip them
     start_time, start_step = time.time(), global_step
     for iteration in range(start_iteration, args.num_iterations + 1):
         if args.anneal_lr:
@@ -633,8 +693,11 @@ def train(args: Args):
         for step in range(T):
             global_step += N
             obs_buf[step] = next_obs
-            with torch.inference_mode():
-                mean = agent.get_action_mean(torch.as_tensor(next_obs, device=device)).cpu().numpy()
+            if policy is not None:
+                mean = policy.mean(next_obs)
+            else:
+                with torch.inference_mode():
+                    mean = agent.get_action_mean(torch.as_tensor(next_obs, device=device)).cpu().numpy()
             action = mean + std * noise[step]
             actions_buf[step] = action  # detail C5: the unclipped sample is stored and trained on ...
             next_obs, reward, terminations, truncations, infos = envs.step(np.clip(action, action_low, action_high))

@@ -245,25 +245,31 @@ def test_sample_categorical_frequencies(mod):
 # ---- the speed-ups: NumpyPolicy and flat_parameters must not change the algorithm -------------
 
 
+def assert_numpy_policy_follows_the_actor(mod, agent, other, numpy_forward, torch_forward, obs):
+    """`numpy_forward` (a NumpyPolicy method, built once) equals `torch_forward` of the live agent, also after
+    optimizer steps on the flat parameters and after load_state_dict from `other`: its weights are views."""
+    optimizer = torch.optim.Adam([mod.flat_parameters(agent)], lr=0.05)
+    policy_of = numpy_forward(mod.NumpyPolicy(agent.policy_layers()))
+
+    def same_as(net):
+        np.testing.assert_allclose(policy_of(obs.numpy()), torch_forward(net, obs).detach().numpy(), atol=1e-5)
+
+    same_as(agent)
+    before = policy_of(obs.numpy())
+    for _ in range(3):
+        optimizer.zero_grad(set_to_none=False)
+        torch_forward(agent, obs).square().sum().backward()
+        optimizer.step()
+    same_as(agent)
+    assert np.abs(policy_of(obs.numpy()) - before).max() > 1e-3  # the steps did move the actor
+    agent.load_state_dict(other.state_dict())
+    same_as(other)
+
+
 def test_numpy_policy_follows_the_live_actor(mod):
     torch.manual_seed(0)
-    agent, other = mod.Agent(4, 3), mod.Agent(4, 3)
-    optimizer = torch.optim.Adam([mod.flat_parameters(agent)], lr=0.05)
-    policy = mod.NumpyPolicy(agent.policy_layers())
-    obs = torch.randn(16, 4)
-
-    def same_logits():
-        np.testing.assert_allclose(policy.logits(obs.numpy()), agent.get_logits(obs).detach().numpy(), atol=1e-5)
-
-    same_logits()
-    for _ in range(3):  # the weights are views: optimizer steps are seen without rebuilding the policy
-        optimizer.zero_grad(set_to_none=False)
-        agent.get_logits(obs).square().sum().backward()
-        optimizer.step()
-    same_logits()
-    agent.load_state_dict(other.state_dict())  # so is a restored checkpoint
-    same_logits()
-    assert np.abs(policy.logits(obs.numpy()) - other.get_logits(obs).detach().numpy()).max() < 1e-5
+    assert_numpy_policy_follows_the_actor(mod, mod.Agent(4, 3), mod.Agent(4, 3), lambda policy: policy.logits,
+                                          lambda agent, x: agent.get_logits(x), torch.randn(16, 4))
 
 
 def test_numpy_policy_samples_the_softmax(mod):
@@ -284,16 +290,15 @@ def test_numpy_policy_refuses_layers_it_cannot_run(mod):
         mod.NumpyPolicy([torch.nn.Linear(4, 8), torch.nn.ReLU()])
 
 
-def test_flat_parameters_give_the_same_update_as_per_layer_tensors(mod):
-    agent, batch, args = make_batch(mod)
-    twin = mod.Agent(4, 3)
-    twin.load_state_dict(agent.state_dict())
+def assert_flat_parameters_update_like_per_layer_tensors(mod, agent, twin, batch, args):
+    """update() with Adam on flat_parameters(twin) moves the weights as update() with per-layer Adam on `agent`
+    (twin: a copy of agent)."""
     start = [p.detach().clone() for p in agent.parameters()]
     per_layer = torch.optim.Adam(agent.parameters(), lr=0.01, eps=1e-5, fused=True)
     flat = mod.flat_parameters(twin)
     flat_opt = torch.optim.Adam([flat], lr=0.01, eps=1e-5, fused=True)
-    assert all(p.data_ptr() == flat.data_ptr() + 4 * i for p, i in
-               zip(twin.parameters(), np.cumsum([0] + [p.numel() for p in twin.parameters()][:-1])))
+    offsets = np.cumsum([0] + [p.numel() for p in twin.parameters()][:-1])
+    assert all(p.data_ptr() == flat.data_ptr() + 4 * int(i) for p, i in zip(twin.parameters(), offsets))
     for _ in range(2):
         torch.manual_seed(5)
         losses_a, _ = mod.update(agent, per_layer, batch, args)
@@ -301,11 +306,17 @@ def test_flat_parameters_give_the_same_update_as_per_layer_tensors(mod):
         losses_b, _ = mod.update(twin, flat_opt, batch, args)
         for k in losses_a:
             assert losses_b[k] == pytest.approx(losses_a[k], rel=1e-4, abs=1e-6)
-    moved = [(p - q).abs().max().item() for p, q in zip(agent.parameters(), twin.parameters())]
-    assert max(moved) < 1e-5
-    # and the updates did change the weights, so the comparison is not vacuous
+    assert max((p - q).abs().max().item() for p, q in zip(agent.parameters(), twin.parameters())) < 1e-5
+    # the updates did change the weights, so the comparison is not vacuous
     assert max((p - q).abs().max().item() for p, q in zip(agent.parameters(), start)) > 1e-3
     assert torch.equal(flat.grad, torch.cat([p.grad.reshape(-1) for p in twin.parameters()]))
+
+
+def test_flat_parameters_give_the_same_update_as_per_layer_tensors(mod):
+    agent, batch, args = make_batch(mod)
+    twin = mod.Agent(4, 3)
+    twin.load_state_dict(agent.state_dict())
+    assert_flat_parameters_update_like_per_layer_tensors(mod, agent, twin, batch, args)
 
 
 # ---- logging -------------------------------------------------------------------------------------

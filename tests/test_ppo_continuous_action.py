@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from test_ppo import assert_rejected_before_training, keep_checkpoint
+from test_ppo import (assert_flat_parameters_update_like_per_layer_tensors, assert_numpy_policy_follows_the_actor,
+                      assert_rejected_before_training, keep_checkpoint)
 
 import ppo_continuous_action as pca
 
@@ -265,6 +266,40 @@ def test_first_minibatch_ratio_is_one(spy_run):
     out, *_ = spy_run
     for first in out["first_minibatch"]:  # the batched old log-probs equal the minibatch's recomputation
         assert first["ratio_max_dev"] < 1e-6 and first["clipfrac"] == 0.0 and abs(first["approx_kl"]) < 1e-7
+
+
+# ---- the speed-ups: NumpyPolicy and flat_parameters must not change the algorithm -------------
+
+
+def test_numpy_policy_follows_the_live_actor():
+    torch.manual_seed(0)
+    assert_numpy_policy_follows_the_actor(pca, pca.Agent(11, 3), pca.Agent(11, 3), lambda policy: policy.mean,
+                                          lambda agent, x: agent.get_action_mean(x), torch.randn(5, 11))
+    with pytest.raises(pca.ConfigError, match="no-numpy-rollout"):
+        pca.NumpyPolicy([torch.nn.Linear(4, 8), torch.nn.ELU()])
+
+
+def test_flat_parameters_give_the_same_update_as_per_layer_tensors():
+    torch.manual_seed(0)
+    n = 256
+    args = pca.Args(num_envs=1, num_steps=n, num_minibatches=4, update_epochs=3)
+    args.batch_size, args.minibatch_size = n, n // 4
+    agent, twin = pca.Agent(11, 3), pca.Agent(11, 3)
+    twin.load_state_dict(agent.state_dict())
+    obs, actions = torch.randn(n, 11), torch.randn(n, 3)
+    with torch.no_grad():
+        mean, values = agent.get_action_mean_and_value(obs)
+        logprobs, _ = pca.gaussian_logprob_entropy(mean, agent.actor_logstd, actions)
+    batch = {"obs": obs, "actions": actions, "logprobs": logprobs, "values": values,
+             "advantages": torch.randn(n) * 4 + 3, "returns": torch.randn(n) * 10}
+    assert_flat_parameters_update_like_per_layer_tensors(pca, agent, twin, batch, args)
+
+
+@pytest.mark.parametrize("numpy_rollout", [True, False])
+def test_both_rollout_paths_train_on_policy(numpy_rollout):
+    out = pca.train(tiny(numpy_rollout=numpy_rollout))
+    for first in out["first_minibatch"]:
+        assert first["ratio_max_dev"] < 1e-6 and first["clipfrac"] == 0.0
 
 
 # ---- checkpoints, evaluation, resume -------------------------------------------------------------
