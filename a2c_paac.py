@@ -54,7 +54,8 @@ Known difference from the authors' released code (not from the paper): their Ten
 the loss by 5 and weights the value term by 0.25 (a leftover of tuning the learning rate on sums over
 time steps), and its released Breakout run used gradient clip 3 and entropy 0.02. With epsilon 0.1 inside
 the root, TF's RMSProp is not scale-invariant, so at the same 0.0224 their policy steps are about 5x ours.
-We follow the paper's text (means, beta 0.01, clip 40); --vf-coef and --learning-rate reach the other.
+We follow the paper's text (means, beta 0.01, clip 40); --loss-scale 5 --vf-coef 0.25 --max-grad-norm 3
+--ent-coef 0.02 give the released run's settings.
 """
 
 import ctypes
@@ -136,6 +137,9 @@ class Args:
     """coefficient of the value loss (R - V)^2 (the paper writes no factor)"""
     max_grad_norm: float = 40.0
     """the maximum global norm of the gradients"""
+    loss_scale: float = 1.0
+    """multiplies the loss before backward (paper's text: 1; authors' released code: 5). With epsilon inside
+    RMSProp's root the step is not scale-invariant, so this is a step-size knob; logged losses are unscaled"""
     rmsprop_decay: float = 0.99
     """the decay of RMSProp's mean square"""
     rmsprop_eps: float = 0.1
@@ -174,6 +178,8 @@ def check_args(args: Args) -> None:
         raise ConfigError(f"--learning-rate must be positive, got {args.learning_rate}")
     if not 0.0 <= args.rmsprop_decay < 1.0 or args.rmsprop_eps <= 0.0:
         raise ConfigError("--rmsprop-decay must be in [0, 1) and --rmsprop-eps positive")
+    if args.loss_scale <= 0:
+        raise ConfigError(f"--loss-scale must be positive, got {args.loss_scale}")
     try:
         spec = gym.spec(args.env_id)
     except gym.error.Error:
@@ -514,7 +520,7 @@ def update(agent, optimizer, b, args):
     returns = nstep_returns(b["rewards"], b["dones"], bootstrap_value, args.gamma).reshape(-1)
     loss, pg_loss, v_loss, entropy_loss = a2c_losses(logprob, entropy, values, returns, args.ent_coef, args.vf_coef)
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    (args.loss_scale * loss).backward()
     grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # detail 7
     optimizer.step()
     losses = {

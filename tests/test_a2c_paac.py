@@ -200,6 +200,22 @@ def test_update_gradient_norm_clipped_at_40():
     assert values.shape == returns.shape == (40,)
 
 
+def test_loss_scale_multiplies_the_gradient_not_the_logged_losses():
+    grads, logged = [], []
+    for scale in (1.0, 5.0):
+        agent, b = make_batch(scale=1.0)
+        args = paac.Args(loss_scale=scale, max_grad_norm=1e9)  # no clipping: compare raw gradients
+        optimizer = torch.optim.SGD(agent.parameters(), lr=0.0)  # a step that leaves the weights as they are
+        losses, _, _ = paac.update(agent, optimizer, b, args)
+        grads.append(torch.cat([p.grad.reshape(-1) for p in agent.parameters()]))
+        logged.append(losses)
+    torch.testing.assert_close(grads[1], 5.0 * grads[0], rtol=1e-4, atol=1e-6)
+    assert grads[0].abs().max() > 1e-4
+    for k in ("value_loss", "policy_loss", "entropy"):
+        assert logged[1][k] == pytest.approx(logged[0][k], rel=1e-5)
+    assert logged[1]["grad_norm"] == pytest.approx(5.0 * logged[0]["grad_norm"], rel=1e-4)
+
+
 def test_logging_keys_and_time_shares(tiny_run):
     out, where = tiny_run
     run_dir = os.path.join(where, "runs", out["run_name"])
@@ -372,6 +388,7 @@ def test_resume_matches_uninterrupted_run_and_evaluate(monkeypatch):
         ({"total_timesteps": 9}, "less than one rollout"),
         ({"arch": "resnet"}, "nips or nature"),
         ({"learning_rate": -1.0}, "must be positive"),
+        ({"loss_scale": 0.0}, "--loss-scale must be positive"),
         ({"resume": "missing.pt"}, "does not exist"),
     ],
 )
