@@ -9,10 +9,7 @@
 # Short runs are reported as "not comparable: budget differs"; their curves still show the trend.
 # Logs go to runs/ of the current directory; rerunning skips the runs that already finished.
 # WORKERS=n runs n at a time (default 1: each run already steps 8 envs).
-set -uo pipefail
-BENCH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(dirname "$BENCH")"
-MODE="${1:-full}"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WORKERS="${WORKERS:-1}"
 
 if [ "$MODE" = short ]; then
@@ -22,17 +19,7 @@ else
     STEPS=10000000; SEEDS="1 2 3"
     GAMES="Breakout Pong BeamRider"
 fi
-NOFRAMESKIP="" ; V5=""
-for g in $GAMES; do NOFRAMESKIP="$NOFRAMESKIP ${g}NoFrameskip-v4"; V5="$V5 ${g}-v5"; done
-
-status=0
-for script in ppo_atari.py ppo_atari_lstm.py; do
-    python "$BENCH/run.py" --script "$REPO/$script" --env-ids $NOFRAMESKIP --seeds $SEEDS --workers "$WORKERS" \
-        -- --total-timesteps "$STEPS" || status=1
-done
-python "$BENCH/run.py" --script "$REPO/ppo_atari_envpool.py" --env-ids $V5 --seeds $SEEDS --workers "$WORKERS" \
-    -- --total-timesteps "$STEPS" || status=1
-
-python "$BENCH/report.py" runs/ --scripts ppo_atari.py ppo_atari_lstm.py ppo_atari_envpool.py --steps "$STEPS" \
-    --out "$BENCH/results/atari_$MODE"
-exit $status
+sweep ppo_atari.py $(atari_ids NoFrameskip-v4 $GAMES)
+sweep ppo_atari_lstm.py $(atari_ids NoFrameskip-v4 $GAMES)
+sweep ppo_atari_envpool.py $(atari_ids -v5 $GAMES)
+report atari ppo_atari.py ppo_atari_lstm.py ppo_atari_envpool.py

@@ -8,21 +8,12 @@
 # 500k steps, 3 seeds. ppo_shared.py has none of its own, so the report sets it beside ppo.py's.
 # Logs go to runs/ of the current directory; rerunning skips the runs that already finished.
 # WORKERS=n runs n at a time (default 2; threads per run = cores / n).
-set -uo pipefail
-BENCH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(dirname "$BENCH")"
-MODE="${1:-full}"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WORKERS="${WORKERS:-2}"
 
 ENVS="CartPole-v1 Acrobot-v1 MountainCar-v0"
 if [ "$MODE" = short ]; then STEPS=100000; SEEDS="1 2"; else STEPS=500000; SEEDS="1 2 3"; fi
 
-status=0
-for script in ppo.py ppo_shared.py; do
-    python "$BENCH/run.py" --script "$REPO/$script" --env-ids $ENVS --seeds $SEEDS --workers "$WORKERS" \
-        -- --total-timesteps "$STEPS" || status=1
-done
-
-python "$BENCH/report.py" runs/ --scripts ppo.py ppo_shared.py --steps "$STEPS" \
-    --compare-as ppo_shared.py=ppo.py --out "$BENCH/results/classic_control_$MODE"
-exit $status
+sweep ppo.py $ENVS
+sweep ppo_shared.py $ENVS
+report classic_control ppo.py ppo_shared.py --compare-as ppo_shared.py=ppo.py

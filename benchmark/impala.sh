@@ -8,10 +8,7 @@
 # training episodes, so the report marks them "not comparable: published metric is ..."; the curves remain.
 # GAMES overrides the game list. Logs go to runs/ of the current directory; finished runs are skipped.
 # WORKERS=n runs n at a time (default 1).
-set -uo pipefail
-BENCH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(dirname "$BENCH")"
-MODE="${1:-full}"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WORKERS="${WORKERS:-1}"
 
 if [ "$MODE" = short ]; then
@@ -19,11 +16,5 @@ if [ "$MODE" = short ]; then
 else
     STEPS=50000000; SEEDS="1 2 3"; GAMES="${GAMES:-Breakout Pong BeamRider Qbert Seaquest SpaceInvaders}"
 fi
-ENVS=""; for g in $GAMES; do ENVS="$ENVS ${g}NoFrameskip-v4"; done
-
-status=0
-python "$BENCH/run.py" --script "$REPO/impala_vtrace.py" --env-ids $ENVS --seeds $SEEDS --workers "$WORKERS" \
-    -- --total-timesteps "$STEPS" || status=1
-
-python "$BENCH/report.py" runs/ --scripts impala_vtrace.py --steps "$STEPS" --out "$BENCH/results/impala_$MODE"
-exit $status
+sweep impala_vtrace.py $(atari_ids NoFrameskip-v4 $GAMES)
+report impala impala_vtrace.py

@@ -9,21 +9,12 @@
 # MICRORTS_ENV sets the env id (default: the mining task's id in these scripts; see their --help).
 # Logs go to runs/ of the current directory; rerunning skips the runs that already finished.
 # WORKERS=n runs n at a time (default 1: each run starts a Java simulator with 8 envs).
-set -uo pipefail
-BENCH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(dirname "$BENCH")"
-MODE="${1:-full}"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WORKERS="${WORKERS:-1}"
 ENVS="${MICRORTS_ENV:-MicrortsMining-v1}"
 
 if [ "$MODE" = short ]; then STEPS=500000; SEEDS="1 2"; else STEPS=2000000; SEEDS="1 2 3"; fi
 
-status=0
-for script in ppo_multidiscrete.py ppo_multidiscrete_mask.py; do
-    python "$BENCH/run.py" --script "$REPO/$script" --env-ids $ENVS --seeds $SEEDS --workers "$WORKERS" \
-        -- --total-timesteps "$STEPS" || status=1
-done
-
-python "$BENCH/report.py" runs/ --scripts ppo_multidiscrete.py ppo_multidiscrete_mask.py --steps "$STEPS" \
-    --out "$BENCH/results/microrts_$MODE"
-exit $status
+sweep ppo_multidiscrete.py $ENVS
+sweep ppo_multidiscrete_mask.py $ENVS
+report microrts ppo_multidiscrete.py ppo_multidiscrete_mask.py

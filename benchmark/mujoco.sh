@@ -7,18 +7,11 @@
 # Published numbers: CleanRL benchmark/ppo.sh, 1M steps, 3 seeds (benchmark/reference_results.csv).
 # Logs go to runs/ of the current directory; rerunning skips the runs that already finished.
 # WORKERS=n runs n at a time (default 2; threads per run = cores / n).
-set -uo pipefail
-BENCH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(dirname "$BENCH")"
-MODE="${1:-full}"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WORKERS="${WORKERS:-2}"
 
 STEPS=1000000
 if [ "$MODE" = short ]; then ENVS="HalfCheetah-v4"; SEEDS="1 2"; else ENVS="HalfCheetah-v4 Walker2d-v4 Hopper-v4"; SEEDS="1 2 3"; fi
 
-status=0
-python "$BENCH/run.py" --script "$REPO/ppo_continuous_action.py" --env-ids $ENVS --seeds $SEEDS --workers "$WORKERS" \
-    -- --total-timesteps "$STEPS" || status=1
-
-python "$BENCH/report.py" runs/ --scripts ppo_continuous_action.py --steps "$STEPS" --out "$BENCH/results/mujoco_$MODE"
-exit $status
+sweep ppo_continuous_action.py $ENVS
+report mujoco ppo_continuous_action.py

@@ -8,10 +8,7 @@
 # so the report shows those numbers as "not comparable: published metric is ..."; the curves remain.
 # GAMES overrides the game list. Logs go to runs/ of the current directory; finished runs are skipped.
 # WORKERS=n runs n at a time (default 1: each run steps 32 envs).
-set -uo pipefail
-BENCH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(dirname "$BENCH")"
-MODE="${1:-full}"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WORKERS="${WORKERS:-1}"
 
 if [ "$MODE" = short ]; then
@@ -20,11 +17,5 @@ else
     STEPS=115000000; SEEDS="1 2 3"
     GAMES="${GAMES:-Amidar Centipede BeamRider Boxing Breakout MsPacman NameThisGame Pong Qbert Seaquest SpaceInvaders UpNDown}"
 fi
-ENVS=""; for g in $GAMES; do ENVS="$ENVS ${g}NoFrameskip-v4"; done
-
-status=0
-python "$BENCH/run.py" --script "$REPO/a2c_paac.py" --env-ids $ENVS --seeds $SEEDS --workers "$WORKERS" \
-    -- --total-timesteps "$STEPS" || status=1
-
-python "$BENCH/report.py" runs/ --scripts a2c_paac.py --steps "$STEPS" --out "$BENCH/results/paac_$MODE"
-exit $status
+sweep a2c_paac.py $(atari_ids NoFrameskip-v4 $GAMES)
+report paac a2c_paac.py

@@ -7,18 +7,11 @@
 # Published numbers: CleanRL benchmark/ppo.sh, 25M steps, 3 seeds (benchmark/reference_results.csv).
 # Logs go to runs/ of the current directory; rerunning skips the runs that already finished.
 # WORKERS=n runs n at a time (default 1: each run already steps 64 envs).
-set -uo pipefail
-BENCH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(dirname "$BENCH")"
-MODE="${1:-full}"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WORKERS="${WORKERS:-1}"
 
 if [ "$MODE" = short ]; then ENVS="starpilot"; STEPS=2000000; SEEDS="1 2"
 else ENVS="starpilot bossfight bigfish"; STEPS=25000000; SEEDS="1 2 3"; fi
 
-status=0
-python "$BENCH/run.py" --script "$REPO/ppo_procgen.py" --env-ids $ENVS --seeds $SEEDS --workers "$WORKERS" \
-    -- --total-timesteps "$STEPS" || status=1
-
-python "$BENCH/report.py" runs/ --scripts ppo_procgen.py --steps "$STEPS" --out "$BENCH/results/procgen_$MODE"
-exit $status
+sweep ppo_procgen.py $ENVS
+report procgen ppo_procgen.py

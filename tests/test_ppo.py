@@ -490,15 +490,20 @@ def assert_foreign_and_corrupt_checkpoints_rejected(mod, owner):
         mod.evaluate("garbage.pt")
 
 
+# bad input every PPO script refuses with the same words; each test file adds its own cases
+PPO_BAD_INPUT = [
+    ({"num_minibatches": 3}, "not divisible"),
+    ({"total_timesteps": 0}, "must be positive"),
+    ({"resume": "missing.pt"}, "does not exist"),
+]
+
+
 @pytest.mark.parametrize(
     "kw, message",
     [
         ({"env_id": "NoSuchEnv-v9"}, "unknown env id"),
         ({"env_id": "Pendulum-v1"}, "Discrete only"),
-        ({"num_minibatches": 3}, "not divisible"),
-        ({"total_timesteps": 0}, "must be positive"),
-        ({"resume": "missing.pt"}, "does not exist"),
-    ],
+    ] + PPO_BAD_INPUT,
 )
 def test_bad_input_rejected_before_training(mod, kw, message):
     assert_rejected_before_training(mod, tiny(mod, **kw), message)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from test_ppo import (assert_flat_parameters_update_like_per_layer_tensors, assert_numpy_policy_follows_the_actor,
-                      assert_rejected_before_training, keep_checkpoint)
+from test_ppo import (PPO_BAD_INPUT, assert_flat_parameters_update_like_per_layer_tensors,
+                      assert_numpy_policy_follows_the_actor, assert_rejected_before_training, keep_checkpoint)
 
 import ppo_continuous_action as pca
 
@@ -350,11 +350,8 @@ def test_mujoco_v4_and_v5_ids_train(env_id):
     [
         ({"env_id": "NoSuchEnv-v9"}, "unknown env id"),
         ({"env_id": "CartPole-v1"}, "Box only"),
-        ({"num_minibatches": 3}, "not divisible"),
-        ({"total_timesteps": 0}, "must be positive"),
         ({"total_timesteps": -5}, "must be positive"),
-        ({"resume": "missing.pt"}, "does not exist"),
-    ],
+    ] + PPO_BAD_INPUT,
 )
 def test_bad_input_rejected_before_training(kw, message):
     assert_rejected_before_training(pca, tiny(**kw), message)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from test_ppo import assert_rejected_before_training, read_scalars
+from test_ppo import PPO_BAD_INPUT, assert_rejected_before_training, read_scalars
 
 import ppo_multidiscrete
 
@@ -145,10 +145,7 @@ def test_resume_continues_with_fresh_episodes(mod, capfd):
     [
         ({"env_id": "MicrortsAttack-v9"}, "unknown Gym-μRTS task 'MicrortsAttack-v9'"),
         ({"max_steps": 0}, "--max-steps must be positive"),
-        ({"num_minibatches": 3}, "not divisible"),
-        ({"total_timesteps": 0}, "must be positive"),
-        ({"resume": "missing.pt"}, "does not exist"),
-    ],
+    ] + PPO_BAD_INPUT,
 )
 def test_bad_input_rejected_before_training(mod, kw, message):
     assert_rejected_before_training(mod, tiny(mod, **kw), message)

@@ -14,6 +14,7 @@ import pytest
 import torch
 from conftest import ROOT
 from test_ppo import (
+    PPO_BAD_INPUT,
     assert_foreign_and_corrupt_checkpoints_rejected,
     assert_rejected_before_training,
     keep_checkpoint,
@@ -140,10 +141,7 @@ def test_evaluate_checkpoint_matches_live_agent():
     [
         ({"env_id": "pong"}, "unknown Procgen game 'pong'"),
         ({"distribution_mode": "easiest"}, "--distribution-mode must be one of"),
-        ({"num_minibatches": 3}, "not divisible"),
-        ({"total_timesteps": 0}, "must be positive"),
-        ({"resume": "missing.pt"}, "does not exist"),
-    ],
+    ] + PPO_BAD_INPUT,
 )
 def test_bad_input_rejected_before_training(kw, message):
     assert_rejected_before_training(mod, tiny(**kw), message)

@@ -1,0 +1,28 @@
+# Sourced by every sweep script here: the paths, the mode (first argument: full or short), and the two
+# steps each sweep takes. The sourcing script sets STEPS, SEEDS and WORKERS, calls `sweep` once per
+# training script, then `report` once.
+set -uo pipefail
+BENCH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(dirname "$BENCH")"
+MODE="${1:-full}"
+status=0
+
+# sweep SCRIPT ENV_ID...: every (env, seed) of SCRIPT through run.py; a failed run fails the sweep, the rest go on
+sweep() {
+    local script="$1"; shift
+    python "$BENCH/run.py" --script "$REPO/$script" --env-ids "$@" --seeds $SEEDS --workers "$WORKERS" \
+        -- --total-timesteps "$STEPS" || status=1
+}
+
+# report NAME SCRIPT... [REPORT OPTIONS]: table and curves into results/NAME_MODE, then exit with the sweep's status
+report() {
+    local name="$1"; shift
+    python "$BENCH/report.py" runs/ --scripts "$@" --steps "$STEPS" --out "$BENCH/results/${name}_$MODE"
+    exit $status
+}
+
+# atari_ids SUFFIX GAME...: atari_ids NoFrameskip-v4 Breakout Pong -> BreakoutNoFrameskip-v4 PongNoFrameskip-v4
+atari_ids() {
+    local suffix="$1"; shift
+    for game in "$@"; do printf '%s ' "$game$suffix"; done
+}
