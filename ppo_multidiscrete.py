@@ -50,6 +50,9 @@ Deliberate choices (reference behaviour stays the default):
     sibling needs it (inverse-CDF sampling can land on a probability-0 action at u = 0).
   - episodes end only at the time limit or a win, which the simulator does not tell apart, so
     there is no --bootstrap-truncated; no --capture-video (the simulator renders only to a window).
+  - the update does per epoch what needs no gradient: one gather per tensor, the advantage normalisation of
+    all minibatches at once (each with its own statistics) and, after the epochs, the KL/clipfrac statistics
+    of every minibatch.
 """
 
 import contextlib
@@ -291,13 +294,14 @@ def compute_gae(rewards, values, dones, next_value, gamma, gae_lambda):
     """
     r, v, d = (x.detach().cpu().numpy() for x in (rewards, values, dones))
     next_v = next_value.detach().cpu().numpy()
-    advantages = np.zeros_like(r)
+    nextnonterminal = 1.0 - d
+    nextvalues = np.concatenate([v[1:], next_v[None]])
+    deltas = r + gamma * nextvalues * nextnonterminal - v  # all T TD errors at once; only the sum below recurses
+    discounts = gamma * gae_lambda * nextnonterminal
+    advantages = np.zeros_like(deltas)
     lastgaelam = np.zeros_like(next_v)
     for t in reversed(range(r.shape[0])):
-        nextvalues = next_v if t == r.shape[0] - 1 else v[t + 1]
-        nextnonterminal = 1.0 - d[t]
-        delta = r[t] + gamma * nextvalues * nextnonterminal - v[t]
-        lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+        lastgaelam = deltas[t] + discounts[t] * lastgaelam
         advantages[t] = lastgaelam
     advantages = torch.as_tensor(advantages, device=rewards.device)
     return advantages, advantages + values
@@ -333,22 +337,20 @@ def multidiscrete_logprob_entropy(logits, actions, nvec):
     return torch.stack(logps, -1).sum((-2, -1)), torch.stack(entropies, -1).sum((-2, -1))
 
 
+def normalize_advantages(advantages):
+    """Detail 7: zero mean and unit std within each minibatch. Works along the last dim, so the
+    [num_minibatches, minibatch_size] advantages of an epoch are done at once, each row with its own statistics."""
+    return (advantages - advantages.mean(-1, keepdim=True)) / (advantages.std(-1, keepdim=True) + 1e-8)
+
+
 def ppo_losses(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns, entropy, args):
     """Clipped surrogate (detail 8), clipped value loss (detail 9), overall loss (detail 10).
 
-    Returns (loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac).
+    `advantages` are used as given (update() has normalised them when --norm-adv).
+    Returns (loss, pg_loss, v_loss, entropy_loss, logratio); logratio = log(new / old) feeds ratio_stats.
     """
     logratio = newlogprob - oldlogprob
     ratio = logratio.exp()
-    with torch.no_grad():
-        # detail 12: k1 and the lower-variance k3 estimators of KL(old || new)
-        old_approx_kl = (-logratio).mean()
-        approx_kl = ((ratio - 1) - logratio).mean()
-        clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
-
-    if args.norm_adv:  # detail 7: per minibatch, not per batch
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-
     pg_loss1 = -advantages * ratio
     pg_loss2 = -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
     pg_loss = torch.max(pg_loss1, pg_loss2).mean()
@@ -363,7 +365,15 @@ def ppo_losses(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns, 
 
     entropy_loss = entropy.mean()
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-    return loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac
+    return loss, pg_loss, v_loss, entropy_loss, logratio
+
+
+@torch.no_grad()
+def ratio_stats(logratio, clip_coef):
+    """Detail 12 from log(new / old): (old_approx_kl, approx_kl, clipfrac), the k1 and the lower-variance k3
+    estimators of KL(old || new) and the fraction of ratios outside [1 - clip_coef, 1 + clip_coef]."""
+    ratio = logratio.exp()
+    return (-logratio).mean(), ((ratio - 1) - logratio).mean(), ((ratio - 1).abs() > clip_coef).float().mean()
 
 
 def linear_lr(iteration, num_iterations, lr):
@@ -372,39 +382,45 @@ def linear_lr(iteration, num_iterations, lr):
 
 
 def minibatch_indices(batch_size, minibatch_size, device="cpu"):
-    """Detail 6: shuffle the batch and split it into disjoint minibatches that cover all of it."""
-    return torch.randperm(batch_size, device=device).split(minibatch_size)
+    """Detail 6: shuffle the batch and split it into disjoint minibatches that cover all of it: row i of the
+    returned [batch_size // minibatch_size, minibatch_size] tensor indexes minibatch i."""
+    return torch.randperm(batch_size, device=device).view(-1, minibatch_size)
 
 
 def update(agent, optimizer, b, args):
     """The learning phase: update_epochs passes over batch `b` (a dict of flat tensors) in minibatches.
 
-    Returns the last minibatch's losses (as in the reference's logs) and the first minibatch's
-    ratio/clipfrac/approx_kl, which must be exactly 1/0/0 as nothing has changed yet.
+    Returns the last minibatch's losses (as in the reference's logs; clipfrac: the mean over minibatches) and
+    the first minibatch's ratio/clipfrac/approx_kl, which must be exactly 1/0/0 as nothing has changed yet.
     """
-    clipfracs, first = [], None
+    logratios = []
     for epoch in range(args.update_epochs):
-        for mb in minibatch_indices(args.batch_size, args.minibatch_size, b["obs"].device):
-            newlogits, newvalue = agent.get_logits_and_value(b["obs"][mb])
-            newlogprob, entropy = multidiscrete_logprob_entropy(newlogits, b["actions"][mb], agent.nvec)
-            loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac = ppo_losses(
-                newlogprob, b["logprobs"][mb], b["advantages"][mb], newvalue, b["values"][mb],
-                b["returns"][mb], entropy, args,
+        idx = minibatch_indices(args.batch_size, args.minibatch_size, b["obs"].device)
+        shuffled = {k: v[idx] for k, v in b.items()}  # one gather per tensor per epoch; minibatch i is row i
+        if args.norm_adv:
+            shuffled["advantages"] = normalize_advantages(shuffled["advantages"])
+        for i in range(args.num_minibatches):
+            mb = {k: v[i] for k, v in shuffled.items()}
+            newlogits, newvalue = agent.get_logits_and_value(mb["obs"])
+            newlogprob, entropy = multidiscrete_logprob_entropy(newlogits, mb["actions"], agent.nvec)
+            loss, pg_loss, v_loss, entropy_loss, logratio = ppo_losses(
+                newlogprob, mb["logprobs"], mb["advantages"], newvalue, mb["values"], mb["returns"], entropy, args,
             )
-            if first is None:
-                ratio_dev = (newlogprob - b["logprobs"][mb]).exp().sub(1).abs().max()
-                first = {"ratio_max_dev": ratio_dev.item(), "clipfrac": clipfrac.item(), "approx_kl": approx_kl.item()}
-            clipfracs.append(clipfrac)
+            logratios.append(logratio.detach())  # the statistics wait until after the loop: fewer ops per step
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # detail 11
             optimizer.step()
-        if args.target_kl is not None and approx_kl > args.target_kl:
+        if args.target_kl is not None and ratio_stats(logratios[-1], args.clip_coef)[1] > args.target_kl:
             break
+    old_approx_kl, approx_kl, _ = ratio_stats(logratios[-1], args.clip_coef)
+    _, first_kl, first_clipfrac = ratio_stats(logratios[0], args.clip_coef)
+    first = {"ratio_max_dev": logratios[0].exp().sub(1).abs().max().item(), "clipfrac": first_clipfrac.item(),
+             "approx_kl": first_kl.item()}
+    clipfrac = torch.stack([ratio_stats(logratio, args.clip_coef)[2] for logratio in logratios]).mean()
     losses = {
         "value_loss": v_loss.item(), "policy_loss": pg_loss.item(), "entropy": entropy_loss.item(),
-        "old_approx_kl": old_approx_kl.item(), "approx_kl": approx_kl.item(),
-        "clipfrac": torch.stack(clipfracs).mean().item(),
+        "old_approx_kl": old_approx_kl.item(), "approx_kl": approx_kl.item(), "clipfrac": clipfrac.item(),
     }
     return losses, first
 

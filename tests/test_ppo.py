@@ -140,10 +140,10 @@ def test_adam_eps_and_lr_schedule(mod):
 def test_minibatches_partition_each_epoch(mod):
     torch.manual_seed(0)
     epochs = [mod.minibatch_indices(512, 128) for _ in range(3)]
-    for mbs in epochs:
-        assert [len(m) for m in mbs] == [128] * 4
-        assert torch.equal(torch.sort(torch.cat(mbs)).values, torch.arange(512))
-    assert not torch.equal(torch.cat(epochs[0]), torch.cat(epochs[1]))  # reshuffled every epoch
+    for idx in epochs:
+        assert idx.shape == (4, 128)  # row i indexes minibatch i
+        assert torch.equal(torch.sort(idx.reshape(-1)).values, torch.arange(512))
+    assert not torch.equal(epochs[0], epochs[1])  # reshuffled every epoch
 
 
 def hand_args(mod, **kw):
@@ -153,7 +153,7 @@ def hand_args(mod, **kw):
 def test_clipped_surrogate_and_value_loss_by_hand(mod):
     ratio = torch.tensor([0.5, 1.0, 1.5], dtype=torch.float64)
     old = torch.tensor([-1.0, -2.0, -0.5], dtype=torch.float64)
-    loss, pg, v, ent, old_kl, kl, clipfrac = mod.ppo_losses(
+    loss, pg, v, ent, logratio = mod.ppo_losses(
         old + ratio.log(), old, torch.tensor([1.0, -1.0, 2.0], dtype=torch.float64),
         torch.tensor([1.0, 2.0, 0.0], dtype=torch.float64), torch.tensor([0.5, 2.1, 0.0], dtype=torch.float64),
         torch.tensor([2.0, 0.0, 1.0], dtype=torch.float64), torch.tensor([0.5, 0.6, 0.7], dtype=torch.float64),
@@ -165,9 +165,12 @@ def test_clipped_surrogate_and_value_loss_by_hand(mod):
     assert v.item() == pytest.approx(0.5 * 6.69 / 3)
     assert ent.item() == pytest.approx(0.6)
     assert loss.item() == pytest.approx(-1.9 / 3 - 0.01 * 0.6 + 0.5 * 0.5 * 6.69 / 3)
+    old_kl, kl, clipfrac = mod.ratio_stats(logratio, 0.2)
     assert clipfrac.item() == pytest.approx(2 / 3)
     assert kl.item() == pytest.approx(np.mean([-0.5 - math.log(0.5), 0.0, 0.5 - math.log(1.5)]))
     assert old_kl.item() == pytest.approx(np.mean([-math.log(0.5), 0.0, -math.log(1.5)]))
+    with_grad = logratio.clone().requires_grad_()
+    assert not any(x.requires_grad for x in mod.ratio_stats(with_grad, 0.2))  # statistics, not losses
     _, _, v_unclipped, *_ = mod.ppo_losses(
         old, old, torch.zeros(3), torch.tensor([1.0, 2.0, 0.0]), torch.tensor([0.5, 2.1, 0.0]),
         torch.tensor([2.0, 0.0, 1.0]), torch.zeros(3), hand_args(mod, clip_vloss=False),
@@ -177,15 +180,13 @@ def test_clipped_surrogate_and_value_loss_by_hand(mod):
 
 def test_advantages_normalised_per_minibatch(mod, monkeypatch):
     g = torch.Generator().manual_seed(0)
-    adv = torch.randn(64, generator=g, dtype=torch.float64) * 5 + 3
-    lp = torch.randn(64, generator=g, dtype=torch.float64)
-    new = lp + 0.3 * torch.randn(64, generator=g, dtype=torch.float64)
-    z = torch.zeros(64, dtype=torch.float64)
-    normed = mod.ppo_losses(new, lp, adv, z, z, z, z, hand_args(mod, norm_adv=True))[1]
-    by_hand = mod.ppo_losses(new, lp, (adv - adv.mean()) / (adv.std() + 1e-8), z, z, z, z, hand_args(mod))[1]
-    assert normed.item() == pytest.approx(by_hand.item(), abs=1e-12)
+    adv = torch.randn(4, 64, generator=g, dtype=torch.float64) * torch.tensor([[1.0], [5.0], [0.1], [2.0]]) + 3
+    normed = mod.normalize_advantages(adv)
+    for row, raw in zip(normed, adv):  # each row with its own statistics, as if normalised alone
+        torch.testing.assert_close(row, (raw - raw.mean()) / (raw.std() + 1e-8), rtol=0, atol=1e-12)
 
-    # and update() hands each minibatch its raw advantages, so the statistics are the minibatch's own
+    # update() hands ppo_losses minibatches with zero mean and unit std each; normalising the whole batch
+    # would leave each minibatch's mean off zero by ~1/sqrt(minibatch size)
     seen, real = [], mod.ppo_losses
     monkeypatch.setattr(mod, "ppo_losses", lambda *a: seen.append(a[2].clone()) or real(*a))
     agent, batch, args = make_batch(mod)
@@ -193,7 +194,13 @@ def test_advantages_normalised_per_minibatch(mod, monkeypatch):
     assert len(seen) == args.update_epochs * args.num_minibatches
     for mb_adv in seen:
         assert len(mb_adv) == args.minibatch_size
-        assert abs(mb_adv.mean().item()) > 0.5  # not pre-normalised over the batch (its mean is ~3)
+        assert abs(mb_adv.mean().item()) < 1e-6 and mb_adv.std().item() == pytest.approx(1.0, abs=1e-6)
+    # without --norm-adv each epoch's minibatches carry the raw advantages, all of them once
+    seen.clear()
+    args.norm_adv = False
+    mod.update(agent, torch.optim.Adam(agent.parameters(), eps=1e-5), batch, args)
+    epoch = torch.cat(seen[:args.num_minibatches])
+    assert torch.equal(torch.sort(epoch).values, torch.sort(batch["advantages"]).values)
 
 
 def make_batch(mod, n=256):
@@ -226,6 +233,41 @@ def test_first_minibatch_ratio_is_one_and_gradients_are_clipped(mod):
     assert max(norms) <= args.max_grad_norm + 1e-5
     assert max(norms) > args.max_grad_norm - 1e-3  # returns of scale 10 do need clipping here
     assert losses["clipfrac"] > 0  # later minibatches did move the policy
+
+
+def assert_clip_grad_norm_matches_torch(clip_grad_norm):
+    """clip_grad_norm(params, max_norm) leaves the gradients and returns the norm that nn.utils.clip_grad_norm_
+    does, on one flat parameter (the training layout) and on several, when clipping and when not."""
+    for max_norm in (0.05, 100.0):
+        for shapes in ([(1000,)], [(3, 2), (5,), (64, 4)]):
+            grads = [torch.randn(shape) * 3 for shape in shapes]
+            ours, ref = ([torch.nn.Parameter(torch.zeros_like(g)) for g in grads] for _ in range(2))
+            for p, q, g in zip(ours, ref, grads):
+                p.grad, q.grad = g.clone(), g.clone()
+            norm, ref_norm = clip_grad_norm(ours, max_norm), torch.nn.utils.clip_grad_norm_(ref, max_norm)
+            assert norm.item() == pytest.approx(ref_norm.item(), rel=1e-6)
+            for p, q in zip(ours, ref):
+                torch.testing.assert_close(p.grad, q.grad, rtol=1e-6, atol=1e-8)
+            clipped = torch.linalg.vector_norm(torch.cat([p.grad.reshape(-1) for p in ours])).item()
+            assert clipped == pytest.approx(min(max_norm, ref_norm.item()), rel=1e-5)  # and it did clip when due
+
+
+def test_clip_grad_norm_matches_torch(mod):
+    torch.manual_seed(0)
+    assert_clip_grad_norm_matches_torch(mod.clip_grad_norm)
+
+
+def test_target_kl_stops_the_epochs_early(mod):
+    steps = []
+    for target_kl in (None, 1e-12):
+        agent, batch, args = make_batch(mod)
+        args.target_kl = target_kl
+        optimizer = torch.optim.Adam(agent.parameters(), lr=0.01, eps=1e-5)
+        step = optimizer.step
+        optimizer.step = lambda *a, _step=step, **k: steps.append(target_kl) or _step(*a, **k)
+        mod.update(agent, optimizer, batch, args)
+    assert steps.count(None) == args.update_epochs * args.num_minibatches
+    assert steps.count(1e-12) == args.num_minibatches  # the first epoch's last minibatch already exceeds it
 
 
 @pytest.mark.parametrize("numpy_rollout", [True, False])

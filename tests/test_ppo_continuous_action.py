@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from test_ppo import (PPO_BAD_INPUT, assert_flat_parameters_update_like_per_layer_tensors,
+from test_ppo import (PPO_BAD_INPUT, assert_clip_grad_norm_matches_torch,
+                      assert_flat_parameters_update_like_per_layer_tensors,
                       assert_numpy_policy_follows_the_actor, assert_rejected_before_training, keep_checkpoint)
 
 import ppo_continuous_action as pca
@@ -277,6 +278,11 @@ def test_numpy_policy_follows_the_live_actor():
                                           lambda agent, x: agent.get_action_mean(x), torch.randn(5, 11))
     with pytest.raises(pca.ConfigError, match="no-numpy-rollout"):
         pca.NumpyPolicy([torch.nn.Linear(4, 8), torch.nn.ELU()])
+
+
+def test_clip_grad_norm_matches_torch():
+    torch.manual_seed(0)
+    assert_clip_grad_norm_matches_torch(pca.clip_grad_norm)
 
 
 def test_flat_parameters_give_the_same_update_as_per_layer_tensors():
