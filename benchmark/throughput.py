@@ -12,7 +12,8 @@ size, epochs, linearly annealed lr, clip, entropy/value coefficients, max grad n
 observation/reward normalisation), timed around model.learn(). Ours and SB3 alternate, repeats
 times, and the ratio of the medians is what we quote: absolute numbers drift on a shared machine.
 
-Writes benchmark/results/throughput_<date>.md with the command, date and machine.
+Writes benchmark/results/throughput_<date>.md (throughput_<date>_b.md, ... if it exists) with the command,
+date and machine.
 """
 
 import argparse
@@ -116,6 +117,12 @@ def sb3_child(script, env_id, steps):
     print(json.dumps({"sps": model.num_timesteps / (time.time() - start)}))
 
 
+def unused_path(stem, ext=".md"):
+    """stem.md, or stem_b.md, stem_c.md, ... : a second measurement on the same day keeps the first one's file."""
+    suffixes = [""] + [f"_{c}" for c in "bcdefghijklmnopqrstuvwxyz"]
+    return next(stem + s + ext for s in suffixes if not os.path.exists(stem + s + ext))
+
+
 def write_markdown(rows, args, argv, sb3_version, out):
     """The results so far (rewritten after each script, so an interrupted run keeps what it measured)."""
     import torch
@@ -168,7 +175,7 @@ def main(argv=None):
         except ImportError:
             print("throughput.py: stable-baselines3 is not installed (pip install stable-baselines3); "
                   "measuring ours only", file=sys.stderr)
-    out = args.out or os.path.join(HERE, "results", f"throughput_{time.strftime('%Y-%m-%d', time.gmtime())}.md")
+    out = args.out or unused_path(os.path.join(HERE, "results", f"throughput_{time.strftime('%Y-%m-%d', time.gmtime())}"))
     rows = []
     for script in args.scripts:
         if not os.path.isfile(os.path.join(ROOT, script)):

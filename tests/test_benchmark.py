@@ -225,3 +225,14 @@ def test_verdicts_and_the_choice_of_published_row():
     assert paac["env_id"] == "Breakout" and paac["mean"] == "470.1"
     assert report.verdict(500.0, 115000000, paac) == "not comparable: published metric is episodic_return_eval_best_of_3"
     assert report.pick_reference(rows, "ppo_shared.py", "CartPole-v1", 500000) is None
+
+
+def test_throughput_never_overwrites_an_earlier_measurement(tmp_path):
+    import throughput
+
+    stem = str(tmp_path / "throughput_2026-11-21")
+    assert throughput.unused_path(stem) == stem + ".md"
+    for expected in (stem + ".md", stem + "_b.md", stem + "_c.md"):
+        path = throughput.unused_path(stem)
+        assert path == expected
+        open(path, "w").close()
