@@ -7,11 +7,13 @@ REPO="$(dirname "$BENCH")"
 MODE="${1:-full}"
 status=0
 
-# sweep SCRIPT ENV_ID...: every (env, seed) of SCRIPT through run.py; a failed run fails the sweep, the rest go on
+# sweep SCRIPT ENV_ID...: every (env, seed) of SCRIPT through run.py; a failed run fails the sweep, the rest go on.
+# ARGS="--flag value ..." in the environment is passed on to every run (e.g. a variant's settings).
 sweep() {
     local script="$1"; shift
+    # shellcheck disable=SC2086  # ARGS is split into words on purpose
     python "$BENCH/run.py" --script "$REPO/$script" --env-ids "$@" --seeds $SEEDS --workers "$WORKERS" \
-        -- --total-timesteps "$STEPS" || status=1
+        -- --total-timesteps "$STEPS" ${ARGS:-} || status=1
 }
 
 # report NAME SCRIPT... [REPORT OPTIONS]: table and curves into results/NAME_MODE, then exit with the sweep's status
