@@ -800,6 +800,7 @@ def train(args: Args):
 
     envs.close()
     writer.close()
+    print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()) + f", total {time.time() - start_time:.1f}")
     history.update(run_name=run_name, global_step=global_step, agent=agent, optimizer=optimizer,
                    checkpoint=ckpt_path if args.save_model else None)
     return history

@@ -148,6 +148,7 @@ def run_one(script, env_id, seed, extra, runs_dir, threads, python):
     summary_file = summary_path(runs_dir, script, env_id, seed, extra)
     log_path = os.path.join(runs_dir, "logs", os.path.basename(summary_file)[: -len(".json")] + ".log")
     before = run_dirs(runs_dir, env_id, exp_name, seed)
+    commit = git_commit(script)  # the code the run starts with (edits made while it runs do not count)
     start = time.time()
     with open(log_path, "w") as log:
         log.write("$ " + " ".join(cmd) + "\n")
@@ -164,7 +165,7 @@ def run_one(script, env_id, seed, extra, runs_dir, threads, python):
     summary = {
         "script": os.path.basename(script), "script_path": os.path.abspath(script), "args": extra,
         "command": cmd, "env_id": env_id, "seed": seed, "exp_name": exp_name, "threads": threads,
-        "git_commit": git_commit(script), "machine": machine_info(),
+        "git_commit": commit, "machine": machine_info(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
         "wall_time_s": round(wall, 2), "global_step": data["last_step"],
         "steps_per_s": round(data["last_step"] / wall, 1) if wall > 0 else None,

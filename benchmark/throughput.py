@@ -1,10 +1,12 @@
 """Steps per second of each script on a short fixed budget, and of Stable-Baselines3's PPO beside ours.
 
-Run:   python benchmark/throughput.py [--steps N] [--repeats 3] [--scripts ppo.py ...]
+Run:   python benchmark/throughput.py [--steps N] [--repeats 3] [--scripts ppo.py ...] [--torch-threads N]
 
 Each script runs with its own defaults except --total-timesteps (the budgets below, or --steps), one
-thread, in a scratch directory; scripts not present in the repository are skipped. Ours is the
-training-loop rate the script logs as charts/SPS (after env and network construction). For ppo.py
+thread (--torch-threads N for more), in a scratch directory; scripts not present in the repository are
+skipped. Ours is the training-loop rate the script logs as charts/SPS (after env and network construction);
+scripts that print a "seconds: env .., inference .., update .., total .." line at the end also get the
+shares of their loop's time spent in each. For ppo.py
 (CartPole-v1) and ppo_continuous_action.py (HalfCheetah-v4), Stable-Baselines3's PPO runs the same
 budget with the hyperparameters read from the script's Args defaults (n_envs, n_steps, minibatch
 size, epochs, linearly annealed lr, clip, entropy/value coefficients, max grad norm, GAE, separate
@@ -51,14 +53,15 @@ BUDGETS = {
 SB3_ENVS = {"ppo.py": "CartPole-v1", "ppo_continuous_action.py": "HalfCheetah-v4"}
 
 
-def run_ours(script, steps, env_id=None):
-    """One run of a script; returns (training steps/s logged as charts/SPS, the env it ran) or raises."""
+def run_ours(script, steps, env_id=None, threads=1):
+    """One run of a script; returns (training steps/s logged as charts/SPS, the env it ran, the script's
+    "seconds:" line as a dict or None) or raises."""
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, os.path.join(ROOT, script), "--total-timesteps", str(steps), "--seed", "1",
-               "--exp-name", "throughput", "--torch-threads", "1"]
+               "--exp-name", "throughput", "--torch-threads", str(threads)]
         if env_id:
             cmd += ["--env-id", env_id]
-        out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, env=one_thread_env())
+        out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, env=threads_env(threads))
         if out.returncode != 0:
             raise RuntimeError(last_line(out))
         runs = os.path.join(tmp, "runs")
@@ -66,7 +69,15 @@ def run_ours(script, steps, env_id=None):
         data = read_run(dirs[0], "charts/SPS") if dirs else {"returns": []}
         if not data["returns"]:
             raise RuntimeError("no charts/SPS logged")
-        return data["returns"][-1], data["hparams"].get("env_id", env_id)
+        return data["returns"][-1], data["hparams"].get("env_id", env_id), parse_seconds(out.stdout)
+
+
+def parse_seconds(stdout):
+    """The last "seconds: env 1.2, inference 0.3, update 4.5, total 6.1" line a script printed, as a dict."""
+    lines = [line for line in stdout.splitlines() if line.startswith("seconds: ")]
+    if not lines:
+        return None
+    return {k: float(v) for k, v in (item.split() for item in lines[-1][len("seconds: "):].split(", "))}
 
 
 def last_line(completed):
@@ -74,14 +85,14 @@ def last_line(completed):
     return lines[-1] if lines else f"exit status {completed.returncode}"
 
 
-def one_thread_env():
-    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+def threads_env(threads=1):
+    return dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
 
 
 def run_sb3(script, env_id, steps):
     """SB3's PPO in a child process (fresh interpreter, as ours); returns the steps/s of model.learn()."""
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--sb3-child", script, env_id, str(steps)],
-                         capture_output=True, text=True, env=one_thread_env())
+                         capture_output=True, text=True, env=threads_env())
     if out.returncode != 0:
         raise RuntimeError(last_line(out))
     return json.loads(out.stdout.strip().splitlines()[-1])["sps"]
@@ -134,19 +145,31 @@ def write_markdown(rows, args, argv, sb3_version, out):
           f"- machine: {m['cores']} cores, {m['cpu']}" + (f", GPU {m['gpu']}" if m["gpu"] else ", no GPU")
           + f"; torch {torch.__version__}, python {m['python']}"
           + (f", stable-baselines3 {sb3_version}" if sb3_version else ""),
-          "- each script with its default hyperparameters, one torch thread, OMP_NUM_THREADS=1; ours = last "
-          "charts/SPS (training loop); SB3 = num_timesteps / time of model.learn(); median of the repeats "
-          "(each repeat in parentheses)",
+          f"- each script with its default hyperparameters, --torch-threads {args.torch_threads} and "
+          f"OMP_NUM_THREADS={args.torch_threads} (SB3: one thread); ours = last charts/SPS (training loop); "
+          "SB3 = num_timesteps / time of model.learn(); median of the repeats (each repeat in parentheses)",
+          "- where the time goes: the script's own env / inference / update timers over all repeats, as shares of "
+          "its training loop (the rest: logging, episode bookkeeping, buffers); — where a script has no timers",
           "- the ratio ours/SB3 is the number to quote: absolute steps/s drift with the load of a shared machine",
-          "", "| script | env | steps | ours steps/s | SB3 PPO steps/s | ours / SB3 |", "|---|---|---|---|---|---|"]
+          "", "| script | env | steps | ours steps/s | SB3 PPO steps/s | ours / SB3 | env / inference / update |",
+          "|---|---|---|---|---|---|---|"]
     for r in rows:
         ours = median_str(r["ours"]) if r["ours"] else f"failed: {r['error']}"
         sb3 = median_str(r["sb3"]) if r["sb3"] else "—"
         ratio = f"{r['ratio']:.2f}" if "ratio" in r else "—"
-        md.append(f"| {r['script']} | {r['env']} | {r['steps']} | {ours} | {sb3} | {ratio} |")
+        md.append(f"| {r['script']} | {r['env']} | {r['steps']} | {ours} | {sb3} | {ratio} | {shares_str(r['seconds'])} |")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:
         f.write("\n".join(md) + "\n")
+
+
+def shares_str(seconds):
+    """'21% / 6% / 70%': env, inference and update time summed over the repeats, as shares of the loop's total."""
+    seconds = [s for s in seconds if s]
+    if not seconds:
+        return "—"
+    total = sum(s["total"] for s in seconds)
+    return " / ".join(f"{100 * sum(s[k] for s in seconds) / total:.0f}%" for k in ("env", "inference", "update"))
 
 
 def median_str(values):
@@ -159,6 +182,7 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=3, help="runs of each measurement; the median is reported")
     p.add_argument("--scripts", nargs="+", default=list(BUDGETS), help="scripts to measure (default: all present)")
     p.add_argument("--no-sb3", action="store_true", help="skip the Stable-Baselines3 comparison")
+    p.add_argument("--torch-threads", type=int, default=1, help="--torch-threads and OMP_NUM_THREADS of our scripts")
     p.add_argument("--out", default=None, help="markdown output (default: benchmark/results/throughput_<date>.md)")
     p.add_argument("--sb3-child", nargs=3, metavar=("SCRIPT", "ENV", "STEPS"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -184,18 +208,19 @@ def main(argv=None):
         steps = args.steps or BUDGETS.get(script, 20_000)
         env_id = SB3_ENVS.get(script)
         with_sb3 = sb3_version is not None and env_id is not None
-        ours, sb3, error, env_ran = [], [], None, env_id
+        ours, sb3, seconds, error, env_ran = [], [], [], None, env_id
         for _ in range(args.repeats):
             try:  # alternate ours and SB3, so that load from other users hits both alike
-                sps, env_ran = run_ours(script, steps, env_id)
+                sps, env_ran, secs = run_ours(script, steps, env_id, args.torch_threads)
                 ours.append(sps)
+                seconds.append(secs)
                 if with_sb3:
                     sb3.append(run_sb3(script, env_id, steps))
             except RuntimeError as e:
                 error = str(e)
                 break
         row = {"script": script, "env": env_ran or "(script default)", "steps": steps, "ours": ours, "sb3": sb3,
-               "error": error}
+               "seconds": seconds, "error": error}
         rows.append(row)
         msg = f"{script}: ours {median_str(ours)} steps/s" if ours else f"{script}: failed: {error}"
         if sb3:

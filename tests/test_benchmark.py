@@ -236,3 +236,39 @@ def test_throughput_never_overwrites_an_earlier_measurement(tmp_path):
         path = throughput.unused_path(stem)
         assert path == expected
         open(path, "w").close()
+
+
+def test_throughput_reads_the_time_breakdown_a_script_prints(capsys):
+    """The "seconds:" line ppo.py prints at the end is what throughput.py parses into env/inference/update shares."""
+    import throughput
+
+    import ppo
+
+    ppo.train(ppo.Args(total_timesteps=4096))  # 8 iterations: long enough to show on the 0.1 s scale
+    seconds = throughput.parse_seconds("iter 4/4 ...\n" + capsys.readouterr().out)
+    assert set(seconds) == {"env", "inference", "update", "total"}
+    assert seconds["total"] > 0 and seconds["update"] > 0 and min(seconds.values()) >= 0
+    assert seconds["env"] + seconds["inference"] + seconds["update"] <= seconds["total"] + 0.1  # printed to 0.1 s
+    assert throughput.parse_seconds("no timers here\n") is None
+    one = {"env": 1.0, "inference": 0.5, "update": 2.0, "total": 4.0}
+    two = {"env": 3.0, "inference": 0.5, "update": 2.0, "total": 6.0}
+    assert throughput.shares_str([one, two]) == "40% / 10% / 40%"  # summed over repeats: 4/10, 1/10, 4/10
+    assert throughput.shares_str([None, None]) == "—"
+
+
+def test_summary_names_the_commit_the_run_started_with(fake, tmp_path):
+    """A run that makes the repository dirty while it runs (here the fake script appending to a tracked
+    calls.txt, as an edit made during a long run would) keeps the clean commit it started from."""
+    import subprocess
+
+    def git(*a):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=tmp_path,
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "calls.txt").write_text("")
+    git("add", "fake.py", "calls.txt")
+    git("commit", "-q", "-m", "start")
+    assert run.main(["--script", fake, "--env-ids", "A-v0", "--seeds", "1", "--", "--total-timesteps", "100"]) == 0
+    assert git("status", "--porcelain", "--untracked-files=no")  # the run left the tree dirty
+    assert summary("A-v0", 1, ["--total-timesteps", "100"])["git_commit"] == git("rev-parse", "HEAD")
