@@ -55,6 +55,8 @@ Deliberate choices (reference behaviour stays the default):
   - --resume restores the agent, optimizer, RNGs and counters but starts new games: ale-py 0.12
     emulators do not survive pickling (they come back at frame 0).
   - --torch-threads 1 by default (the machine this was written on shares its cores with the envs).
+  - --channels-last (on by default; --no-channels-last turns it off): the CNN's weights and inputs in NHWC
+    memory, where oneDNN's CPU convolutions are ~1.5x faster. Same math; outputs agree to float rounding.
   - the update computes the KL/clipfrac statistics of every minibatch after the epochs, not between steps.
 """
 
@@ -90,6 +92,8 @@ class Args:
     """use CUDA when available (falls back to CPU with a notice)"""
     torch_threads: int = 1
     """torch intra-op threads (0 keeps torch's default); 1 is fastest for these small networks"""
+    channels_last: bool = True
+    """run the CNN in channels-last (NHWC) memory: the same convolutions, ~1.5x faster updates on CPU (oneDNN)"""
     track: bool = False
     """log to Weights & Biases (imports wandb only when set)"""
     wandb_project_name: str = "ppo-reference"
@@ -375,7 +379,7 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
 
 
 class Agent(nn.Module):
-    def __init__(self, in_channels, n_actions):
+    def __init__(self, in_channels, n_actions, channels_last=False):
         super().__init__()
         # detail A8: the Nature CNN, shared by the policy and value heads
         self.network = nn.Sequential(
@@ -397,6 +401,10 @@ class Agent(nn.Module):
                 nn.init.orthogonal_(param, 1.0)  # detail L1
         self.actor = layer_init(nn.Linear(128, n_actions), std=0.01)
         self.critic = layer_init(nn.Linear(128, 1), std=1.0)
+        # a memory layout, not a change of the math (outputs agree to float rounding): weights and inputs
+        # in NHWC take oneDNN's fast convolutions on CPU
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.to(memory_format=self.memory_format)
 
     def initial_state(self, num_envs, device="cpu"):
         # detail L2: zero hidden and cell states, shape [layers, envs, 128]
@@ -408,7 +416,7 @@ class Agent(nn.Module):
         Returns the LSTM outputs [T * N, 128] and the state after the last step.
         """
         # detail A9: uint8 pixels to [0, 1]; without it the first update's KL explodes (seed 000)
-        features = self.network(x.float() / 255.0)
+        features = self.network(x.contiguous(memory_format=self.memory_format).float() / 255.0)
         n = lstm_state[0].shape[1]
         features, starts = features.reshape(-1, n, features.shape[-1]), starts.reshape(-1, n)
         outputs = []
@@ -674,7 +682,7 @@ def train(args: Args):
 
     envs = make_envs(args, run_name)
     obs_shape = envs.single_observation_space.shape
-    agent = Agent(obs_shape[0], envs.single_action_space.n).to(device)
+    agent = Agent(obs_shape[0], envs.single_action_space.n, args.channels_last).to(device)
     # detail 3: eps 1e-5. fused=True is the same Adam in one kernel per step (a third of the update's time)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 

@@ -42,6 +42,9 @@ Deliberate choices (reference behaviour stays the default):
     does not report separately), so there is no --bootstrap-truncated.
   - --torch-threads 1 by default, as in ppo.py: on a GPU it does not matter, and on a shared CPU
     more threads fight each other; set 0 to use torch's default on a CPU of your own.
+  - --channels-last (on by default; --no-channels-last turns it off): the CNN's weights and inputs in NHWC
+    memory, where oneDNN's CPU convolutions are fastest (the HWC frames are NHWC already; with 2 threads an
+    update step is ~1.25x faster than with NCHW weights). Same math; outputs agree to float rounding.
   - the update does per epoch what needs no gradient: one gather per tensor, the advantage normalisation of
     all minibatches at once (each with its own statistics) and, after the epochs, the KL/clipfrac statistics
     of every minibatch.
@@ -82,6 +85,8 @@ class Args:
     """use CUDA when available (falls back to CPU with a notice)"""
     torch_threads: int = 1
     """torch intra-op threads (0 keeps torch's default)"""
+    channels_last: bool = True
+    """run the CNN in channels-last (NHWC) memory: the same convolutions, faster updates on CPU (oneDNN)"""
     track: bool = False
     """log to Weights & Biases (imports wandb only when set)"""
     wandb_project_name: str = "ppo-reference"
@@ -328,7 +333,7 @@ class ConvSequence(nn.Module):
 
 
 class Agent(nn.Module):
-    def __init__(self, obs_shape, n_actions):
+    def __init__(self, obs_shape, n_actions, channels_last=False):
         super().__init__()
         h, w, c = obs_shape
         shape, conv_seqs = (c, h, w), []
@@ -342,10 +347,15 @@ class Agent(nn.Module):
         )
         self.actor = layer_init(nn.Linear(256, n_actions), std=0.01)
         self.critic = layer_init(nn.Linear(256, 1), std=1.0)
+        # a memory layout, not a change of the math (outputs agree to float rounding): weights and inputs
+        # in NHWC take oneDNN's fast convolutions on CPU
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.to(memory_format=self.memory_format)
 
     def hidden(self, x):
-        # uint8 HWC frames in; pixels scaled to [0, 1], observations otherwise not normalised
-        return self.network(x.permute(0, 3, 1, 2).float() / 255.0)
+        # uint8 HWC frames in (already NHWC in memory once permuted); pixels scaled to [0, 1], observations
+        # otherwise not normalised
+        return self.network(x.permute(0, 3, 1, 2).contiguous(memory_format=self.memory_format).float() / 255.0)
 
     def get_value(self, x):
         return self.critic(self.hidden(x)).squeeze(-1)
@@ -589,7 +599,7 @@ def train(args: Args):
 
     envs = make_envs(args, run_name, ckpt["envs"] if ckpt else None)
     obs_shape = envs.single_observation_space.shape
-    agent = Agent(obs_shape, envs.single_action_space.n).to(device)
+    agent = Agent(obs_shape, envs.single_action_space.n, args.channels_last).to(device)
     # detail 3: eps 1e-5. fused=True is the same Adam in one kernel per step
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
     gamma_r = args.gamma if args.reward_norm_gamma is None else args.reward_norm_gamma

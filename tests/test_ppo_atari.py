@@ -66,6 +66,41 @@ def test_nature_cnn_init_and_pixel_scaling():
     assert logits.shape == (2, 6) and value.shape == (2,)
 
 
+def assert_channels_last_is_the_same_math(make_agent, forward, x):
+    """--channels-last changes only the memory layout: same initial parameters, NHWC conv weights, outputs and
+    gradients equal to float rounding, and a checkpoint that loads into a default (NCHW) agent.
+
+    make_agent(channels_last) builds an agent; forward(agent, x) returns a tensor or a tuple of tensors."""
+
+    def outputs(agent):
+        out = forward(agent, x)
+        return torch.cat([o.reshape(-1) for o in (out if isinstance(out, tuple) else (out,))])
+
+    torch.manual_seed(0)
+    plain = make_agent(False)
+    torch.manual_seed(0)
+    nhwc = make_agent(True)
+    for (name, p), q in zip(plain.named_parameters(), nhwc.parameters()):
+        assert torch.equal(p, q), name
+        if p.dim() == 4:
+            assert p.is_contiguous() and q.is_contiguous(memory_format=torch.channels_last), name
+    out_plain, out_nhwc = outputs(plain), outputs(nhwc)
+    torch.testing.assert_close(out_nhwc, out_plain, rtol=1e-5, atol=1e-5)
+    out_plain.square().sum().backward()
+    out_nhwc.square().sum().backward()
+    for (name, p), q in zip(plain.named_parameters(), nhwc.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=name)
+    restored = make_agent(False)
+    restored.load_state_dict(nhwc.state_dict())
+    torch.testing.assert_close(outputs(restored), out_nhwc, rtol=1e-5, atol=1e-5)
+
+
+def test_channels_last_is_the_same_math():
+    x = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
+    assert_channels_last_is_the_same_math(lambda cl: ppo_atari.Agent(4, 6, cl), lambda a, x: a.get_logits_and_value(x), x)
+    assert ppo_atari.Args().channels_last
+
+
 def test_observation_shape_dtype_and_frame_stack():
     env = ppo_atari.make_env("BreakoutNoFrameskip-v4", 0, False, "")()
     obs, _ = env.reset(seed=0)

@@ -8,7 +8,7 @@ import torch
 
 import ppo_atari_envpool as pool
 from test_ppo import assert_rejected_before_training
-from test_ppo_atari import skip_updates
+from test_ppo_atari import assert_channels_last_is_the_same_math, skip_updates
 
 # Asterix: short random games (~190 agent steps), several lives, and raw rewards of 50
 ASTERIX = "Asterix-v5"
@@ -32,6 +32,12 @@ def test_reference_defaults_and_v4_equivalent_processing():
     assert c.use_fire_reset and c.max_episode_steps == 27000
     obs, _ = envs.reset()
     assert obs.shape == (2, 4, 84, 84) and obs.dtype == np.uint8
+
+
+def test_channels_last_is_the_same_math():
+    x = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
+    assert_channels_last_is_the_same_math(lambda cl: pool.Agent(4, 6, cl), lambda a, x: a.get_logits_and_value(x), x)
+    assert pool.Args().channels_last
 
 
 def test_envpool_reset_step_ignores_the_action():

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import ppo_atari_lstm as lstm_mod
+from test_ppo_atari import assert_channels_last_is_the_same_math
 
 
 def tiny(**kw):
@@ -27,6 +28,19 @@ def test_lstm_init_orthogonal_std_one_zero_bias_and_zero_initial_state():
     assert agent.actor.in_features == 128 and agent.network[0].in_channels == 1  # frame stack 1
     h, c = agent.initial_state(3)
     assert h.shape == c.shape == (1, 3, 128) and not h.any() and not c.any()
+
+
+def test_channels_last_is_the_same_math():
+    T, N = 3, 2
+    x = torch.randint(0, 256, (T * N, 1, 84, 84), dtype=torch.uint8)
+    starts = torch.tensor([0, 0, 1, 0, 0, 1], dtype=torch.float32)
+
+    def forward(agent, x):
+        logits, value, (h, c) = agent.get_logits_and_value(x, agent.initial_state(N), starts)
+        return logits, value, h, c
+
+    assert_channels_last_is_the_same_math(lambda cl: lstm_mod.Agent(1, 4, cl), forward, x)
+    assert lstm_mod.Args().channels_last
 
 
 def test_state_reset_at_episode_start():

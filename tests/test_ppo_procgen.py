@@ -20,6 +20,7 @@ from test_ppo import (
     keep_checkpoint,
     read_scalars,
 )
+from test_ppo_atari import assert_channels_last_is_the_same_math
 
 import ppo_procgen as mod
 
@@ -63,6 +64,12 @@ def test_impala_cnn_shapes_and_init():
 
 
 # ---- reward scaling and clipping -----------------------------------------------------------------
+
+
+def test_channels_last_is_the_same_math():
+    x = torch.randint(0, 256, (3, 64, 64, 3), dtype=torch.uint8)
+    assert_channels_last_is_the_same_math(lambda cl: mod.Agent((64, 64, 3), 15, cl), lambda a, x: a.get_logits_and_value(x), x)
+    assert mod.Args().channels_last
 
 
 def test_reward_scaler_matches_running_std_of_discounted_returns():
