@@ -63,6 +63,31 @@ def test_state_reset_at_episode_start():
     assert torch.allclose(other.reshape(T, N, -1)[2:, 0], out[2:, 0])
 
 
+def test_lstm_stretches_equal_the_step_by_step_recursion():
+    """hidden() calls the LSTM once per stretch without an episode start; a plain per-step loop with the
+    detail-L3 reset before every step must give the same outputs and final state."""
+    torch.manual_seed(0)
+    agent = lstm_mod.Agent(1, 4)
+    T, N = 12, 3
+    x = torch.randint(0, 256, (T * N, 1, 84, 84), dtype=torch.uint8)
+    starts = torch.zeros(T, N)
+    starts[0, 1] = starts[4, 0] = starts[5, 2] = starts[5, 0] = starts[11, 1] = 1.0
+    state = (torch.randn(1, N, 128), torch.randn(1, N, 128))
+    out, (h, c) = agent.hidden(x, state, starts.reshape(-1))
+
+    features = agent.network(x.float() / 255.0).reshape(T, N, -1)
+    ref_h, ref_c, ref_out = state[0], state[1], []
+    for t in range(T):
+        keep = (1.0 - starts[t]).view(1, N, 1)
+        o, (ref_h, ref_c) = agent.lstm(features[t : t + 1], (keep * ref_h, keep * ref_c))
+        ref_out.append(o)
+    torch.testing.assert_close(out, torch.cat(ref_out).flatten(0, 1), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close((h, c), (ref_h, ref_c), rtol=1e-5, atol=1e-6)
+    # the reset is really there: without the starts the outputs differ after step 0
+    no_reset, _ = agent.hidden(x, state, torch.zeros(T * N))
+    assert not torch.allclose(no_reset.reshape(T, N, -1)[4:, 0], out.reshape(T, N, -1)[4:, 0], atol=1e-4)
+
+
 def test_minibatches_are_whole_environment_sequences():
     T, N = 5, 8
     torch.manual_seed(0)
