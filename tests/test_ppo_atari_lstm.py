@@ -83,7 +83,7 @@ def test_lstm_stretches_equal_the_step_by_step_recursion():
         ref_out.append(o)
     torch.testing.assert_close(out, torch.cat(ref_out).flatten(0, 1), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close((h, c), (ref_h, ref_c), rtol=1e-5, atol=1e-6)
-    # the reset is really there: without the starts the outputs differ after step 0
+    # the reset is really there: without the starts, env 0's outputs differ from its reset at step 4 on
     no_reset, _ = agent.hidden(x, state, torch.zeros(T * N))
     assert not torch.allclose(no_reset.reshape(T, N, -1)[4:, 0], out.reshape(T, N, -1)[4:, 0], atol=1e-4)
 
