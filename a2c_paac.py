@@ -49,6 +49,9 @@ Deliberate choices (the paper does not state them):
     bootstrap value.
   - charts/time_share_env, charts/time_share_act and charts/time_share_learn: the share of wall time spent
     waiting for the environments, choosing actions and learning (the paper's Figure 2).
+  - --channels-last (on by default; --no-channels-last turns it off): the CNN's weights and inputs in NHWC
+    memory, where oneDNN's CPU convolutions are faster for the update (the forward on the 32 envs of a step is
+    slower). Same math; outputs agree to float rounding.
 
 Known difference from the authors' released code (not from the paper): their TensorFlow code multiplies
 the loss by 5 and weights the value term by 0.25 (a leftover of tuning the learning rate on sums over
@@ -93,6 +96,8 @@ class Args:
     """use CUDA when available (falls back to CPU with a notice)"""
     torch_threads: int = 1
     """torch intra-op threads of the learner (0 keeps torch's default); the workers use the other cores"""
+    channels_last: bool = True
+    """run the CNN in channels-last (NHWC) memory: the same convolutions, faster on CPU (oneDNN)"""
     track: bool = False
     """log to Weights & Biases (imports wandb only when set)"""
     wandb_project_name: str = "ppo-reference"
@@ -413,7 +418,7 @@ def conv_trunk(arch):
 
 
 class Agent(nn.Module):
-    def __init__(self, n_actions, arch="nips"):
+    def __init__(self, n_actions, arch="nips", channels_last=False):
         super().__init__()
         trunk, n_features = conv_trunk(arch)
         hidden = 256 if arch == "nips" else 512
@@ -421,15 +426,22 @@ class Agent(nn.Module):
         self.network = nn.Sequential(trunk, layer_init(nn.Linear(n_features, hidden)), nn.ReLU())
         self.actor = layer_init(nn.Linear(hidden, n_actions), std=0.01)
         self.critic = layer_init(nn.Linear(hidden, 1), std=1.0)
+        # a memory layout, not a change of the math (outputs agree to float rounding): weights and inputs
+        # in NHWC take oneDNN's fast convolutions on CPU
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.to(memory_format=self.memory_format)
+
+    def hidden(self, x):
+        return self.network(x.contiguous(memory_format=self.memory_format) / 255.0)
 
     def get_value(self, x):
-        return self.critic(self.network(x / 255.0)).squeeze(-1)
+        return self.critic(self.hidden(x)).squeeze(-1)
 
     def get_logits(self, x):
-        return self.actor(self.network(x / 255.0))
+        return self.actor(self.hidden(x))
 
     def get_logits_and_value(self, x):
-        hidden = self.network(x / 255.0)
+        hidden = self.hidden(x)
         return self.actor(hidden), self.critic(hidden).squeeze(-1)
 
 
@@ -653,7 +665,7 @@ def train(args: Args):
 
 def _train_loop(args, ckpt, run_name, writer, device, envs):
     obs_shape = envs.single_observation_space.shape
-    agent = Agent(envs.single_action_space.n, args.arch).to(device)
+    agent = Agent(envs.single_action_space.n, args.arch, args.channels_last).to(device)
     optimizer = TFRMSprop(agent.parameters(), lr=args.learning_rate, decay=args.rmsprop_decay, eps=args.rmsprop_eps)
 
     T, N = args.num_steps, args.num_envs

@@ -16,6 +16,7 @@ from test_ppo import (
     keep_checkpoint,
     read_scalars,
 )
+from test_ppo_atari import assert_channels_last_is_the_same_math
 
 import a2c_paac as paac
 
@@ -144,6 +145,13 @@ def test_network_feature_sizes(arch, n_features, hidden):
     assert [(c.out_channels, c.kernel_size, c.stride) for c in convs] == (
         [(16, (8, 8), (4, 4)), (32, (4, 4), (2, 2))] if arch == "nips"
         else [(32, (8, 8), (4, 4)), (64, (4, 4), (2, 2)), (64, (3, 3), (1, 1))])
+
+
+@pytest.mark.parametrize("arch", ["nips", "nature"])
+def test_channels_last_is_the_same_math(arch):
+    x = torch.randint(0, 256, (5, 4, 84, 84)).float()
+    assert_channels_last_is_the_same_math(lambda cl: paac.Agent(6, arch, cl), lambda a, x: a.get_logits_and_value(x), x)
+    assert paac.Args().channels_last
 
 
 # ---- details 2, 7, 9: the training loop -----------------------------------------------------------

@@ -18,6 +18,7 @@ from test_ppo import (
     keep_checkpoint,
     read_scalars,
 )
+from test_ppo_atari import assert_channels_last_is_the_same_math
 
 import impala_vtrace as iv
 
@@ -175,6 +176,13 @@ def test_networks_shapes():
     shallow = iv.Agent(6)
     convs = [m for m in shallow.network if isinstance(m, torch.nn.Conv2d)]
     assert [(c.out_channels, c.kernel_size, c.stride) for c in convs] == [(16, (8, 8), (4, 4)), (32, (4, 4), (2, 2))]
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_channels_last_is_the_same_math(deep):
+    x = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
+    assert_channels_last_is_the_same_math(lambda cl: iv.Agent(6, deep, cl), lambda a, x: a.get_logits_and_value(x), x)
+    assert iv.Args().channels_last
 
 
 @pytest.mark.parametrize("deep", [False, True])
