@@ -706,7 +706,9 @@ def train(args: Args):
                    config=asdict(args), name=run_name, save_code=True, resume="allow")
     from torch.utils.tensorboard import SummaryWriter
 
-    writer = SummaryWriter(f"runs/{run_name}")
+    # a resumed run logs on into the same directory; purge_step makes TensorBoard drop what the interrupted
+    # run logged after its checkpoint, so those steps are not counted twice
+    writer = SummaryWriter(f"runs/{run_name}", purge_step=ckpt["global_step"] + 1 if ckpt else None)
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
 
     random.seed(args.seed)
@@ -757,7 +759,6 @@ def train(args: Args):
                 "rng": rng_states()}
 
     ckpt_path = f"runs/{run_name}/checkpoint.pt"
-    T, k = args.unroll_length, args.num_envs_per_actor
     start_time, start_step = time.time(), global_step
     try:
         for update_idx in range(start_update, args.num_updates + 1):

@@ -544,7 +544,9 @@ def train(args: Args):
                    config=asdict(args), name=run_name, save_code=True, resume="allow")
     from torch.utils.tensorboard import SummaryWriter
 
-    writer = SummaryWriter(f"runs/{run_name}")
+    # a resumed run logs on into the same directory; purge_step makes TensorBoard drop what the interrupted
+    # run logged after its checkpoint, so those steps are not counted twice
+    writer = SummaryWriter(f"runs/{run_name}", purge_step=ckpt["global_step"] + 1 if ckpt else None)
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
 
     random.seed(args.seed)

@@ -12,6 +12,11 @@ wall time, steps/s, final return, exit status, log paths). A run whose summary s
 so an interrupted sweep continues where it stopped; a failed run prints its log tail and the others
 go on; the exit code is 1 if any run failed.
 
+Long runs: with `--save-model` among the extra args the scripts checkpoint every `--save-every`
+iterations, and a rerun continues a run that stopped early (killed, crashed, machine gone) from the
+newest checkpoint in its run dir, with `--resume`, logging on into the same TensorBoard dir (the
+scripts' purge_step drops what was logged after that checkpoint). Delete the run dir to start over.
+
 Threads: workers x threads <= cores. Each run gets OMP_NUM_THREADS = MKL_NUM_THREADS = threads and
 `--torch-threads threads` (unless the extra args set it), threads = cores // workers by default.
 """
@@ -86,7 +91,8 @@ def final_return(returns, window=FINAL_WINDOW):
 
 
 def read_run(run_dir, tag=RETURN_TAG):
-    """A TensorBoard run: {"steps", "returns" (in logging order), "hparams" (the script's Args), "last_step"}."""
+    """A TensorBoard run: {"steps", "returns" (in logging order), "hparams" (the script's Args), "last_step",
+    "sps" (the last charts/SPS: the training loop's steps/s since the script started, or resumed)}."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(run_dir, size_guidance={"scalars": 0, "tensors": 0})
@@ -94,6 +100,7 @@ def read_run(run_dir, tag=RETURN_TAG):
     tags = acc.Tags()
     events = acc.Scalars(tag) if tag in tags["scalars"] else []
     last_step = max((acc.Scalars(t)[-1].step for t in tags["scalars"] if acc.Scalars(t)), default=0)
+    sps = acc.Scalars("charts/SPS")[-1].value if "charts/SPS" in tags["scalars"] else None
     hparams = {}
     if "hyperparameters/text_summary" in tags.get("tensors", []):
         # the scripts log their Args as a markdown table "|param|value|"
@@ -103,7 +110,7 @@ def read_run(run_dir, tag=RETURN_TAG):
             if len(cells) == 2:
                 hparams[cells[0]] = cells[1]
     return {"steps": [e.step for e in events], "returns": [e.value for e in events], "hparams": hparams,
-            "last_step": last_step}
+            "last_step": last_step, "sps": sps}
 
 
 # ---- the runner ---------------------------------------------------------------------------------------
@@ -127,6 +134,14 @@ def run_dirs(runs_dir, env_id, exp_name, seed):
     return set(glob.glob(os.path.join(runs_dir, glob.escape(f"{env_id}__{exp_name}__{seed}__") + "*")))
 
 
+def interrupted_checkpoint(runs_dir, env_id, exp_name, seed):
+    """The newest checkpoint.pt in this (env, exp name, seed)'s run dirs, or None: what a run that stopped
+    before its summary said "ok" left behind."""
+    found = [os.path.join(d, "checkpoint.pt") for d in run_dirs(runs_dir, env_id, exp_name, seed)]
+    found = [c for c in found if os.path.isfile(c)]
+    return max(found, key=os.path.getmtime) if found else None
+
+
 def log_tail(path, n=20):
     try:
         with open(path, errors="replace") as f:
@@ -142,6 +157,9 @@ def run_one(script, env_id, seed, extra, runs_dir, threads, python):
     if not any(a.startswith("--torch-threads") for a in extra):
         cmd += ["--torch-threads", str(threads)]
     cmd += extra
+    resume_from = interrupted_checkpoint(runs_dir, env_id, exp_name, seed) if "--save-model" in extra else None
+    if resume_from:  # the script takes every setting from the checkpoint
+        cmd += ["--resume", os.path.abspath(resume_from)]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
 
     os.makedirs(os.path.join(runs_dir, "logs"), exist_ok=True)
@@ -150,7 +168,7 @@ def run_one(script, env_id, seed, extra, runs_dir, threads, python):
     before = run_dirs(runs_dir, env_id, exp_name, seed)
     commit = git_commit(script)  # the code the run starts with (edits made while it runs do not count)
     start = time.time()
-    with open(log_path, "w") as log:
+    with open(log_path, "a" if resume_from else "w") as log:
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
         # the scripts write runs/ relative to their working directory: run them in the parent of runs_dir
@@ -160,15 +178,20 @@ def run_one(script, env_id, seed, extra, runs_dir, threads, python):
 
     # the run's own dir: a new one, or (a rerun started within the same second) one written since the start
     new = [d for d in run_dirs(runs_dir, env_id, exp_name, seed) if d not in before or os.path.getmtime(d) >= start]
-    tb_dir = max(new, key=os.path.getmtime) if new else None
-    data = read_run(tb_dir) if tb_dir else {"returns": [], "last_step": 0}
+    tb_dir = os.path.dirname(resume_from) if resume_from else max(new, key=os.path.getmtime) if new else None
+    data = read_run(tb_dir) if tb_dir else {"returns": [], "last_step": 0, "sps": None}
+    if resume_from:  # the wall time is only this last part's: take the script's own steps/s over it
+        sps = data["sps"]
+    else:
+        sps = data["last_step"] / wall if wall > 0 else None
     summary = {
         "script": os.path.basename(script), "script_path": os.path.abspath(script), "args": extra,
         "command": cmd, "env_id": env_id, "seed": seed, "exp_name": exp_name, "threads": threads,
         "git_commit": commit, "machine": machine_info(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
         "wall_time_s": round(wall, 2), "global_step": data["last_step"],
-        "steps_per_s": round(data["last_step"] / wall, 1) if wall > 0 else None,
+        "steps_per_s": round(sps, 1) if sps is not None else None,
+        "resumed_from": os.path.relpath(resume_from, runs_dir) if resume_from else None,
         "episodes": len(data["returns"]), "final_return": final_return(data["returns"]),
         "exit_status": status, "ok": status == 0 and tb_dir is not None,
         "total_timesteps": data.get("hparams", {}).get("total_timesteps"),
@@ -238,7 +261,7 @@ def main(argv=None):
             s = fut.result()
             head = f"[{done}/{len(jobs)}] {name} {env_id} seed {seed}:"
             if s["ok"]:
-                print(f"{head} ok {s['wall_time_s']:.1f}s {s['steps_per_s']:.0f} steps/s "
+                print(f"{head} ok {s['wall_time_s']:.1f}s {s['steps_per_s'] or float('nan'):.0f} steps/s "
                       f"return {s['final_return']:.1f}", flush=True)
             else:
                 failed.append((env_id, seed))

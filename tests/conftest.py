@@ -2,6 +2,7 @@
 
 import os
 import sys
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -11,6 +12,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 # each test process trains with one thread, as the scripts do; keeps two xdist workers off each other
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def next_second():
+    """Sleep into the next wall-clock second. TensorBoard reads a run's event files in name order, and a
+    name starts with the second the file was made: a resumed run, which logs on into the interrupted run's
+    directory, comes seconds later in real use, but could share its second in a test."""
+    time.sleep(1.01 - time.time() % 1)
 
 
 @pytest.fixture(autouse=True)

@@ -13,8 +13,10 @@ from conftest import ROOT
 from test_ppo import (
     assert_foreign_and_corrupt_checkpoints_rejected,
     assert_rejected_before_training,
+    assert_resumed_log_reads_once,
     keep_checkpoint,
     read_scalars,
+    resume_later,
 )
 from test_ppo_atari import assert_channels_last_is_the_same_math
 
@@ -370,11 +372,12 @@ def test_resume_matches_uninterrupted_run_and_evaluate(monkeypatch):
     full = paac.train(tiny(total_timesteps=2 * 5 * 6, save_model=True, save_every=2,
                            anneal_lr=False, learning_rate=0.01))
     assert full["learning_rate"] == [0.01] * 6  # --no-anneal-lr keeps the rate constant
-    resumed = paac.train(paac.Args(resume=kept))
+    resumed = resume_later(paac, kept)
     assert resumed["global_steps"] == [30, 40, 50, 60]
     assert resumed["losses"] == full["losses"][2:]  # the same episodes, parameters and RMSProp state
     n_before = len(full["episodic_return"]) - len(resumed["episodic_return"])
     assert resumed["episodic_return"] == full["episodic_return"][n_before:]
+    assert_resumed_log_reads_once(full, returns=False)  # no Breakout game ends in 60 steps
 
     # the final checkpoint evaluates like the live agent
     from_ckpt = paac.evaluate(full["checkpoint"], eval_episodes=1, seed=7)

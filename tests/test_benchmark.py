@@ -13,7 +13,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, next_second
 
 sys.path.insert(0, os.path.join(ROOT, "benchmark"))
 import report  # noqa: E402
@@ -22,17 +22,24 @@ import run  # noqa: E402
 FAKE_SCRIPT = textwrap.dedent('''
     """Logs `--total-timesteps // 10` episodic returns seed*100 + i as the real scripts log; Broken-v0 fails.
 
+    With --save-model it checkpoints (the number of episodes done) every --save-every episodes, and
+    Crashy-v0 crashes halfway unless resumed; --resume continues the checkpoint's run dir with a
+    purge_step, as the scripts' SummaryWriter does.
+
     Writes the events with tensorboard's own writer: importing torch would take most of the test's time.
     """
     import argparse, os, sys, time
 
 
-    def write_tb(run_dir, hparams, returns, steps):
+    def write_tb(run_dir, hparams, returns, steps, purge_step=None):
         """The script's Args as the markdown table the scripts log, then one charts/episodic_return per episode."""
         from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
         w = EventFileWriter(run_dir)
+        if purge_step is not None:
+            start = event_pb2.SessionLog(status=event_pb2.SessionLog.START)
+            w.add_event(event_pb2.Event(wall_time=time.time(), step=purge_step, session_log=start))
         text = "|param|value|\\n|-|-|\\n" + "\\n".join(f"|{k}|{v}|" for k, v in hparams.items())
         meta = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="text"))
         tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, string_val=[text.encode()])
@@ -41,16 +48,22 @@ FAKE_SCRIPT = textwrap.dedent('''
         for step, r in zip(steps, returns):
             value = summary_pb2.Summary.Value(tag="charts/episodic_return", simple_value=float(r))
             w.add_event(event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=[value])))
+        value = summary_pb2.Summary.Value(tag="charts/SPS", simple_value=123.0)
+        w.add_event(event_pb2.Event(wall_time=time.time(), step=steps[-1], summary=summary_pb2.Summary(value=[value])))
         w.close()
 
 
     if __name__ == "__main__":
         p = argparse.ArgumentParser()
-        for flag in ("--env-id", "--exp-name"):
+        for flag in ("--env-id", "--exp-name", "--resume"):
             p.add_argument(flag)
-        for flag in ("--seed", "--torch-threads", "--total-timesteps"):
+        for flag in ("--seed", "--torch-threads", "--total-timesteps", "--save-every"):
             p.add_argument(flag, type=int)
+        p.add_argument("--save-model", action="store_true")
         a = p.parse_args()
+        if a.resume:
+            with open("resumed.txt", "a") as f:
+                f.write(a.resume + "\\n")
         with open("calls.txt", "a") as f:
             f.write(f"{a.env_id} {a.seed} torch_threads={a.torch_threads} omp={os.environ['OMP_NUM_THREADS']}\\n")
         if a.env_id == "Broken-v0":
@@ -58,9 +71,19 @@ FAKE_SCRIPT = textwrap.dedent('''
             print("boom: intentional failure", file=sys.stderr)
             sys.exit(3)
         n = a.total_timesteps // 10
-        write_tb(f"runs/{a.env_id}__{a.exp_name}__{a.seed}__{int(time.time())}",
-                 {"exp_name": a.exp_name, "seed": a.seed, "env_id": a.env_id, "total_timesteps": a.total_timesteps},
-                 [a.seed * 100 + i for i in range(n)], [10 * (i + 1) for i in range(n)])
+        returns, steps = [a.seed * 100 + i for i in range(n)], [10 * (i + 1) for i in range(n)]
+        run_dir, done = f"runs/{a.env_id}__{a.exp_name}__{a.seed}__{int(time.time())}", 0
+        if a.resume:
+            with open(a.resume) as f:
+                run_dir, done = os.path.dirname(a.resume), int(f.read())
+        end = n // 2 if a.env_id == "Crashy-v0" and not a.resume else n
+        hparams = {"exp_name": a.exp_name, "seed": a.seed, "env_id": a.env_id, "total_timesteps": a.total_timesteps}
+        write_tb(run_dir, hparams, returns[done:end], steps[done:end], purge_step=steps[done - 1] + 1 if a.resume else None)
+        if a.save_model:
+            with open(f"{run_dir}/checkpoint.pt", "w") as f:
+                f.write(str(end // a.save_every * a.save_every))  # the last checkpoint before the end
+        if end < n:
+            sys.exit("crashed halfway")
 ''')
 
 
@@ -80,8 +103,8 @@ def write_tb(fake):
     return module.write_tb
 
 
-def calls():
-    with open("calls.txt") as f:
+def calls(path="calls.txt"):
+    with open(path) as f:
         return f.read().splitlines()
 
 
@@ -126,6 +149,27 @@ def test_runner_runs_each_env_seed_once_and_skips_finished_runs(fake, capsys):
     other = ["--total-timesteps", "1000"]
     assert run.summary_path("runs", fake, "A-v0", 1, other) != run.summary_path("runs", fake, "A-v0", 1, extra)
     assert run.exp_name_for(fake, other) != s["exp_name"] and s["exp_name"].startswith("fake-")
+
+
+def test_runner_continues_a_run_that_stopped_from_its_checkpoint(fake, capsys):
+    extra = ["--total-timesteps", "150", "--save-model", "--save-every", "5"]
+    argv = ["--script", fake, "--env-ids", "Crashy-v0", "--seeds", "1", "--", *extra]
+    # 15 episodes: the first attempt logs 7, leaves a checkpoint after 5 and crashes
+    assert run.main(argv) == 1
+    first = summary("Crashy-v0", 1, extra)
+    assert not first["ok"] and first["episodes"] == 7 and first["resumed_from"] is None
+    next_second()  # a later event file, as a real rerun's (see next_second)
+    assert run.main(argv) == 0
+    s = summary("Crashy-v0", 1, extra)
+    checkpoint = os.path.join("runs", first["tb_dir"], "checkpoint.pt")
+    assert calls("resumed.txt") == [os.path.abspath(checkpoint)]
+    assert s["ok"] and s["tb_dir"] == first["tb_dir"]
+    assert s["resumed_from"] == os.path.join(first["tb_dir"], "checkpoint.pt")
+    # every episode once, in one run dir: episodes 6 and 7, logged before the crash, were purged and logged again
+    assert s["episodes"] == 15 and s["final_return"] == pytest.approx(np.mean(np.arange(100, 115)))
+    assert run.read_run(os.path.join("runs", s["tb_dir"]))["returns"] == list(range(100, 115))
+    assert s["steps_per_s"] == 123.0  # the script's own charts/SPS: the wall time covers only the last part
+    assert "Crashy-v0 seed 1: ok" in capsys.readouterr().out
 
 
 def test_runner_reports_a_failed_run_with_its_log_tail_and_runs_the_others(fake, capsys):

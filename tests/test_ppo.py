@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, CountingEnv
+from conftest import ROOT, CountingEnv, next_second
 
 SCRIPTS = ["ppo", "ppo_shared"]
 
@@ -448,15 +448,49 @@ def keep_checkpoint(mod, monkeypatch, kept, at=2, key="iteration"):
     monkeypatch.setattr(mod, "save_checkpoint", save_and_keep)
 
 
+def resume_later(mod, checkpoint):
+    """`mod.train(mod.Args(resume=checkpoint))`, in a later wall-clock second than the run it resumes (next_second)."""
+    next_second()
+    return mod.train(mod.Args(resume=checkpoint))
+
+
+def assert_resumed_log_reads_once(full, returns=True):
+    """The run's directory holds the full run's event file and then the resumed run's, which logged again
+    everything after the checkpoint. Read together (as TensorBoard and benchmark/report.py read them), every
+    iteration, and every episode when `returns`, must appear once: the resumed run's purge_step."""
+    run_dir = f"runs/{full['run_name']}"
+    np.testing.assert_allclose(read_scalars(run_dir, "charts/learning_rate"), full["learning_rate"], rtol=1e-6)
+    if returns:
+        assert full["episodic_return"]
+        np.testing.assert_allclose(read_scalars(run_dir, "charts/episodic_return"), full["episodic_return"],
+                                   rtol=1e-6)
+
+
+def assert_resumes_with_fresh_episodes(mod, args, capture, monkeypatch):
+    """For the scripts whose games cannot be saved (ALE, μRTS's JVM): train `args` (2 iterations, a checkpoint
+    after each), resume from the first one, and check that the run continues with fresh episodes to the same
+    final step, the learning-rate schedule where it was, and a log that reads once. Returns the full run."""
+    keep_checkpoint(mod, monkeypatch, kept := "iteration1.pt", at=1)
+    full = mod.train(args)
+    assert mod.load_checkpoint(kept)["envs"] is None
+    resumed = resume_later(mod, kept)
+    assert "resuming with fresh episodes" in capture.readouterr().err
+    assert resumed["global_step"] == full["global_step"] == 2 * args.num_envs * args.num_steps
+    assert len(resumed["losses"]) == 1 and resumed["learning_rate"] == full["learning_rate"][1:]
+    assert_resumed_log_reads_once(full, returns=False)  # fresh episodes: the games after the resume differ
+    return full
+
+
 def test_resume_matches_uninterrupted_run(mod, monkeypatch):
     keep_checkpoint(mod, monkeypatch, kept := "iteration2.pt")
     full = mod.train(tiny(mod, env_id="CartPole-v1", total_timesteps=2 * 16 * 6, save_model=True, save_every=2))
-    resumed = mod.train(mod.Args(resume=kept))
+    resumed = resume_later(mod, kept)
     assert len(resumed["losses"]) == 4
     assert resumed["losses"] == full["losses"][2:]
     assert resumed["global_step"] == full["global_step"]
     n_before = len(full["episodic_return"]) - len(resumed["episodic_return"])
     assert resumed["episodic_return"] == full["episodic_return"][n_before:]
+    assert_resumed_log_reads_once(full)
 
 
 def test_interrupted_run_keeps_its_last_checkpoint(mod, monkeypatch):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from test_ppo import assert_rejected_before_training, read_scalars
+from test_ppo import assert_rejected_before_training, assert_resumes_with_fresh_episodes, read_scalars
 
 import ppo_atari
 
@@ -232,16 +232,9 @@ def test_reference_defaults():
     assert (a.clip_coef, a.ent_coef, a.learning_rate, a.anneal_lr, a.total_timesteps) == (0.1, 0.01, 2.5e-4, True, 10_000_000)
 
 
-def test_resume_continues_from_checkpoint_and_evaluate(capsys):
-    full = ppo_atari.train(tiny(total_timesteps=2 * 32 * 2, save_model=True, save_every=1))
-    ckpt = torch.load(full["checkpoint"], weights_only=False)
-    assert ckpt["script"] == "ppo_atari.py" and ckpt["iteration"] == 2
-    ckpt["args"]["total_timesteps"] = 2 * 32 * 3  # one more iteration
-    torch.save(ckpt, "longer.pt")
-    resumed = ppo_atari.train(ppo_atari.Args(resume="longer.pt"))
-    assert "resuming with fresh episodes" in capsys.readouterr().err  # ALE state does not pickle
-    assert resumed["global_step"] == 2 * 32 * 3 and len(resumed["losses"]) == 1
-    assert resumed["learning_rate"] == [0.0]  # the schedule continued, not restarted
+def test_resume_continues_from_checkpoint_and_evaluate(capsys, monkeypatch):
+    args = tiny(total_timesteps=2 * 32 * 2, save_model=True, save_every=1)
+    full = assert_resumes_with_fresh_episodes(ppo_atari, args, capsys, monkeypatch)  # ALE state does not pickle
     scores = ppo_atari.evaluate(full["checkpoint"], eval_episodes=1, seed=0)
     assert scores == ppo_atari.evaluate_agent(full["agent"], ASTERIX, eval_episodes=1, seed=0)
     assert len(scores) == 1 and scores[0] % 50 == 0  # whole-game Asterix scores

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import ppo_atari_envpool as pool
-from test_ppo import assert_rejected_before_training
+from test_ppo import assert_rejected_before_training, assert_resumes_with_fresh_episodes
 from test_ppo_atari import assert_channels_last_is_the_same_math, skip_updates
 
 # Asterix: short random games (~190 agent steps), several lives, and raw rewards of 50
@@ -126,14 +126,9 @@ def test_logged_return_is_raw_full_game_score(monkeypatch):
     assert all(length > 50 for length in out["episodic_length"])  # whole games, not lives
 
 
-def test_resume_and_evaluate(capsys):
-    out = pool.train(tiny(num_steps=16, total_timesteps=4 * 16, save_model=True))
-    ckpt = torch.load(out["checkpoint"], weights_only=False)
-    ckpt["args"]["total_timesteps"] = 4 * 16 * 2
-    torch.save(ckpt, "longer.pt")
-    resumed = pool.train(pool.Args(resume="longer.pt"))
-    assert "resuming with fresh episodes" in capsys.readouterr().err
-    assert resumed["global_step"] == 4 * 16 * 2 and resumed["learning_rate"] == [0.0]
+def test_resume_and_evaluate(capsys, monkeypatch):
+    args = tiny(num_steps=16, total_timesteps=4 * 16 * 2, save_model=True, save_every=1)
+    out = assert_resumes_with_fresh_episodes(pool, args, capsys, monkeypatch)
     scores = pool.evaluate(out["checkpoint"], eval_episodes=1, seed=0)
     assert scores == pool.evaluate_agent(out["agent"], ASTERIX, eval_episodes=1, seed=0)
     assert len(scores) == 1 and scores[0] % 50 == 0

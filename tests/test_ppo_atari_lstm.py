@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import ppo_atari_lstm as lstm_mod
+from test_ppo import assert_resumes_with_fresh_episodes
 from test_ppo_atari import assert_channels_last_is_the_same_math
 
 
@@ -147,3 +148,8 @@ def test_checkpoint_evaluate_and_foreign_checkpoint():
     torch.save({"script": "ppo_atari.py"}, "other.pt")
     with pytest.raises(lstm_mod.ConfigError, match="written by ppo_atari.py, not ppo_atari_lstm.py"):
         lstm_mod.evaluate("other.pt")
+
+
+def test_resume_continues_the_run_and_its_log(capsys, monkeypatch):
+    args = tiny(total_timesteps=2 * 16 * 2, save_model=True, save_every=1)
+    assert_resumes_with_fresh_episodes(lstm_mod, args, capsys, monkeypatch)

@@ -12,7 +12,8 @@ import torch
 from conftest import ROOT
 from test_ppo import (PPO_BAD_INPUT, assert_clip_grad_norm_matches_torch,
                       assert_flat_parameters_update_like_per_layer_tensors,
-                      assert_numpy_policy_follows_the_actor, assert_rejected_before_training, keep_checkpoint)
+                      assert_numpy_policy_follows_the_actor, assert_rejected_before_training,
+                      assert_resumed_log_reads_once, keep_checkpoint, resume_later)
 
 import ppo_continuous_action as pca
 
@@ -331,7 +332,7 @@ def test_resume_matches_uninterrupted_run(monkeypatch):
     keep_checkpoint(pca, monkeypatch, kept := "iteration2.pt")
     # Hopper's episodes end early and at random: the checkpoint falls mid-episode, after resets
     full = pca.train(tiny(total_timesteps=2 * 32 * 5, save_model=True, save_every=2))
-    resumed = pca.train(pca.Args(resume=kept))
+    resumed = resume_later(pca, kept)
     assert len(resumed["losses"]) == 3
     assert resumed["losses"] == full["losses"][2:]
     assert resumed["global_step"] == full["global_step"]
@@ -339,6 +340,7 @@ def test_resume_matches_uninterrupted_run(monkeypatch):
     assert n_before > 0 and resumed["episodic_return"] == full["episodic_return"][n_before:]
     np.testing.assert_array_equal(resumed["obs_rms"].mean, full["obs_rms"].mean)
     np.testing.assert_array_equal(resumed["reward_scaler"].ret, full["reward_scaler"].ret)
+    assert_resumed_log_reads_once(full)
 
 
 @pytest.mark.parametrize("env_id", ["HalfCheetah-v5", "Walker2d-v4"])

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from test_ppo import PPO_BAD_INPUT, assert_rejected_before_training, read_scalars
+from test_ppo import PPO_BAD_INPUT, assert_rejected_before_training, assert_resumes_with_fresh_episodes, read_scalars
 
 import ppo_multidiscrete
 
@@ -129,15 +129,8 @@ def test_env_spaces_and_evaluation_of_a_checkpoint(mod):
 
 
 @needs_microrts
-def test_resume_continues_with_fresh_episodes(mod, capfd):
-    full = mod.train(tiny(mod, save_model=True, save_every=1))
-    resumed_from = mod.load_checkpoint(full["checkpoint"])
-    assert resumed_from["iteration"] == 2 and resumed_from["envs"] is None
-    resumed_from["args"]["total_timesteps"] = 2 * 16 * 3
-    torch.save(resumed_from, "longer.pt")
-    resumed = mod.train(mod.Args(resume="longer.pt"))
-    assert len(resumed["losses"]) == 1 and resumed["global_step"] == 96
-    assert "resuming with fresh episodes" in capfd.readouterr().err
+def test_resume_continues_with_fresh_episodes(mod, capfd, monkeypatch):
+    assert_resumes_with_fresh_episodes(mod, tiny(mod, save_model=True, save_every=1), capfd, monkeypatch)
 
 
 @pytest.mark.parametrize(

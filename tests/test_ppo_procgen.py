@@ -17,8 +17,10 @@ from test_ppo import (
     PPO_BAD_INPUT,
     assert_foreign_and_corrupt_checkpoints_rejected,
     assert_rejected_before_training,
+    assert_resumed_log_reads_once,
     keep_checkpoint,
     read_scalars,
+    resume_later,
 )
 from test_ppo_atari import assert_channels_last_is_the_same_math
 
@@ -127,9 +129,10 @@ def test_training_end_to_end_logs_and_keeps_lr_constant():
 def test_resume_matches_uninterrupted_run(monkeypatch):
     keep_checkpoint(mod, monkeypatch, kept := "iteration2.pt")
     full = mod.train(tiny(num_steps=8, total_timesteps=2 * 8 * 4, save_model=True, save_every=2))
-    resumed = mod.train(mod.Args(resume=kept))
+    resumed = resume_later(mod, kept)
     assert resumed["losses"] == full["losses"][2:]  # the games' states were restored, not restarted
     assert resumed["global_step"] == full["global_step"]
+    assert_resumed_log_reads_once(full, returns=False)  # no starpilot game ends in 64 steps
 
 
 @needs_procgen
