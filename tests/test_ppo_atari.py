@@ -168,6 +168,31 @@ def test_pipeline_rewards_are_signs_of_raw_rewards():
     assert max(summed) > 1  # the raw rewards were bigger than the clipped ones
 
 
+def test_fire_reset_launches_each_ball_in_games_that_wait_for_fire():
+    env = ppo_atari.make_env("BreakoutNoFrameskip-v4", 0, False, "")()
+    ale = env.unwrapped.ale
+    env.reset(seed=0)
+    for lives_left in (4, 3):  # the first ball, then the one after a life loss (the reset EpisodicLife asks for)
+        for _ in range(100):  # the agent only does NOOP: the wrapper's FIRE put the ball in play, and it is missed
+            *_, terminated, _, _ = env.step(0)
+            if terminated:
+                break
+        assert terminated and ale.lives() == lives_left
+        env.reset()
+    raw = gym.make("BreakoutNoFrameskip-v4")  # the same game without the wrapper waits for FIRE forever
+    raw.reset(seed=0)
+    for _ in range(2000):
+        raw.step(0)
+    assert raw.unwrapped.ale.lives() == 5
+    # games with no FIRE action get no FIRE presses
+    asterix = ppo_atari.make_env(ASTERIX, 0, False, "")()
+    wrappers = []
+    while hasattr(asterix, "env"):
+        wrappers.append(type(asterix))
+        asterix = asterix.env
+    assert ppo_atari.NoopReset in wrappers and ppo_atari.FireReset not in wrappers
+
+
 def test_life_loss_ends_training_episode_but_not_the_game():
     envs = ppo_atari.make_envs(tiny(env_id="BreakoutNoFrameskip-v4", num_envs=1), "x")
     ale = envs.envs[0].unwrapped.ale
