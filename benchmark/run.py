@@ -15,7 +15,9 @@ go on; the exit code is 1 if any run failed.
 Long runs: with `--save-model` among the extra args the scripts checkpoint every `--save-every`
 iterations, and a rerun continues a run that stopped early (killed, crashed, machine gone) from the
 newest checkpoint in its run dir, with `--resume`, logging on into the same TensorBoard dir (the
-scripts' purge_step drops what was logged after that checkpoint). Delete the run dir to start over.
+scripts' purge_step drops what was logged after that checkpoint). The summary's commit is the last
+part's; the run's log in runs/logs/ lists every part's start, commit and command. Delete the run dir to
+start over.
 
 Threads: workers x threads <= cores. Each run gets OMP_NUM_THREADS = MKL_NUM_THREADS = threads and
 `--torch-threads threads` (unless the extra args set it), threads = cores // workers by default.
@@ -169,7 +171,8 @@ def run_one(script, env_id, seed, extra, runs_dir, threads, python):
     commit = git_commit(script)  # the code the run starts with (edits made while it runs do not count)
     start = time.time()
     with open(log_path, "a" if resume_from else "w") as log:
-        log.write("$ " + " ".join(cmd) + "\n")
+        # a resumed run appends: its log then holds every part's start, commit and command
+        log.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(start))} commit {commit}\n$ {' '.join(cmd)}\n")
         log.flush()
         # the scripts write runs/ relative to their working directory: run them in the parent of runs_dir
         status = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,

@@ -169,6 +169,10 @@ def test_runner_continues_a_run_that_stopped_from_its_checkpoint(fake, capsys):
     assert s["episodes"] == 15 and s["final_return"] == pytest.approx(np.mean(np.arange(100, 115)))
     assert run.read_run(os.path.join("runs", s["tb_dir"]))["returns"] == list(range(100, 115))
     assert s["steps_per_s"] == 123.0  # the script's own charts/SPS: the wall time covers only the last part
+    with open(s["log_path"]) as f:  # both parts' starts, commits and commands, the second with --resume
+        starts = [line for line in f if line.startswith(("# ", "$ "))]
+    assert [line[0] for line in starts] == ["#", "$", "#", "$"] and "--resume" in starts[3]
+    assert f"commit {s['git_commit']}" in starts[2]
     assert "Crashy-v0 seed 1: ok" in capsys.readouterr().out
 
 
