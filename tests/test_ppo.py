@@ -469,16 +469,18 @@ def assert_resumed_log_reads_once(full, returns=True):
 def assert_resumes_with_fresh_episodes(mod, args, capture, monkeypatch):
     """For the scripts whose games cannot be saved (ALE, μRTS's JVM): train `args` (2 iterations, a checkpoint
     after each), resume from the first one, and check that the run continues with fresh episodes to the same
-    final step, the learning-rate schedule where it was, and a log that reads once. Returns the full run."""
+    final step, the learning-rate schedule where it was, and a log that reads once. Returns both runs."""
     keep_checkpoint(mod, monkeypatch, kept := "iteration1.pt", at=1)
     full = mod.train(args)
+    final = mod.load_checkpoint(full["checkpoint"])  # read before the resumed run writes over it
+    assert final["script"] == f"{mod.__name__}.py" and final["iteration"] == 2
     assert mod.load_checkpoint(kept)["envs"] is None
     resumed = resume_later(mod, kept)
     assert "resuming with fresh episodes" in capture.readouterr().err
     assert resumed["global_step"] == full["global_step"] == 2 * args.num_envs * args.num_steps
     assert len(resumed["losses"]) == 1 and resumed["learning_rate"] == full["learning_rate"][1:]
     assert_resumed_log_reads_once(full, returns=False)  # fresh episodes: the games after the resume differ
-    return full
+    return full, resumed
 
 
 def test_resume_matches_uninterrupted_run(mod, monkeypatch):

@@ -259,7 +259,8 @@ def test_reference_defaults():
 
 def test_resume_continues_from_checkpoint_and_evaluate(capsys, monkeypatch):
     args = tiny(total_timesteps=2 * 32 * 2, save_model=True, save_every=1)
-    full = assert_resumes_with_fresh_episodes(ppo_atari, args, capsys, monkeypatch)  # ALE state does not pickle
+    full, resumed = assert_resumes_with_fresh_episodes(ppo_atari, args, capsys, monkeypatch)  # ALE does not pickle
+    assert resumed["learning_rate"] == [0.0]  # the schedule continued to its end, not restarted
     scores = ppo_atari.evaluate(full["checkpoint"], eval_episodes=1, seed=0)
     assert scores == ppo_atari.evaluate_agent(full["agent"], ASTERIX, eval_episodes=1, seed=0)
     assert len(scores) == 1 and scores[0] % 50 == 0  # whole-game Asterix scores

@@ -128,7 +128,8 @@ def test_logged_return_is_raw_full_game_score(monkeypatch):
 
 def test_resume_and_evaluate(capsys, monkeypatch):
     args = tiny(num_steps=16, total_timesteps=4 * 16 * 2, save_model=True, save_every=1)
-    out = assert_resumes_with_fresh_episodes(pool, args, capsys, monkeypatch)
+    out, resumed = assert_resumes_with_fresh_episodes(pool, args, capsys, monkeypatch)
+    assert resumed["learning_rate"] == [0.0]  # the schedule continued to its end, not restarted
     scores = pool.evaluate(out["checkpoint"], eval_episodes=1, seed=0)
     assert scores == pool.evaluate_agent(out["agent"], ASTERIX, eval_episodes=1, seed=0)
     assert len(scores) == 1 and scores[0] % 50 == 0

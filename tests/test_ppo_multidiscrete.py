@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from test_ppo import PPO_BAD_INPUT, assert_rejected_before_training, assert_resumes_with_fresh_episodes, read_scalars
+from test_ppo import (PPO_BAD_INPUT, assert_rejected_before_training, assert_resumes_with_fresh_episodes,
+                      read_scalars)
 
 import ppo_multidiscrete
 
