@@ -678,7 +678,9 @@ def train(args: Args):
     rewards_buf = np.zeros((T, N), dtype=np.float32)
     dones_buf = np.zeros((T, N), dtype=np.float32)
     episode_return, episode_length = np.zeros(N), np.zeros(N, dtype=np.int64)
-    history = {"episodic_return": [], "episodic_length": [], "losses": [], "first_minibatch": [], "learning_rate": []}
+    history = {"episodic_return": [], "episodic_length": [], "losses": [], "first_minibatch": [], "learning_rate": [],
+               "seconds": {"env": 0.0, "inference": 0.0, "update": 0.0}}  # where the wall time goes
+    seconds = history["seconds"]
 
     obs_rms = RunningMeanStd(obs_shape)
     reward_scaler = RewardScaler(N, args.gamma, args.clip_reward)
@@ -724,6 +726,7 @@ def train(args: Args):
         for step in range(T):
             global_step += N
             obs_buf[step] = next_obs
+            t0 = time.perf_counter()
             if policy is not None:
                 mean = policy.mean(next_obs)
             else:
@@ -731,12 +734,15 @@ def train(args: Args):
                     mean = agent.get_action_mean(torch.as_tensor(next_obs, device=device)).cpu().numpy()
             action = mean + std * noise[step]
             actions_buf[step] = action  # detail C5: the unclipped sample is stored and trained on ...
+            t1 = time.perf_counter()
             next_obs, reward, terminations, truncations, infos = envs.step(np.clip(action, action_low, action_high))
             done = terminations | truncations  # ... and only the env sees it clipped to the bounds
             rewards_buf[step] = reward_scaler(reward, done)  # details C8-C9
             dones_buf[step] = done
             obs_rms.update(next_obs)  # detail C6: after a done this is the new episode's first observation
             next_obs = normalize_obs(next_obs, obs_rms, args.clip_obs)
+            seconds["inference"] += t1 - t0
+            seconds["env"] += time.perf_counter() - t1  # the step and the normalisation (the reference's wrappers)
 
             if args.bootstrap_truncated and truncations.any():
                 # r + gamma * V(final obs) for time-limit ends, so the done cut leaves the right target
@@ -756,6 +762,7 @@ def train(args: Args):
                 history["episodic_length"].append(int(episode_length[i]))
                 episode_return[i], episode_length[i] = 0.0, 0
 
+        t0 = time.perf_counter()
         # one batched forward for the whole rollout: old log-probs, old values and the bootstrap value
         b_obs = torch.as_tensor(obs_buf, device=device).reshape((-1,) + obs_shape)
         b_actions = torch.as_tensor(actions_buf, device=device).reshape((-1,) + action_shape)
@@ -770,6 +777,7 @@ def train(args: Args):
         b = {"obs": b_obs, "actions": b_actions, "logprobs": b_logprobs, "values": b_values,
              "advantages": advantages.reshape(-1), "returns": returns.reshape(-1)}
         losses, first = update(agent, optimizer, b, args)
+        seconds["update"] += time.perf_counter() - t0
         losses["explained_variance"] = explained_variance(b_values.cpu().numpy(), b["returns"].cpu().numpy())
         history["first_minibatch"].append(first)
         history["losses"].append(losses)
@@ -789,6 +797,7 @@ def train(args: Args):
 
     envs.close()
     writer.close()
+    print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()) + f", total {time.time() - start_time:.1f}")
     history.update(run_name=run_name, global_step=global_step, agent=agent, optimizer=optimizer, obs_rms=obs_rms,
                    reward_scaler=reward_scaler, checkpoint=ckpt_path if args.save_model else None)
     return history

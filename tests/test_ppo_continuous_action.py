@@ -307,6 +307,8 @@ def test_both_rollout_paths_train_on_policy(numpy_rollout):
     out = pca.train(tiny(numpy_rollout=numpy_rollout))
     for first in out["first_minibatch"]:
         assert first["ratio_max_dev"] < 1e-6 and first["clipfrac"] == 0.0
+    # the wall-time split that benchmark/throughput.py reports
+    assert set(out["seconds"]) == {"env", "inference", "update"} and all(v > 0 for v in out["seconds"].values())
 
 
 # ---- checkpoints, evaluation, resume -------------------------------------------------------------
