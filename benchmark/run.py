@@ -19,8 +19,11 @@ scripts' purge_step drops what was logged after that checkpoint). The summary's 
 part's; the run's log in runs/logs/ lists every part's start, commit and command. Delete the run dir to
 start over.
 
-Threads: workers x threads <= cores. Each run gets OMP_NUM_THREADS = MKL_NUM_THREADS = threads and
-`--torch-threads threads` (unless the extra args set it), threads = cores // workers by default.
+Threads: workers x threads <= cores, threads = cores // workers by default. Each run gets
+OMP_NUM_THREADS = MKL_NUM_THREADS = threads as a cap, and keeps its own --torch-threads default: 1 in the
+MLP scripts (more threads only slow their small networks, many times over when the cores are shared) and in
+the PAAC/IMPALA learners (their env workers use the other cores); 0, torch's default, which follows
+OMP_NUM_THREADS, in the PPO CNN scripts. `--torch-threads n` among the extra args overrides it.
 """
 
 import argparse
@@ -156,8 +159,6 @@ def run_one(script, env_id, seed, extra, runs_dir, threads, python):
     """Run one (env, seed) to the end; write and return its summary."""
     exp_name = exp_name_for(script, extra)
     cmd = [python, os.path.abspath(script), "--env-id", env_id, "--seed", str(seed), "--exp-name", exp_name]
-    if not any(a.startswith("--torch-threads") for a in extra):
-        cmd += ["--torch-threads", str(threads)]
     cmd += extra
     resume_from = interrupted_checkpoint(runs_dir, env_id, exp_name, seed) if "--save-model" in extra else None
     if resume_from:  # the script takes every setting from the checkpoint
