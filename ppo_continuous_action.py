@@ -37,10 +37,11 @@ Deliberate choices (reference behaviour stays the default):
   - the rollout runs only the actor per step; values and log-probs of the whole rollout come from one
     batched forward pass after it (same parameters, so the same numbers, much less Python overhead).
   - --torch-threads 1 by default: for 64-unit networks extra intra-op threads only add overhead.
-  - C6-C9 follow baselines' VecNormalize on the vector env (the reference used gymnasium 0.29's per-env
-    wrappers; identical statistics for its one env, except that the terminal observation of an episode
-    is not added to the statistics, and the running return is reset after every terminated OR truncated
-    step, where gymnasium 0.29 resets it only on termination and before adding that step's reward).
+  - C6-C9 follow baselines' VecNormalize on the vector env, as seed 000 describes them. CleanRL's published
+    v4 runs used gymnasium's per-env NormalizeObservation/NormalizeReward wrappers instead, which differ in two
+    ways: the terminal observation of an episode enters the statistics, and the running return restarts only
+    on termination (not truncation) and before adding that step's reward. --gymnasium-normalization switches
+    to their rules (for one env, the default, exactly their numbers; tested against the wrappers themselves).
   - the normalisation statistics are saved in the checkpoint; evaluation restores and freezes them, so a
     saved agent sees the observations it was trained on (the reference's saved models evaluate far below
     their training score because evaluation starts fresh statistics).
@@ -148,6 +149,9 @@ class Args:
     """normalised observations are clipped to [-clip_obs, clip_obs] (detail C7)"""
     clip_reward: float = 10.0
     """scaled rewards are clipped to [-clip_reward, clip_reward] (detail C9)"""
+    gymnasium_normalization: bool = False
+    """normalise as gymnasium's per-env NormalizeObservation/NormalizeReward (CleanRL's v4 runs) instead of
+    baselines' VecNormalize: terminal observations enter the statistics; the return restarts only on termination"""
 
     # filled in at runtime
     batch_size: int = 0
@@ -296,19 +300,25 @@ def normalize_obs(obs, obs_rms, clip):
 class RewardScaler:
     """Details C8-C9: reward / std of a running discounted return (mean not subtracted), then clipped.
 
-    The running return of an env restarts from 0 after each step that ended its episode.
+    VecNormalize's rule (the default): the running return of an env restarts from 0 after each step that
+    ended its episode. gymnasium's NormalizeReward rule (gymnasium_rule=True): it restarts only on
+    termination, and before that step's reward is added.
     """
 
-    def __init__(self, num_envs, gamma, clip):
-        self.gamma, self.clip = gamma, clip
+    def __init__(self, num_envs, gamma, clip, gymnasium_rule=False):
+        self.gamma, self.clip, self.gymnasium_rule = gamma, clip, gymnasium_rule
         self.ret = np.zeros(num_envs)
         self.ret_rms = RunningMeanStd()
 
-    def __call__(self, reward, done):
-        self.ret = self.ret * self.gamma + reward
+    def __call__(self, reward, terminated, truncated):
+        if self.gymnasium_rule:
+            self.ret = self.ret * self.gamma * (1 - terminated) + reward
+        else:
+            self.ret = self.ret * self.gamma + reward
         self.ret_rms.update(self.ret)
         scaled = np.minimum(np.maximum(reward / np.sqrt(self.ret_rms.var + 1e-8), -self.clip), self.clip)
-        self.ret[done] = 0.0
+        if not self.gymnasium_rule:
+            self.ret[terminated | truncated] = 0.0
         return scaled
 
     def state_dict(self):
@@ -683,7 +693,7 @@ def train(args: Args):
     seconds = history["seconds"]
 
     obs_rms = RunningMeanStd(obs_shape)
-    reward_scaler = RewardScaler(N, args.gamma, args.clip_reward)
+    reward_scaler = RewardScaler(N, args.gamma, args.clip_reward, args.gymnasium_normalization)
 
     start_iteration, global_step = 1, 0
     first_obs, _ = envs.reset(seed=args.seed)
@@ -737,8 +747,11 @@ def train(args: Args):
             t1 = time.perf_counter()
             next_obs, reward, terminations, truncations, infos = envs.step(np.clip(action, action_low, action_high))
             done = terminations | truncations  # ... and only the env sees it clipped to the bounds
-            rewards_buf[step] = reward_scaler(reward, done)  # details C8-C9
+            rewards_buf[step] = reward_scaler(reward, terminations, truncations)  # details C8-C9
             dones_buf[step] = done
+            if args.gymnasium_normalization:  # gymnasium's per-env wrapper also sees each episode's last observation
+                for i in np.flatnonzero(done):
+                    obs_rms.update(np.asarray(infos["final_obs"][i], dtype=np.float64)[None])
             obs_rms.update(next_obs)  # detail C6: after a done this is the new episode's first observation
             next_obs = normalize_obs(next_obs, obs_rms, args.clip_obs)
             seconds["inference"] += t1 - t0

@@ -3,6 +3,7 @@
 #
 #   bash benchmark/mujoco.sh          # published protocol: 1M steps, seeds 1 2 3 (~10 min a run on one core)
 #   bash benchmark/mujoco.sh short    # HalfCheetah-v4 only, 1M steps, seeds 1 2
+#   ARGS="--gymnasium-normalization" bash benchmark/mujoco.sh   # with CleanRL's normalisation rules (its v4 runs)
 #
 # Published numbers: CleanRL benchmark/ppo.sh, 1M steps, 3 seeds (benchmark/reference_results.csv).
 # Logs go to runs/ of the current directory; rerunning skips the runs that already finished.

@@ -146,8 +146,7 @@ def test_logstd_is_learned_in_training():
 # ---- details C5-C9 in a training run on the spy env ----------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def spy_run(tmp_path_factory):
+def spy_train(tmp_path_factory, **kw):
     """One training run on BoxSpy-v0 (1 env, 4 rollouts of 128 steps), with what update() and GAE saw."""
     BoxSpyEnv.log.clear()
     cwd = os.getcwd()
@@ -166,11 +165,21 @@ def spy_run(tmp_path_factory):
     pca.update, pca.compute_gae = spy_update, spy_gae
     try:
         out = pca.train(pca.Args(env_id="BoxSpy-v0", cuda=False, num_envs=1, num_steps=128, num_minibatches=4,
-                                 update_epochs=2, total_timesteps=128 * 4, gamma=0.9))
+                                 update_epochs=2, total_timesteps=128 * 4, gamma=0.9, **kw))
     finally:
         pca.update, pca.compute_gae = real_update, real_gae
         os.chdir(cwd)
     return out, batches, gae_rewards, list(BoxSpyEnv.log)
+
+
+@pytest.fixture(scope="module")
+def spy_run(tmp_path_factory):
+    return spy_train(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def spy_run_gymnasium(tmp_path_factory):
+    return spy_train(tmp_path_factory, gymnasium_normalization=True)
 
 
 def test_env_gets_clipped_action_but_unclipped_one_is_stored(spy_run):
@@ -221,47 +230,88 @@ def test_normalize_obs_uses_but_never_updates_the_statistics():
     assert after["count"] == before["count"] and np.array_equal(after["mean"], before["mean"])
 
 
-def independent_reward_scaling(rewards, dones, gamma, clip=10.0):
-    """rewards/dones [T, N]: r_t / sqrt(var(all discounted returns so far) + 1e-8), clipped; the return
-    of an env restarts after a step that ended its episode."""
+def independent_reward_scaling(rewards, terminated, truncated, gamma, clip=10.0, gymnasium_rule=False):
+    """rewards and flags [T, N]: r_t / sqrt(var(all discounted returns so far) + 1e-8), clipped. VecNormalize's
+    rule: the return of an env restarts after a step that ended its episode; gymnasium's: only at a termination,
+    before that step's reward is added."""
     T, N = rewards.shape
     returns, out, g = np.zeros((T, N)), np.zeros((T, N)), np.zeros(N)
     for t in range(T):
+        if gymnasium_rule:
+            g = np.where(terminated[t], 0.0, g)
         g = gamma * g + rewards[t]
         returns[t] = g
         _, var = prior_merged_moments(returns[: t + 1].reshape(-1))
         out[t] = np.clip(rewards[t] / np.sqrt(var + 1e-8), -clip, clip)
-        g = np.where(dones[t], 0.0, g)
+        if not gymnasium_rule:
+            g = np.where(terminated[t] | truncated[t], 0.0, g)
     return out
 
 
-def test_reward_scaler_matches_independent_computation():
+@pytest.mark.parametrize("gymnasium_rule", [False, True])
+def test_reward_scaler_matches_independent_computation(gymnasium_rule):
     g = np.random.default_rng(0)
     T, N = 300, 2
     rewards = g.normal(1.0, 2.0, size=(T, N))
     rewards[150, 1] = 500.0  # scaled far beyond 10: clipped
-    dones = g.random((T, N)) < 0.05
-    scaler = pca.RewardScaler(N, 0.95, 10.0)
-    got = np.stack([scaler(rewards[t], dones[t]) for t in range(T)])
-    expected = independent_reward_scaling(rewards, dones, 0.95)
+    terminated, truncated = g.random((T, N)) < 0.05, g.random((T, N)) < 0.05
+    scaler = pca.RewardScaler(N, 0.95, 10.0, gymnasium_rule)
+    got = np.stack([scaler(rewards[t], terminated[t], truncated[t]) for t in range(T)])
+    expected = independent_reward_scaling(rewards, terminated, truncated, 0.95, gymnasium_rule=gymnasium_rule)
     np.testing.assert_allclose(got, expected, rtol=1e-9)
     assert got[150, 1] == 10.0 and np.abs(got[:150]).max() < 10.0
-    # no reset would give other numbers: the done flags matter
-    no_reset = independent_reward_scaling(rewards, np.zeros_like(dones), 0.95)
-    assert np.abs(no_reset - expected).max() > 1e-3
+    # the two rules, or no restart at all, give other numbers: the flags matter
+    other = independent_reward_scaling(rewards, terminated, truncated, 0.95, gymnasium_rule=not gymnasium_rule)
+    no_reset = independent_reward_scaling(rewards, np.zeros_like(terminated), np.zeros_like(truncated), 0.95)
+    assert np.abs(other - expected).max() > 1e-3 and np.abs(no_reset - expected).max() > 1e-3
 
 
 def test_training_stores_scaled_rewards_and_logs_raw_returns(spy_run):
     out, _, gae_rewards, log = spy_run
     raw = np.array([v for k, v in log if k == "reward"])
     dones = np.array([v for k, v in log if k == "done"])
-    expected = independent_reward_scaling(raw[:, None], dones[:, None], 0.9)
+    expected = independent_reward_scaling(raw[:, None], dones[:, None], np.zeros((len(dones), 1), bool), 0.9)
     got = torch.cat(gae_rewards).numpy()
     np.testing.assert_allclose(got, expected.reshape(got.shape), rtol=1e-5)
     assert not np.allclose(got.ravel(), raw)  # they are scaled
     # the logged returns are the env's own reward sums, before scaling
     np.testing.assert_allclose(out["episodic_return"], [v for k, v in log if k == "return"])
     assert len(out["episodic_return"]) > 40
+
+
+def gymnasium_wrappers_replay(log, gamma=0.9, clip=10.0):
+    """The actions a spy run sent, replayed through gymnasium's own per-env wrappers in CleanRL's order
+    (NormalizeObservation, clip, NormalizeReward, clip) in a one-env SAME_STEP vector env: the observation
+    the agent would be given before each step, and the scaled reward of each step."""
+
+    def thunk():
+        env = gym.wrappers.NormalizeObservation(BoxSpyEnv())
+        env = gym.wrappers.TransformObservation(env, lambda o: np.clip(o, -clip, clip), env.observation_space)
+        env = gym.wrappers.NormalizeReward(env, gamma=gamma)
+        return gym.wrappers.TransformReward(env, lambda r: np.clip(r, -clip, clip))
+
+    envs = gym.vector.SyncVectorEnv([thunk], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    obs, _ = envs.reset(seed=1)
+    given, rewards = [], []
+    for action in [v for k, v in log if k == "action"]:
+        given.append(obs[0])
+        obs, reward, *_ = envs.step(action[None])
+        rewards.append(reward[0])
+    return np.array(given), np.array(rewards)
+
+
+def test_gymnasium_normalization_gives_the_numbers_of_gymnasiums_wrappers(spy_run_gymnasium, spy_run):
+    out, batches, gae_rewards, log = spy_run_gymnasium
+    given, rewards = gymnasium_wrappers_replay(log)
+    obs = torch.cat([b["obs"] for b in batches]).numpy()
+    assert obs.shape == given.shape == (512, 3)
+    np.testing.assert_allclose(obs, given, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(torch.cat(gae_rewards).numpy().ravel(), rewards, rtol=1e-5, atol=1e-6)
+    # the default (VecNormalize's rules) is another computation: its inputs and rewards differ from the wrappers'
+    _, batches, gae_rewards, log = spy_run
+    given, rewards = gymnasium_wrappers_replay(log)
+    obs = torch.cat([b["obs"] for b in batches]).numpy()
+    assert np.abs(obs - given).max() > 1e-3 and np.abs(torch.cat(gae_rewards).numpy().ravel() - rewards).max() > 1e-3
 
 
 def test_first_minibatch_ratio_is_one(spy_run):
