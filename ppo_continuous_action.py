@@ -310,7 +310,7 @@ class RewardScaler:
         self.ret = np.zeros(num_envs)
         self.ret_rms = RunningMeanStd()
 
-    def __call__(self, reward, terminated, truncated):
+    def __call__(self, reward, terminated, done):
         if self.gymnasium_rule:
             self.ret = self.ret * self.gamma * (1 - terminated) + reward
         else:
@@ -318,7 +318,7 @@ class RewardScaler:
         self.ret_rms.update(self.ret)
         scaled = np.minimum(np.maximum(reward / np.sqrt(self.ret_rms.var + 1e-8), -self.clip), self.clip)
         if not self.gymnasium_rule:
-            self.ret[terminated | truncated] = 0.0
+            self.ret[done] = 0.0
         return scaled
 
     def state_dict(self):
@@ -747,7 +747,7 @@ def train(args: Args):
             t1 = time.perf_counter()
             next_obs, reward, terminations, truncations, infos = envs.step(np.clip(action, action_low, action_high))
             done = terminations | truncations  # ... and only the env sees it clipped to the bounds
-            rewards_buf[step] = reward_scaler(reward, terminations, truncations)  # details C8-C9
+            rewards_buf[step] = reward_scaler(reward, terminations, done)  # details C8-C9
             dones_buf[step] = done
             if args.gymnasium_normalization:  # gymnasium's per-env wrapper also sees each episode's last observation
                 for i in np.flatnonzero(done):

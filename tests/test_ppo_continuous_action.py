@@ -256,7 +256,7 @@ def test_reward_scaler_matches_independent_computation(gymnasium_rule):
     rewards[150, 1] = 500.0  # scaled far beyond 10: clipped
     terminated, truncated = g.random((T, N)) < 0.05, g.random((T, N)) < 0.05
     scaler = pca.RewardScaler(N, 0.95, 10.0, gymnasium_rule)
-    got = np.stack([scaler(rewards[t], terminated[t], truncated[t]) for t in range(T)])
+    got = np.stack([scaler(rewards[t], terminated[t], terminated[t] | truncated[t]) for t in range(T)])
     expected = independent_reward_scaling(rewards, terminated, truncated, 0.95, gymnasium_rule=gymnasium_rule)
     np.testing.assert_allclose(got, expected, rtol=1e-9)
     assert got[150, 1] == 10.0 and np.abs(got[:150]).max() < 10.0
