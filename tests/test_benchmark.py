@@ -321,3 +321,60 @@ def test_summary_names_the_commit_the_run_started_with(fake, tmp_path):
     assert run.main(["--script", fake, "--env-ids", "A-v0", "--seeds", "1", "--", "--total-timesteps", "100"]) == 0
     assert git("status", "--porcelain", "--untracked-files=no")  # the run left the tree dirty
     assert summary("A-v0", 1, ["--total-timesteps", "100"])["git_commit"] == git("rev-parse", "HEAD")
+
+
+# ---- ours against CleanRL ---------------------------------------------------------------------------------
+
+
+def test_vs_cleanrl_runs_both_in_turn_and_reports_walls_returns_and_ratios(fake, tmp_path, monkeypatch):
+    """The fake script stands in for both sides (as ppo.py in a folder of ours and cleanrl/ppo.py in a checkout);
+    its episode i of seed s returns 100 s + i, so 1500 steps (150 episodes) end at a last-100 mean of 100 s + 99.5."""
+    import shutil
+
+    import vs_cleanrl
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the fake records it
+    (tmp_path / "ours").mkdir()
+    (tmp_path / "checkout" / "cleanrl").mkdir(parents=True)
+    shutil.copy(fake, tmp_path / "ours" / "ppo.py")
+    shutil.copy(fake, tmp_path / "checkout" / "cleanrl" / "ppo.py")
+    out = tmp_path / "vs.md"
+    argv = ["--cleanrl-dir", str(tmp_path / "checkout"), "--scripts", "ppo.py", "--seeds", "1", "2",
+            "--steps", "1500", "--out", str(out)]
+    assert vs_cleanrl.main(argv, ours_dir=str(tmp_path / "ours")) == 0
+    rows = [line.split(" | ") for line in out.read_text().splitlines() if line.startswith("| ppo.py | CartPole-v1")]
+    assert [r[3] for r in rows] == ["1", "2"]
+    for r, seed in zip(rows, (1, 2)):
+        ours_wall, ref_wall = float(r[4]), float(r[5])
+        assert ours_wall > 0 and ref_wall > 0
+        assert float(r[6]) == pytest.approx(ref_wall / ours_wall, rel=0.05)  # walls printed to 0.01 s, ratio to 0.01
+        assert r[7] == r[8] == "123"  # the charts/SPS each logged
+        assert float(r[9]) == float(r[10].rstrip(" |")) == 100 * seed + 99.5
+    summary_line = next(line for line in out.read_text().splitlines() if line.startswith("| ppo.py | 2 |"))
+    assert summary_line.endswith("| 123 | 123 | 1.00 |")
+
+
+def test_vs_cleanrl_summary_is_the_ratio_of_mean_walls_and_of_median_steps_per_second():
+    import vs_cleanrl
+
+    def pair(ours_wall, ref_wall, ours_sps, ref_sps):
+        return {"script": "ppo.py", "ours": {"wall": ours_wall, "sps": ours_sps}, "ref": {"wall": ref_wall, "sps": ref_sps}}
+
+    pairs = [pair(30.0, 90.0, 100.0, 40.0), pair(40.0, 120.0, 300.0, 50.0), pair(50.0, 90.0, 200.0, 60.0)]
+    (s,) = vs_cleanrl.summary_rows(pairs)
+    assert s["runs"] == 3 and s["ours_wall"] == 40.0 and s["ref_wall"] == 100.0 and s["wall_ratio"] == 2.5
+    assert s["ours_sps"] == 200.0 and s["ref_sps"] == 50.0 and s["sps_ratio"] == 4.0
+
+
+def test_vs_cleanrl_stops_with_one_line_on_a_missing_or_failing_reference(tmp_path, capsys):
+    import vs_cleanrl
+
+    assert vs_cleanrl.main(["--cleanrl-dir", str(tmp_path), "--scripts", "ppo.py", "--out", str(tmp_path / "a.md")]) == 2
+    err = capsys.readouterr().err
+    assert "no cleanrl/ppo.py under" in err and "--cleanrl-dir" in err
+    assert not (tmp_path / "a.md").exists()
+
+    (tmp_path / "ppo.py").write_text("import sys\nsys.exit('boom: ModuleNotFoundError gym')\n")  # a flat folder
+    argv = ["--cleanrl-dir", str(tmp_path), "--scripts", "ppo.py", "--seeds", "1", "--out", str(tmp_path / "b.md")]
+    assert vs_cleanrl.main(argv) == 1
+    assert "boom: ModuleNotFoundError gym" in capsys.readouterr().err
