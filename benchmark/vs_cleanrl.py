@@ -6,11 +6,13 @@ Run:   python benchmark/vs_cleanrl.py --cleanrl-dir PATH [--scripts ppo.py ppo_c
 The speed goals of issues 2 and 4 are relative to the reference implementation, CleanRL: 500k CartPole-v1
 steps 2.5x faster than its ppo.py, and twice the steps/s of its ppo_continuous_action.py on HalfCheetah-v4.
 On a shared machine absolute times drift from day to day (CleanRL's ppo.py took about 85 s here when the
-issue was written, 112-118 s on 2026-11-22), so the two run in turn, seed by seed, and the ratio is the result.
+issue was written, 112-147 s on 2026-11-22), so the two run in turn, seed by seed, and the ratio is the result.
 
-PATH is a CleanRL checkout (git clone https://github.com/vwxyzjn/cleanrl). Its cleanrl/<script> (or <script> at
-the top of PATH) runs unchanged, in this Python environment, with --env-id, --seed and --total-timesteps; ours
-runs with its defaults and the same three flags. Each run gets its own scratch directory.
+PATH is a CleanRL checkout (git clone https://github.com/vwxyzjn/cleanrl) or a folder of its scripts (a copy
+edited to run under this gymnasium, say). Its cleanrl/<script> (or <script> at the top of PATH) runs as it is, in
+this Python environment, with --env-id, --seed and --total-timesteps; ours runs with its defaults and the same
+three flags. Each run gets its own scratch directory; the order alternates by seed (CleanRL first for the first
+seed, ours first for the second, ...), so a drift of the host's speed does not fall on one side.
 - wall: the whole process, start-up included (what /usr/bin/time reports);
 - steps/s: the last charts/SPS the run logged (its training loop);
 - final return: the mean of its last 100 episodes (as benchmark/report.py).
@@ -65,6 +67,8 @@ def timed_run(path, env_id, seed, steps, threads=0):
         if len(dirs) != 1:
             raise RuntimeError(f"{path}: expected one run directory under runs/, found {len(dirs)}")
         data = read_run(dirs[0])
+    if data["sps"] is None:
+        raise RuntimeError(f"{path}: no charts/SPS logged")
     return {"wall": wall, "sps": data["sps"], "final": final_return(data["returns"])}
 
 
@@ -83,20 +87,31 @@ def summary_rows(pairs):
     return rows
 
 
-def write_markdown(pairs, refs, args, argv, out, ours_dir=ROOT):
+def checkout_commit(cleanrl_dir, path):
+    """The commit of the CleanRL checkout holding `path`, or None when `cleanrl_dir` is not the top of a git
+    repository (a folder of copies inside some other repository must not report that repository's commit)."""
+    try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=cleanrl_dir, capture_output=True, text=True)
+    except OSError:  # no git
+        return None
+    if top.returncode != 0 or os.path.realpath(top.stdout.strip()) != os.path.realpath(cleanrl_dir):
+        return None
+    return git_commit(path)
+
+
+def write_markdown(pairs, refs, args, argv, out, commits):
     m = machine_info()
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     threads = f"OMP_NUM_THREADS={args.reference_threads}" if args.reference_threads else "torch's default threads"
     md = [f"# Ours against CleanRL, whole runs in turn ({date})", "",
           f"- command: `{' '.join(['python benchmark/vs_cleanrl.py', *(sys.argv[1:] if argv is None else argv)])}`",
-          f"- ours: commit {git_commit(os.path.join(ours_dir, 'ppo.py')) or 'unknown'}; CleanRL: "
+          f"- ours: commit {commits['ours'] or 'unknown'}; CleanRL: "
           + ", ".join(os.path.relpath(path, args.cleanrl_dir) for path in refs.values())
-          + f" in {args.cleanrl_dir} (commit {git_commit(next(iter(refs.values()))) or 'unknown: not a git checkout'})"
-          + f", {threads}",
+          + f" in {args.cleanrl_dir} (commit {commits['ref'] or 'unknown: not a git checkout'}), {threads}",
           f"- machine: {m['cores']} cores, {m['cpu']}" + (f", GPU {m['gpu']}" if m["gpu"] else ", no GPU")
           + f"; python {m['python']}",
           "- wall: the whole process, start-up included; steps/s: the last charts/SPS logged; final: mean return of "
-          "the last 100 episodes; each pair ran CleanRL first, then ours",
+          "the last 100 episodes; the order in each pair alternates by seed, CleanRL first for the first",
           "", "| script | env | steps | seed | wall ours (s) | wall CleanRL (s) | CleanRL / ours | steps/s ours "
           "| steps/s CleanRL | final ours | final CleanRL |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in pairs:
@@ -129,22 +144,33 @@ def main(argv=None, ours_dir=ROOT):
         print(f"vs_cleanrl.py: no cleanrl/{missing[0]} under {args.cleanrl_dir}; pass a CleanRL checkout "
               "(git clone https://github.com/vwxyzjn/cleanrl) as --cleanrl-dir", file=sys.stderr)
         return 2
+    ours_missing = [s for s in args.scripts if not os.path.isfile(os.path.join(ours_dir, s))]
+    if ours_missing:
+        print(f"vs_cleanrl.py: {ours_missing[0]} is not in {ours_dir}", file=sys.stderr)
+        return 2
+    # taken once, before the runs: an edit made while they run must not relabel them
+    commits = {"ours": git_commit(os.path.join(ours_dir, args.scripts[0])),
+               "ref": checkout_commit(args.cleanrl_dir, refs[args.scripts[0]])}
     out = args.out or unused_path(os.path.join(HERE, "results", f"vs_cleanrl_{time.strftime('%Y-%m-%d', time.gmtime())}"))
     pairs = []
     for script in args.scripts:
         env_id, default_steps = TASKS[script]
         steps = args.steps or default_steps
-        for seed in args.seeds:
+        for i, seed in enumerate(args.seeds):
             try:
-                ref = timed_run(refs[script], env_id, seed, steps, args.reference_threads)
-                ours = timed_run(os.path.join(ours_dir, script), env_id, seed, steps)
+                if i % 2 == 0:
+                    ref = timed_run(refs[script], env_id, seed, steps, args.reference_threads)
+                    ours = timed_run(os.path.join(ours_dir, script), env_id, seed, steps)
+                else:
+                    ours = timed_run(os.path.join(ours_dir, script), env_id, seed, steps)
+                    ref = timed_run(refs[script], env_id, seed, steps, args.reference_threads)
             except RuntimeError as e:
                 print(f"vs_cleanrl.py: {e}", file=sys.stderr)
                 return 1
             pairs.append({"script": script, "env": env_id, "steps": steps, "seed": seed, "ours": ours, "ref": ref})
             print(f"{script} seed {seed}: wall ours {ours['wall']:.1f} s, CleanRL {ref['wall']:.1f} s "
                   f"({ref['wall'] / ours['wall']:.2f}x)", flush=True)
-            write_markdown(pairs, refs, args, argv, out, ours_dir)
+            write_markdown(pairs, refs, args, argv, out, commits)
     print(f"\nvs_cleanrl.py: wrote {out}")
     return 0
 

@@ -326,31 +326,53 @@ def test_summary_names_the_commit_the_run_started_with(fake, tmp_path):
 # ---- ours against CleanRL ---------------------------------------------------------------------------------
 
 
-def test_vs_cleanrl_runs_both_in_turn_and_reports_walls_returns_and_ratios(fake, tmp_path, monkeypatch):
-    """The fake script stands in for both sides (as ppo.py in a folder of ours and cleanrl/ppo.py in a checkout);
-    its episode i of seed s returns 100 s + i, so 1500 steps (150 episodes) end at a last-100 mean of 100 s + 99.5."""
-    import shutil
+WRAPPER = textwrap.dedent('''
+    """Appends "<side> <seed> OMP_NUM_THREADS" to LOG, sleeps SLEEP seconds, then runs the fake script as itself."""
+    import os, runpy, sys, time
+    with open(LOG, "a") as f:
+        f.write(f"{SIDE} {sys.argv[sys.argv.index('--seed') + 1]} {os.environ['OMP_NUM_THREADS']}\\n")
+    time.sleep(SLEEP)
+    sys.argv[0] = FAKE
+    runpy.run_path(FAKE, run_name="__main__")
+''')
 
+
+def wrap(path, fake, log, side, sleep):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"LOG, SIDE, SLEEP, FAKE = {str(log)!r}, {side!r}, {sleep}, {fake!r}\n" + WRAPPER)
+
+
+def test_vs_cleanrl_runs_both_in_turn_and_reports_walls_returns_and_ratios(fake, tmp_path, monkeypatch):
+    """The fake script plays both sides (as ppo.py in a folder of ours and cleanrl/ppo.py in a checkout), the
+    reference side made 1 s slower; episode i of seed s returns 100 s + i, so 1500 steps (150 episodes) end at a
+    last-100 mean of 100 s + 99.5."""
     import vs_cleanrl
 
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the fake records it
-    (tmp_path / "ours").mkdir()
-    (tmp_path / "checkout" / "cleanrl").mkdir(parents=True)
-    shutil.copy(fake, tmp_path / "ours" / "ppo.py")
-    shutil.copy(fake, tmp_path / "checkout" / "cleanrl" / "ppo.py")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # ours keeps it; --reference-threads 2 must reach CleanRL only
+    log = tmp_path / "order.txt"
+    wrap(tmp_path / "ours" / "ppo.py", fake, log, "ours", 0.0)
+    wrap(tmp_path / "checkout" / "cleanrl" / "ppo.py", fake, log, "ref", 1.0)
     out = tmp_path / "vs.md"
     argv = ["--cleanrl-dir", str(tmp_path / "checkout"), "--scripts", "ppo.py", "--seeds", "1", "2",
-            "--steps", "1500", "--out", str(out)]
+            "--steps", "1500", "--reference-threads", "2", "--out", str(out)]
     assert vs_cleanrl.main(argv, ours_dir=str(tmp_path / "ours")) == 0
-    rows = [line.split(" | ") for line in out.read_text().splitlines() if line.startswith("| ppo.py | CartPole-v1")]
+    # in turn, the order alternating by seed; the thread setting on the reference side only
+    assert log.read_text().splitlines() == ["ref 1 2", "ours 1 1", "ours 2 1", "ref 2 2"]
+    text = out.read_text()
+    assert "(commit unknown: not a git checkout), OMP_NUM_THREADS=2" in text
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| ppo.py | CartPole-v1")]
     assert [r[3] for r in rows] == ["1", "2"]
     for r, seed in zip(rows, (1, 2)):
         ours_wall, ref_wall = float(r[4]), float(r[5])
-        assert ours_wall > 0 and ref_wall > 0
-        assert float(r[6]) == pytest.approx(ref_wall / ours_wall, rel=0.05)  # walls printed to 0.01 s, ratio to 0.01
+        assert ref_wall > ours_wall + 0.9  # the columns are not swapped: the reference slept 1 s
+        assert float(r[6]) == pytest.approx(ref_wall / ours_wall, rel=0.02)  # walls printed to 0.01 s
         assert r[7] == r[8] == "123"  # the charts/SPS each logged
         assert float(r[9]) == float(r[10].rstrip(" |")) == 100 * seed + 99.5
-    summary_line = next(line for line in out.read_text().splitlines() if line.startswith("| ppo.py | 2 |"))
+    (summary_line,) = [line for line in text.splitlines() if line.startswith("| ppo.py | 2 |")]
+    cells = summary_line.split(" | ")
+    walls = [(float(r[4]), float(r[5])) for r in rows]
+    assert float(cells[2]) == pytest.approx(np.mean([w[0] for w in walls]), abs=0.06)
+    assert float(cells[3]) == pytest.approx(np.mean([w[1] for w in walls]), abs=0.06)
     assert summary_line.endswith("| 123 | 123 | 1.00 |")
 
 
@@ -360,10 +382,30 @@ def test_vs_cleanrl_summary_is_the_ratio_of_mean_walls_and_of_median_steps_per_s
     def pair(ours_wall, ref_wall, ours_sps, ref_sps):
         return {"script": "ppo.py", "ours": {"wall": ours_wall, "sps": ours_sps}, "ref": {"wall": ref_wall, "sps": ref_sps}}
 
-    pairs = [pair(30.0, 90.0, 100.0, 40.0), pair(40.0, 120.0, 300.0, 50.0), pair(50.0, 90.0, 200.0, 60.0)]
+    # skewed so that mean and median differ in every column
+    pairs = [pair(30.0, 90.0, 100.0, 40.0), pair(30.0, 90.0, 200.0, 50.0), pair(60.0, 120.0, 900.0, 210.0)]
     (s,) = vs_cleanrl.summary_rows(pairs)
     assert s["runs"] == 3 and s["ours_wall"] == 40.0 and s["ref_wall"] == 100.0 and s["wall_ratio"] == 2.5
     assert s["ours_sps"] == 200.0 and s["ref_sps"] == 50.0 and s["sps_ratio"] == 4.0
+
+
+def test_vs_cleanrl_names_a_checkouts_commit_but_not_that_of_a_repository_around_a_folder(tmp_path):
+    import subprocess
+
+    import vs_cleanrl
+
+    def git(*a):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=tmp_path,
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    (tmp_path / "cleanrl").mkdir()
+    (tmp_path / "cleanrl" / "ppo.py").write_text("")
+    git("init", "-q")
+    git("add", "cleanrl/ppo.py")
+    git("commit", "-q", "-m", "start")
+    path = str(tmp_path / "cleanrl" / "ppo.py")
+    assert vs_cleanrl.checkout_commit(str(tmp_path), path) == git("rev-parse", "HEAD")
+    assert vs_cleanrl.checkout_commit(str(tmp_path / "cleanrl"), path) is None  # a folder inside the repository
 
 
 def test_vs_cleanrl_stops_with_one_line_on_a_missing_or_failing_reference(tmp_path, capsys):
@@ -371,10 +413,16 @@ def test_vs_cleanrl_stops_with_one_line_on_a_missing_or_failing_reference(tmp_pa
 
     assert vs_cleanrl.main(["--cleanrl-dir", str(tmp_path), "--scripts", "ppo.py", "--out", str(tmp_path / "a.md")]) == 2
     err = capsys.readouterr().err
-    assert "no cleanrl/ppo.py under" in err and "--cleanrl-dir" in err
+    assert "no cleanrl/ppo.py under" in err and "--cleanrl-dir" in err and err.count("\n") == 1
     assert not (tmp_path / "a.md").exists()
 
     (tmp_path / "ppo.py").write_text("import sys\nsys.exit('boom: ModuleNotFoundError gym')\n")  # a flat folder
     argv = ["--cleanrl-dir", str(tmp_path), "--scripts", "ppo.py", "--seeds", "1", "--out", str(tmp_path / "b.md")]
     assert vs_cleanrl.main(argv) == 1
-    assert "boom: ModuleNotFoundError gym" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "boom: ModuleNotFoundError gym" in err and err.count("\n") == 1
+
+    # a run that logs no steps/s stops the comparison with a line, not a traceback
+    (tmp_path / "ppo.py").write_text("import os\nos.makedirs('runs/x')\n")
+    assert vs_cleanrl.main(argv) == 1
+    assert "no charts/SPS logged" in capsys.readouterr().err
