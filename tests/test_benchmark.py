@@ -344,14 +344,14 @@ def wrap(path, fake, log, side, sleep):
 
 def test_vs_cleanrl_runs_both_in_turn_and_reports_walls_returns_and_ratios(fake, tmp_path, monkeypatch):
     """The fake script plays both sides (as ppo.py in a folder of ours and cleanrl/ppo.py in a checkout), the
-    reference side made 1 s slower; episode i of seed s returns 100 s + i, so 1500 steps (150 episodes) end at a
-    last-100 mean of 100 s + 99.5."""
+    reference side 2 s slower (a sleep: the margin is far beyond the host's noise); episode i of seed s returns
+    100 s + i, so 1500 steps (150 episodes) end at a last-100 mean of 100 s + 99.5."""
     import vs_cleanrl
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # ours keeps it; --reference-threads 2 must reach CleanRL only
     log = tmp_path / "order.txt"
     wrap(tmp_path / "ours" / "ppo.py", fake, log, "ours", 0.0)
-    wrap(tmp_path / "checkout" / "cleanrl" / "ppo.py", fake, log, "ref", 1.0)
+    wrap(tmp_path / "checkout" / "cleanrl" / "ppo.py", fake, log, "ref", 2.0)
     out = tmp_path / "vs.md"
     argv = ["--cleanrl-dir", str(tmp_path / "checkout"), "--scripts", "ppo.py", "--seeds", "1", "2",
             "--steps", "1500", "--reference-threads", "2", "--out", str(out)]
@@ -364,7 +364,7 @@ def test_vs_cleanrl_runs_both_in_turn_and_reports_walls_returns_and_ratios(fake,
     assert [r[3] for r in rows] == ["1", "2"]
     for r, seed in zip(rows, (1, 2)):
         ours_wall, ref_wall = float(r[4]), float(r[5])
-        assert ref_wall > ours_wall + 0.9  # the columns are not swapped: the reference slept 1 s
+        assert ref_wall > ours_wall  # the columns are not swapped: the reference slept 2 s
         assert float(r[6]) == pytest.approx(ref_wall / ours_wall, rel=0.02)  # walls printed to 0.01 s
         assert r[7] == r[8] == "123"  # the charts/SPS each logged
         assert float(r[9]) == float(r[10].rstrip(" |")) == 100 * seed + 99.5
