@@ -4,41 +4,28 @@ Run:   python ppo.py --env-id CartPole-v1
 Eval:  python ppo.py --eval-checkpoint runs/<run>/checkpoint.pt --eval-episodes 10
 
 The 13 core implementation details of "The 37 Implementation Details of PPO" (seed 000):
-  1. vectorized architecture: N envs in a gymnasium SyncVectorEnv, fixed-length rollouts of T steps,
-     auto-reset in SAME_STEP mode so `next_obs` after a done is already the new episode's first obs
+  1. vectorized envs (gymnasium SyncVectorEnv), fixed-length rollouts, SAME_STEP autoreset
   2. orthogonal init: hidden layers std sqrt(2), policy head 0.01, value head 1.0, biases 0
   3. Adam epsilon 1e-5
-  4. learning rate annealed linearly to exactly 0 at the last iteration (the reference's schedule,
-     1 - (i - 1) / N, ends at lr / N instead: a difference of one iteration's step)
+  4. learning rate annealed linearly to exactly 0 at the last iteration (the reference ends at lr / N)
   5. GAE with value bootstrap from the observation after the rollout; returns = advantages + values
-  6. minibatch updates: each epoch shuffles the batch and splits it into disjoint minibatches
+  6. each epoch shuffles the batch and splits it into disjoint minibatches
   7. advantages normalised per minibatch
   8. clipped surrogate objective
   9. clipped value loss (0.5 * max(unclipped, clipped))
   10. loss = pg_loss - ent_coef * entropy + vf_coef * v_loss, one optimizer for both networks
   11. global gradient norm clipped to max_grad_norm
-  12. debug variables: policy_loss, value_loss, entropy, old_approx_kl, approx_kl, clipfrac,
-      explained_variance
+  12. debug variables: policy_loss, value_loss, entropy, old_approx_kl, approx_kl, clipfrac, explained_variance
   13. separate 64-64 tanh actor and critic MLPs (ppo_shared.py is the shared-trunk variant)
 
-Deliberate choices (reference behaviour stays the default):
-  - --bootstrap-truncated (off by default, as in the reference): a truncated episode bootstraps from
-    the value of its final observation instead of being treated as terminal.
-  - the rollout runs only the actor per step; values and log-probs of the whole rollout come from one
-    batched forward pass after it (same parameters, so the same numbers, much less Python overhead).
-  - --torch-threads 1 by default: for 64-unit networks extra intra-op threads only add overhead.
-  - on CPU the rollout samples actions from a numpy forward pass over *views* of the actor's weights
-    (NumpyPolicy: same network, same numbers, a third of torch's per-step overhead on 4 observations);
-    --no-numpy-rollout uses torch, as on CUDA.
-  - all parameters live in one flat tensor (flat_parameters), so gradient clipping and Adam are one
-    op each per minibatch instead of one per layer; the model and its state_dict are unchanged.
-  - the update does per epoch what needs no gradient: one gather per tensor, the advantage normalisation of
-    all minibatches at once (each with its own statistics) and, after the epochs, the KL/clipfrac statistics
-    of every minibatch; clip_grad_norm is nn.utils.clip_grad_norm_'s rule in fewer ops (both tested equal).
-  - gymnasium's env checker runs once, on check_args' probe env; the training envs skip its wrapper.
+To hack: the rollout and the update both call Agent.get_action_and_value, the optimizer holds agent.parameters()
+and update() is CleanRL's loop, so an edit to the network, a head or the loop applies everywhere.
+Deliberate choices (reference behaviour stays the default): --bootstrap-truncated (off); --torch-threads 1.
 """
 
 import gc
+import importlib.util
+import math
 import os
 import pickle
 import random
@@ -57,166 +44,103 @@ SCRIPT = "ppo.py"
 
 @dataclass
 class Args:
-    exp_name: str = "ppo"
-    """the name of this experiment (the first part of the run name)"""
-    seed: int = 1
-    """seed of python, numpy, torch and the environments"""
-    torch_deterministic: bool = True
-    """if toggled, sets `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """use CUDA when available (falls back to CPU with a notice)"""
-    torch_threads: int = 1
-    """torch intra-op threads (0 keeps torch's default); 1 is fastest for these small networks"""
-    track: bool = False
-    """log to Weights & Biases (imports wandb only when set)"""
-    wandb_project_name: str = "ppo-reference"
-    """the Weights & Biases project"""
-    wandb_entity: Optional[str] = None
-    """the Weights & Biases entity (team)"""
-    capture_video: bool = False
-    """record videos of env 0 into `videos/<run name>/` (needs moviepy)"""
-    save_model: bool = False
-    """write a checkpoint to `runs/<run name>/checkpoint.pt` periodically and at the end"""
-    save_every: int = 50
-    """iterations between periodic checkpoints (with --save-model)"""
-    resume: Optional[str] = None
-    """path of a checkpoint of this script to continue training from (its args are used)"""
-    eval_checkpoint: Optional[str] = None
-    """evaluate this checkpoint instead of training, and print the mean return"""
-    eval_episodes: int = 10
-    """episodes to run with --eval-checkpoint"""
+    exp_name: str = "ppo"  # the name of this experiment (the first part of the run name)
+    seed: int = 1  # seed of python, numpy, torch and the environments
+    torch_deterministic: bool = True  # if toggled, sets `torch.backends.cudnn.deterministic=True`
+    cuda: bool = True  # use CUDA when available (falls back to CPU with a notice)
+    torch_threads: int = 1  # torch intra-op threads (0: torch's default); 1 is fastest for small networks
+    track: bool = False  # log to Weights & Biases (imports wandb only when set)
+    wandb_project_name: str = "ppo-reference"  # the Weights & Biases project
+    wandb_entity: Optional[str] = None  # the Weights & Biases entity (team)
+    capture_video: bool = False  # record videos of env 0 into `videos/<run name>/` (needs moviepy)
+    save_model: bool = False  # write `runs/<run name>/checkpoint.pt` every --save-every iterations and at the end
+    save_every: int = 50  # iterations between periodic checkpoints (with --save-model)
+    resume: Optional[str] = None  # continue this checkpoint's run (flags beside it: only those in RESUMABLE)
+    eval_checkpoint: Optional[str] = None  # evaluate this checkpoint instead of training; print the mean return
+    eval_episodes: int = 10  # episodes to run with --eval-checkpoint
 
     # Algorithm specific arguments
-    env_id: str = "CartPole-v1"
-    """the id of the environment"""
-    total_timesteps: int = 500000
-    """total environment steps of the experiment"""
-    learning_rate: float = 2.5e-4
-    """the learning rate of the optimizer"""
-    num_envs: int = 4
-    """the number of parallel environments"""
-    num_steps: int = 128
-    """the number of steps to run in each environment per rollout"""
-    anneal_lr: bool = True
-    """anneal the learning rate linearly to 0 (detail 4)"""
-    gamma: float = 0.99
-    """the discount factor gamma"""
-    gae_lambda: float = 0.95
-    """the lambda of generalized advantage estimation"""
-    num_minibatches: int = 4
-    """the number of minibatches per epoch"""
-    update_epochs: int = 4
-    """the number of epochs over each rollout"""
-    norm_adv: bool = True
-    """normalise advantages per minibatch (detail 7)"""
-    clip_coef: float = 0.2
-    """the surrogate clipping coefficient"""
-    clip_vloss: bool = True
-    """use the clipped value loss (detail 9)"""
-    ent_coef: float = 0.01
-    """coefficient of the entropy bonus"""
-    vf_coef: float = 0.5
-    """coefficient of the value loss"""
-    max_grad_norm: float = 0.5
-    """the maximum global norm of the gradients"""
-    target_kl: Optional[float] = None
-    """stop the epochs early when approx_kl exceeds this (off in the reference)"""
-    bootstrap_truncated: bool = False
-    """bootstrap truncated (time-limit) episodes from the value of their final observation"""
-    numpy_rollout: bool = True
-    """on CPU, sample rollout actions with NumpyPolicy (the same actor in numpy; off: torch)"""
+    env_id: str = "CartPole-v1"  # the id of the environment
+    total_timesteps: int = 500000  # total environment steps of the experiment
+    learning_rate: float = 2.5e-4  # the learning rate of the optimizer
+    num_envs: int = 4  # the number of parallel environments
+    num_steps: int = 128  # the number of steps to run in each environment per rollout
+    anneal_lr: bool = True  # anneal the learning rate linearly to 0 (detail 4)
+    gamma: float = 0.99  # the discount factor gamma
+    gae_lambda: float = 0.95  # the lambda of generalized advantage estimation
+    num_minibatches: int = 4  # the number of minibatches per epoch
+    update_epochs: int = 4  # the number of epochs over each rollout
+    norm_adv: bool = True  # normalise advantages per minibatch (detail 7)
+    clip_coef: float = 0.2  # the surrogate clipping coefficient
+    clip_vloss: bool = True  # use the clipped value loss (detail 9)
+    ent_coef: float = 0.01  # coefficient of the entropy bonus
+    vf_coef: float = 0.5  # coefficient of the value loss
+    max_grad_norm: float = 0.5  # the maximum global norm of the gradients
+    target_kl: Optional[float] = None  # stop the epochs early when approx_kl exceeds this (off in the reference)
+    bootstrap_truncated: bool = False  # bootstrap time-limit ends from the value of their final observation
 
     # filled in at runtime
-    batch_size: int = 0
-    """the batch size (computed: num_envs * num_steps)"""
-    minibatch_size: int = 0
-    """the minibatch size (computed: batch_size // num_minibatches)"""
-    num_iterations: int = 0
-    """the number of iterations (computed: total_timesteps // batch_size)"""
+    batch_size: int = 0  # computed: num_envs * num_steps
+    minibatch_size: int = 0  # computed: batch_size // num_minibatches
+    num_iterations: int = 0  # computed: total_timesteps // batch_size
 
 
 class ConfigError(ValueError):
     """Bad input found before training; __main__ prints it as one line."""
 
 
-def check_args(args: Args) -> None:
+# every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
+RANGES = [("total_timesteps num_envs num_steps num_minibatches update_epochs save_every eval_episodes", 1, math.inf, True),
+          ("learning_rate clip_coef max_grad_norm target_kl", 0, math.inf, False),
+          ("ent_coef vf_coef", 0, math.inf, True), ("gamma gae_lambda", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
+# the flags that may change beside --resume: the budget, and how the run is saved or placed
+RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "track"}
+
+
+def check_args(args: Args, ckpt=None) -> None:
     """Fail before any training with a message that names the problem and the fix."""
-    if args.total_timesteps <= 0:
-        raise ConfigError(f"--total-timesteps must be positive, got {args.total_timesteps}")
-    if args.num_envs <= 0 or args.num_steps <= 0 or args.num_minibatches <= 0:
-        raise ConfigError("--num-envs, --num-steps and --num-minibatches must be positive")
+    for names, low, high, closed in RANGES:
+        for name, v in ((name, getattr(args, name)) for name in names.split()):
+            if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
+                raise ConfigError(f"--{name.replace('_', '-')} must be a finite number {'>=' if closed else '>'} {low}"
+                                  + (f" and <= {high}" if high < math.inf else "") + f", got {v}")
     batch = args.num_envs * args.num_steps
-    if batch % args.num_minibatches != 0:
-        raise ConfigError(
-            f"num_envs * num_steps = {batch} is not divisible by --num-minibatches {args.num_minibatches}; "
-            "choose a number of minibatches that divides it"
-        )
-    if args.total_timesteps < batch:
-        raise ConfigError(f"--total-timesteps {args.total_timesteps} is less than one rollout ({batch} steps)")
+    if batch % args.num_minibatches != 0 or batch // args.num_minibatches < 2:
+        raise ConfigError(f"num_envs * num_steps = {batch} is not divisible by --num-minibatches "
+                          f"{args.num_minibatches} into minibatches of 2 or more; choose a number that divides it")
+    if args.total_timesteps < batch or (ckpt and args.total_timesteps // batch <= ckpt["iteration"]):
+        raise ConfigError(f"--total-timesteps {args.total_timesteps} leaves no iteration to run (one is {batch} "
+                          f"steps{'; the checkpoint is at iteration %d' % ckpt['iteration'] if ckpt else ''})")
+    for flag, package in (("capture_video", "moviepy"), ("track", "wandb")):
+        if getattr(args, flag) and importlib.util.find_spec(package) is None:
+            raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
     try:
-        gym.spec(args.env_id)
-    except gym.error.Error:
-        raise ConfigError(f"unknown env id {args.env_id!r}; see gymnasium.pprint_registry() for the ids") from None
-    probe = gym.make(args.env_id)
-    space = probe.action_space
-    if not isinstance(space, gym.spaces.Discrete):
-        probe.close()
-        raise ConfigError(
-            f"{args.env_id} has a {type(space).__name__} action space; {SCRIPT} handles Discrete only "
-            "(use ppo_continuous_action.py for Box actions)"
-        )
-    probe.reset(seed=0)  # gymnasium's env checker checks this first reset and step; the training envs skip it
-    probe.step(space.sample())
-    probe.close()
-    if args.capture_video:
-        try:
-            import moviepy  # noqa: F401
-        except ImportError as e:
-            raise ConfigError(f"--capture-video needs moviepy, which did not import ({e}): pip install moviepy") from None
-        probe = gym.make(args.env_id, render_mode="rgb_array")
-        try:  # rendering needs the env family's own extra (pygame for classic control)
+        probe = gym.make(args.env_id, **({"render_mode": "rgb_array"} if args.capture_video else {}))
+        if args.capture_video:  # rendering needs the env family's own extra (pygame for classic control)
             probe.reset(seed=0)
             probe.render()
-        except gym.error.DependencyNotInstalled as e:
-            raise ConfigError(f"--capture-video cannot render {args.env_id}: {e}") from None
-        finally:
-            probe.close()
-    if args.track:
-        try:
-            import wandb  # noqa: F401
-        except ImportError as e:
-            raise ConfigError(f"--track needs wandb, which did not import ({e}): pip install wandb") from None
-
-
-def make_env(env_id, idx, capture_video, run_name):
-    def thunk():
-        # the env checker already ran on check_args' probe; here its wrapper would cost 5% of the env time
-        if capture_video and idx == 0:
-            env = gym.make(env_id, render_mode="rgb_array", disable_env_checker=True)
-            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
-        else:
-            env = gym.make(env_id, disable_env_checker=True)
-        return env
-
-    return thunk
+        probe.close()
+    except gym.error.DependencyNotInstalled as e:
+        raise ConfigError(f"--capture-video cannot render {args.env_id}: {e}") from None
+    except gym.error.Error:
+        raise ConfigError(f"unknown env id {args.env_id!r}; see gymnasium.pprint_registry() for the ids") from None
+    if not isinstance(probe.action_space, gym.spaces.Discrete):
+        raise ConfigError(f"{args.env_id} has a {type(probe.action_space).__name__} action space; {SCRIPT} handles "
+                          "Discrete only (use ppo_continuous_action.py for Box actions)")
 
 
 def make_envs(args, run_name, restored=None):
+    def make_env(idx):
+        if restored is not None:  # sub-envs unpickled from a checkpoint continue their episodes
+            return lambda: restored[idx]
+        if args.capture_video and idx == 0:
+            return lambda: gym.wrappers.RecordVideo(gym.make(args.env_id, render_mode="rgb_array"), f"videos/{run_name}")
+        return lambda: gym.make(args.env_id)
+
     # detail 1: SAME_STEP autoreset, as in the reference's gym: the step that ends an episode already
     # returns the next episode's first observation (the final one is in info["final_obs"])
-    thunks = [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)]
-    if restored is not None:  # sub-envs unpickled from a checkpoint
-        thunks = [lambda env=env: env for env in restored]
-    # copy=False: the rollout copies each observation into its buffer before the next step overwrites it
-    return gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, copy=False)
-
-
-def env_snapshot(envs):
-    """The sub-envs pickled, so that a resumed run continues the same episodes; None if they cannot be."""
-    try:
-        return pickle.dumps(envs.envs)
-    except Exception:
-        return None
+    return gym.vector.SyncVectorEnv([make_env(i) for i in range(args.num_envs)],
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -230,147 +154,51 @@ class Agent(nn.Module):
     def __init__(self, obs_dim, n_actions):
         super().__init__()
         # detail 13: separate actor and critic networks, 64-64 tanh each
-        self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 1), std=1.0),
-        )
-        self.actor = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, n_actions), std=0.01),
-        )
+        self.critic = nn.Sequential(layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(), layer_init(nn.Linear(64, 64)), nn.Tanh(),
+                                    layer_init(nn.Linear(64, 1), std=1.0))
+        self.actor = nn.Sequential(layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(), layer_init(nn.Linear(64, 64)), nn.Tanh(),
+                                   layer_init(nn.Linear(64, n_actions), std=0.01))
 
     def get_value(self, x):
         return self.critic(x).squeeze(-1)
 
-    def get_logits(self, x):
-        return self.actor(x)
-
-    def get_logits_and_value(self, x):
-        return self.actor(x), self.critic(x).squeeze(-1)
-
-    def policy_layers(self):
-        """The layers from observation to logits, in order (for NumpyPolicy)."""
-        return list(self.actor)
-
-
-def flat_parameters(module):
-    """Move all of `module`'s parameters (and their gradients) into one flat tensor; return it as a Parameter.
-
-    Each parameter becomes a view of the flat tensor and each .grad a view of its flat gradient, so
-    backward() fills the flat gradient in place, and clipping and the optimizer step touch one tensor.
-    Call it after .to(device); zero the gradient with zero_grad(set_to_none=False) to keep the views.
-    """
-    flat = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
-    flat_grad = torch.zeros_like(flat)
-    offset = 0
-    for p in module.parameters():
-        n = p.numel()
-        p.data = flat[offset:offset + n].view_as(p)
-        p.grad = flat_grad[offset:offset + n].view_as(p)
-        offset += n
-    flat = nn.Parameter(flat)
-    flat.grad = flat_grad
-    return flat
-
-
-class NumpyPolicy:
-    """Sample Categorical(actor(obs)) in numpy, for the rollout on CPU.
-
-    The weights are numpy views of the actor's CPU parameters, not copies: optimizer steps and
-    load_state_dict are seen at once. Handles Linear and Tanh layers (a variant with other layers
-    passes --no-numpy-rollout). Sampling is inverse-CDF with one uniform per row from numpy's RNG.
-    """
-
-    def __init__(self, layers):
-        self.layers = []
-        for layer in layers:
-            if isinstance(layer, nn.Linear):
-                self.layers.append((layer.weight.detach().numpy().T, layer.bias.detach().numpy()))
-            elif isinstance(layer, nn.Tanh):
-                self.layers.append(None)
-            else:
-                raise ConfigError(f"NumpyPolicy handles Linear and Tanh layers, not {type(layer).__name__}; "
-                                  "pass --no-numpy-rollout")
-
-    def logits(self, obs):
-        h = obs
-        for layer in self.layers:
-            h = np.tanh(h) if layer is None else h @ layer[0] + layer[1]
-        return h
-
-    def sample(self, obs):
-        logits = self.logits(obs)
-        cdf = np.exp(logits - logits.max(-1, keepdims=True)).cumsum(-1)
-        u = np.random.random((len(cdf), 1)) * cdf[:, -1:]
-        return (cdf < u).sum(-1)
+    def get_action_and_value(self, x, action=None):
+        """Sample an action, or score the given one: (action, log-prob, entropy, value).
+        The rollout and the update both call this, so an edit here applies to both."""
+        logp = self.actor(x).log_softmax(-1)  # Categorical(logits=...) written out: a third cheaper per step
+        if action is None:
+            action = torch.multinomial(logp.exp(), 1).squeeze(-1)
+        logprob = logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+        return action, logprob, -(logp.exp() * logp).sum(-1), self.get_value(x)
 
 
 def compute_gae(rewards, values, dones, next_value, gamma, gae_lambda):
-    """Generalized advantage estimation (detail 5). Tensors [T, N]; next_value [N].
-
-    dones[t] = 1 when the transition at step t ended its episode, so neither the value of the next
-    step nor its advantage flows back across it. Returns (advantages, TD(lambda) returns).
-    The T-step recursion runs in numpy: on arrays of N elements a numpy op costs a fraction of a torch op.
-    """
-    r, v, d = (x.detach().cpu().numpy() for x in (rewards, values, dones))
-    next_v = next_value.detach().cpu().numpy()
+    """Generalized advantage estimation (detail 5). Tensors [T, N]; next_value [N]. Returns (advantages,
+    TD(lambda) returns). dones[t] = 1 when step t ended its episode: nothing flows back across it. The T-step
+    recursion runs in numpy: on arrays of N elements a numpy op costs a fraction of a torch op."""
+    r, v, d, next_v = (x.detach().cpu().numpy() for x in (rewards, values, dones, next_value))
     nextnonterminal = 1.0 - d
-    nextvalues = np.concatenate([v[1:], next_v[None]])
-    deltas = r + gamma * nextvalues * nextnonterminal - v  # all T TD errors at once; only the sum below recurses
-    discounts = gamma * gae_lambda * nextnonterminal
-    advantages = np.zeros_like(deltas)
-    lastgaelam = np.zeros_like(next_v)
+    deltas = r + gamma * np.concatenate([v[1:], next_v[None]]) * nextnonterminal - v
+    advantages, lastgaelam = np.zeros_like(deltas), 0.0
     for t in reversed(range(r.shape[0])):
-        lastgaelam = deltas[t] + discounts[t] * lastgaelam
-        advantages[t] = lastgaelam
+        lastgaelam = advantages[t] = deltas[t] + gamma * gae_lambda * nextnonterminal[t] * lastgaelam
     advantages = torch.as_tensor(advantages, device=rewards.device)
     return advantages, advantages + values
 
 
-def sample_categorical(logits):
-    """Inverse-CDF sampling of Categorical(logits), one uniform per row (twice as fast as torch.multinomial)."""
-    u = torch.rand(logits.shape[:-1] + (1,), device=logits.device)
-    return (logits.softmax(-1).cumsum(-1) < u).sum(-1).clamp_(max=logits.shape[-1] - 1)
-
-
-def categorical_logprob_entropy(logits, actions):
-    """Log-probability of `actions` and entropy of Categorical(logits), without building a distribution."""
-    logp = logits.log_softmax(-1)
-    return logp.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), -(logp.exp() * logp).sum(-1)
-
-
-def normalize_advantages(advantages):
-    """Detail 7: zero mean and unit std within each minibatch. Works along the last dim, so the
-    [num_minibatches, minibatch_size] advantages of an epoch are done at once, each row with its own statistics."""
-    return (advantages - advantages.mean(-1, keepdim=True)) / (advantages.std(-1, keepdim=True) + 1e-8)
-
-
 def ppo_losses(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns, entropy, args):
     """Clipped surrogate (detail 8), clipped value loss (detail 9), overall loss (detail 10).
-
-    `advantages` are used as given (update() has normalised them when --norm-adv).
-    Returns (loss, pg_loss, v_loss, entropy_loss, logratio); logratio = log(new / old) feeds ratio_stats.
-    """
+    Returns (loss, pg_loss, v_loss, entropy_loss, logratio); logratio = log(new / old) feeds ratio_stats."""
     logratio = newlogprob - oldlogprob
     ratio = logratio.exp()
     pg_loss1 = -advantages * ratio
     pg_loss2 = -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
     pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
     if args.clip_vloss:
-        v_loss_unclipped = (newvalue - returns) ** 2
-        v_clipped = torch.clamp(newvalue, oldvalue - args.clip_coef, oldvalue + args.clip_coef)
-        v_loss_clipped = (v_clipped - returns) ** 2
-        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+        v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -args.clip_coef, args.clip_coef)
+        v_loss = 0.5 * torch.max((newvalue - returns) ** 2, (v_clipped - returns) ** 2).mean()
     else:
         v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
-
     entropy_loss = entropy.mean()
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
     return loss, pg_loss, v_loss, entropy_loss, logratio
@@ -384,53 +212,25 @@ def ratio_stats(logratio, clip_coef):
     return (-logratio).mean(), ((ratio - 1) - logratio).mean(), ((ratio - 1).abs() > clip_coef).float().mean()
 
 
-def clip_grad_norm(parameters, max_norm):
-    """Detail 11: scale all gradients by max_norm / (norm + 1e-6) when that is below 1, where norm is their global
-    L2 norm: nn.utils.clip_grad_norm_'s rule and result, in a third of its ops on one flat gradient.
-    Returns the norm before clipping."""
-    grads = [p.grad for p in parameters]
-    norms = [torch.linalg.vector_norm(g) for g in grads]
-    norm = norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms))
-    scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-    for g in grads:
-        g.mul_(scale)
-    return norm
-
-
-def linear_lr(iteration, num_iterations, lr):
-    """Detail 4: lr at `iteration` (1-based), reaching exactly 0 at the last iteration."""
-    return lr * (1.0 - (iteration - 1.0) / (num_iterations - 1)) if num_iterations > 1 else lr
-
-
-def minibatch_indices(batch_size, minibatch_size, device="cpu"):
-    """Detail 6: shuffle the batch and split it into disjoint minibatches that cover all of it: row i of the
-    returned [batch_size // minibatch_size, minibatch_size] tensor indexes minibatch i."""
-    return torch.randperm(batch_size, device=device).view(-1, minibatch_size)
-
-
 def update(agent, optimizer, b, args):
-    """The learning phase: update_epochs passes over batch `b` (a dict of flat tensors) in minibatches.
-
-    Returns the last minibatch's losses (as in the reference's logs; clipfrac: the mean over minibatches) and
-    the first minibatch's ratio/clipfrac/approx_kl, which must be exactly 1/0/0 as nothing has changed yet.
-    """
-    logratios = []
+    """update_epochs passes over batch `b` (a dict of flat tensors) in minibatches. Returns the last minibatch's
+    losses (clipfrac: the mean over minibatches) and the first minibatch's ratio/clipfrac/approx_kl, which must
+    be exactly 1/0/0 as nothing has changed yet."""
+    logratios = []  # the KL/clipfrac statistics wait until after the loop: no device sync per minibatch
     for epoch in range(args.update_epochs):
-        idx = minibatch_indices(args.batch_size, args.minibatch_size, b["obs"].device)
-        shuffled = {k: v[idx] for k, v in b.items()}  # one gather per tensor per epoch; minibatch i is row i
-        if args.norm_adv:
-            shuffled["advantages"] = normalize_advantages(shuffled["advantages"])
-        for i in range(args.num_minibatches):
-            mb = {k: v[i] for k, v in shuffled.items()}
-            newlogits, newvalue = agent.get_logits_and_value(mb["obs"])
-            newlogprob, entropy = categorical_logprob_entropy(newlogits, mb["actions"])
+        # detail 6: a new shuffle each epoch, split into disjoint minibatches that cover the batch
+        for mb in torch.randperm(args.batch_size, device=b["obs"].device).view(-1, args.minibatch_size):
+            _, newlogprob, entropy, newvalue = agent.get_action_and_value(b["obs"][mb], b["actions"][mb])
+            mb_advantages = b["advantages"][mb]
+            if args.norm_adv:  # detail 7
+                mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
             loss, pg_loss, v_loss, entropy_loss, logratio = ppo_losses(
-                newlogprob, mb["logprobs"], mb["advantages"], newvalue, mb["values"], mb["returns"], entropy, args,
-            )
-            logratios.append(logratio.detach())  # the statistics wait until after the loop: fewer ops per step
-            optimizer.zero_grad(set_to_none=False)  # keeps the parameters' .grad views of the flat gradient
+                newlogprob, b["logprobs"][mb], mb_advantages, newvalue, b["values"][mb], b["returns"][mb], entropy, args)
+            logratios.append(logratio.detach())
+
+            optimizer.zero_grad()
             loss.backward()
-            clip_grad_norm(optimizer.param_groups[0]["params"], args.max_grad_norm)
+            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # detail 11
             optimizer.step()
         if args.target_kl is not None and ratio_stats(logratios[-1], args.clip_coef)[1] > args.target_kl:
             break
@@ -439,143 +239,116 @@ def update(agent, optimizer, b, args):
     first = {"ratio_max_dev": logratios[0].exp().sub(1).abs().max().item(), "clipfrac": first_clipfrac.item(),
              "approx_kl": first_kl.item()}
     clipfrac = torch.stack([ratio_stats(logratio, args.clip_coef)[2] for logratio in logratios]).mean()
-    losses = {
-        "value_loss": v_loss.item(), "policy_loss": pg_loss.item(), "entropy": entropy_loss.item(),
-        "old_approx_kl": old_approx_kl.item(), "approx_kl": approx_kl.item(), "clipfrac": clipfrac.item(),
-    }
-    return losses, first
+    return {"value_loss": v_loss.item(), "policy_loss": pg_loss.item(), "entropy": entropy_loss.item(),
+            "old_approx_kl": old_approx_kl.item(), "approx_kl": approx_kl.item(), "clipfrac": clipfrac.item()}, first
 
 
-def explained_variance(y_pred, y_true):
-    var_y = np.var(y_true)
-    return np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+def new_run_dir(name, suffix=""):
+    """Create runs/<name> (<name>-2, -3, ... if it exists: mkdir is atomic, so no two runs share one)."""
+    try:
+        os.makedirs(f"runs/{name}{suffix}")
+        return f"runs/{name}{suffix}"
+    except FileExistsError:
+        return new_run_dir(name, f"-{int(suffix[1:] or 1) + 1}")
+    except OSError as e:
+        raise ConfigError(f"cannot create runs/{name}{suffix}: {e.strerror}; run from a writable directory") from None
 
 
 def save_checkpoint(path, state):
-    """Write atomically: a crash or Ctrl-C mid-write leaves the previous checkpoint intact."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path):
-    if not os.path.isfile(path):
-        raise ConfigError(f"checkpoint {path!r} does not exist")
+    """Write atomically: a crash or Ctrl-C mid-write leaves the previous checkpoint intact and no partial file."""
     try:
+        torch.save(state, f"{path}.tmp")
+        os.replace(f"{path}.tmp", path)
+    finally:
+        if os.path.exists(f"{path}.tmp"):
+            os.remove(f"{path}.tmp")
+
+
+def load_checkpoint(path, args=None):
+    """The checkpoint at `path`; with `args` (given beside --resume) also the args to resume with: the
+    checkpoint's, with the RESUMABLE flags of `args`. Any other flag changed in `args` is refused."""
+    try:  # missing, a directory, truncated or not a checkpoint at all
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:
         raise ConfigError(f"checkpoint {path!r} could not be read ({type(e).__name__}: {e})") from None
     if not isinstance(ckpt, dict) or ckpt.get("script") != SCRIPT:
         owner = ckpt.get("script") if isinstance(ckpt, dict) else None
         raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not {SCRIPT}")
-    return ckpt
+    default, given = asdict(Args()), asdict(args or Args())
+    for k, v in given.items():
+        if k not in RESUMABLE and v != default[k] and v != ckpt["args"].get(k):
+            raise ConfigError(f"--{k.replace('_', '-')} cannot change when resuming (the checkpoint has "
+                              f"{ckpt['args'].get(k)!r}); start a new run to train with {v!r}")
+    return ckpt, Args(**{**ckpt["args"], **{k: v for k, v in given.items() if k in RESUMABLE and v != default[k]}})
 
 
-def rng_states():
-    states = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def set_rng_states(states):
-    random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
-    torch.set_rng_state(states["torch"])
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
-
-
-def pick_device(args):
-    if args.cuda and not torch.cuda.is_available():
-        print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
-    return torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
-
-
-def evaluate_agent(agent, env_id, eval_episodes=10, seed=0, device="cpu"):
-    """Returns of `eval_episodes` episodes of the agent's sampling policy, seeded for repeatability."""
-    env = gym.make(env_id)
-    generator = torch.Generator(device=device).manual_seed(seed)
-    returns = []
-    obs, _ = env.reset(seed=seed)
-    while len(returns) < eval_episodes:
-        episode_return, done = 0.0, False
-        while not done:
-            with torch.inference_mode():
-                logits = agent.get_logits(torch.as_tensor(obs, dtype=torch.float32, device=device))
-                u = torch.rand((), generator=generator, device=device)
-                action = int((logits.softmax(-1).cumsum(-1) < u).sum().clamp(max=logits.shape[-1] - 1))
-            obs, reward, terminated, truncated, _ = env.step(action)
+def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
+    """Returns of `eval_episodes` episodes of a checkpoint's sampling policy, seeded for repeatability."""
+    ckpt, args = load_checkpoint(checkpoint_path)
+    check_args(Args(env_id=args.env_id, eval_episodes=eval_episodes, seed=seed))
+    env = gym.make(args.env_id)
+    agent = Agent(int(np.prod(env.observation_space.shape)), env.action_space.n).to(device)
+    agent.load_state_dict(ckpt["model"])
+    returns, (obs, _), episode_return = [], env.reset(seed=seed), 0.0
+    with torch.random.fork_rng(), torch.inference_mode():
+        torch.manual_seed(seed)
+        while len(returns) < eval_episodes:
+            action, *_ = agent.get_action_and_value(torch.as_tensor(obs[None], dtype=torch.float32, device=device))
+            obs, reward, terminated, truncated, _ = env.step(action.item())
             episode_return += float(reward)
-            done = terminated or truncated
-        returns.append(episode_return)
-        obs, _ = env.reset()
+            if terminated or truncated:
+                returns.append(episode_return)
+                (obs, _), episode_return = env.reset(), 0.0
     env.close()
     return returns
 
 
-def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
-    """Load a checkpoint of this script and return the returns of `eval_episodes` episodes."""
-    ckpt = load_checkpoint(checkpoint_path)
-    env = gym.make(ckpt["args"]["env_id"])
-    agent = Agent(int(np.prod(env.observation_space.shape)), env.action_space.n).to(device)
-    env.close()
-    agent.load_state_dict(ckpt["model"])
-    return evaluate_agent(agent, ckpt["args"]["env_id"], eval_episodes, seed, device)
-
-
 def train(args: Args):
     """Train; return a dict with the per-episode returns/lengths, per-iteration losses, the agent and optimizer."""
-    ckpt = None
-    if args.resume:
-        ckpt = load_checkpoint(args.resume)
-        args = Args(**{**ckpt["args"], "resume": args.resume})
-    check_args(args)
+    ckpt, args = load_checkpoint(args.resume, args) if args.resume else (None, args)
+    check_args(args, ckpt)
     args.batch_size = args.num_envs * args.num_steps
     args.minibatch_size = args.batch_size // args.num_minibatches
     args.num_iterations = args.total_timesteps // args.batch_size
-    run_name = ckpt["run_name"] if ckpt else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-
+    if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
+        run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
+        run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
+        print(f"{SCRIPT}: resuming {run_name} after iteration {ckpt['iteration']} in {run_dir}", file=sys.stderr)
+    else:
+        run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+        run_name = os.path.basename(run_dir)
     if args.track:
         import wandb
-
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
                    config=asdict(args), name=run_name, save_code=True, resume="allow")
     from torch.utils.tensorboard import SummaryWriter
 
-    # a resumed run logs on into the same directory; purge_step makes TensorBoard drop what the interrupted
-    # run logged after its checkpoint, so those steps are not counted twice
-    writer = SummaryWriter(f"runs/{run_name}", purge_step=ckpt["global_step"] + 1 if ckpt else None)
+    # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
+    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None)
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
 
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    if args.torch_threads > 0:
-        torch.set_num_threads(args.torch_threads)
-    device = pick_device(args)
+    torch.set_num_threads(args.torch_threads or torch.get_num_threads())
+    if args.cuda and not torch.cuda.is_available():
+        print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
     envs = make_envs(args, run_name)
     obs_shape = envs.single_observation_space.shape
     agent = Agent(int(np.prod(obs_shape)), envs.single_action_space.n).to(device)
-    # detail 3: eps 1e-5. fused=True is the same Adam in one kernel per step, on the one flat tensor
-    optimizer = torch.optim.Adam([flat_parameters(agent)], lr=args.learning_rate, eps=1e-5, fused=True)
-    policy = NumpyPolicy(agent.policy_layers()) if args.numpy_rollout and device.type == "cpu" else None
+    # detail 3: eps 1e-5; fused: the same Adam in one kernel per step, on CPU and CUDA
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 
     T, N = args.num_steps, args.num_envs
-    # rollout storage lives in numpy: per-step writes are cheap and become tensors once per rollout
-    obs_buf = np.zeros((T, N) + obs_shape, dtype=np.float32)
-    actions_buf = np.zeros((T, N), dtype=np.int64)
-    rewards_buf = np.zeros((T, N), dtype=np.float32)
-    dones_buf = np.zeros((T, N), dtype=np.float32)
+    # what the envs return is stored in numpy (cheap per-step writes), what the agent returns in torch
+    obs, rewards, dones = np.zeros((T, N) + obs_shape, np.float32), np.zeros((T, N), np.float32), np.zeros((T, N), np.float32)
     episode_return, episode_length = np.zeros(N), np.zeros(N, dtype=np.int64)
     history = {"episodic_return": [], "episodic_length": [], "losses": [], "first_minibatch": [], "learning_rate": [],
                "seconds": {"env": 0.0, "inference": 0.0, "update": 0.0}}  # where the wall time goes
-    seconds = history["seconds"]
-
-    start_iteration, global_step = 1, 0
+    seconds, start_iteration, global_step = history["seconds"], 1, 0
     next_obs, _ = envs.reset(seed=args.seed)
     if ckpt:
         agent.load_state_dict(ckpt["model"])
@@ -587,54 +360,40 @@ def train(args: Args):
             next_obs, episode_return, episode_length = ckpt["next_obs"], ckpt["episode_return"], ckpt["episode_length"]
         else:  # keep the fresh episodes' first observations: the saved ones belong to other games
             print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
-        set_rng_states(ckpt["rng"])
+        random.setstate(ckpt["rng"]["python"])
+        np.random.set_state(ckpt["rng"]["numpy"])
+        torch.set_rng_state(ckpt["rng"]["torch"])
+        if device.type == "cuda" and "cuda" in ckpt["rng"]:
+            torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
 
-    def checkpoint_state(iteration):
-        return {
-            "script": SCRIPT, "args": asdict(args), "run_name": run_name, "iteration": iteration,
-            "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
-            "rng": rng_states(), "next_obs": next_obs, "episode_return": episode_return.copy(),
-            "episode_length": episode_length.copy(), "envs": env_snapshot(envs),
-        }
-
-    ckpt_path = f"runs/{run_name}/checkpoint.pt"
     gc.freeze()  # the ~300k objects made so far (mostly torch's) are never garbage: full collections skip them
     start_time, start_step = time.time(), global_step
     for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:
-            optimizer.param_groups[0]["lr"] = linear_lr(iteration, args.num_iterations, args.learning_rate)
+        if args.anneal_lr:  # detail 4
+            optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - (iteration - 1) / max(args.num_iterations - 1, 1))
 
+        rollout = []  # the agent's (action, logprob, value) of each step, stacked into [T, N] tensors after it
         for step in range(T):
             global_step += N
-            obs_buf[step] = next_obs
+            obs[step] = next_obs
             t0 = time.perf_counter()
-            if policy is not None:
-                action = policy.sample(next_obs)
-            else:
-                with torch.inference_mode():
-                    logits = agent.get_logits(torch.as_tensor(next_obs, dtype=torch.float32, device=device))
-                    action = sample_categorical(logits).cpu().numpy()
-            actions_buf[step] = action
+            with torch.inference_mode():
+                action, logprob, _, value = agent.get_action_and_value(
+                    torch.as_tensor(next_obs, dtype=torch.float32, device=device))
+            rollout.append((action, logprob, value))
             t1 = time.perf_counter()
-            next_obs, reward, terminations, truncations, infos = envs.step(action)
+            next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
             seconds["inference"] += t1 - t0
             seconds["env"] += time.perf_counter() - t1
-            done = terminations | truncations
-            rewards_buf[step] = reward
-            dones_buf[step] = done
-
-            if args.bootstrap_truncated and truncations.any():
+            rewards[step], dones[step] = reward, terminations | truncations
+            if args.bootstrap_truncated and (idx := np.flatnonzero(truncations & ~terminations)).size:
                 # r + gamma * V(final obs) for time-limit ends, so the done cut leaves the right target
-                idx = np.flatnonzero(truncations & ~terminations)
-                if idx.size:
-                    final = np.stack([infos["final_obs"][i] for i in idx]).astype(np.float32)
-                    with torch.inference_mode():
-                        v = agent.get_value(torch.as_tensor(final, device=device)).cpu().numpy()
-                    rewards_buf[step, idx] += args.gamma * v
+                final = torch.as_tensor(np.stack([infos["final_obs"][i] for i in idx]), dtype=torch.float32, device=device)
+                with torch.no_grad():
+                    rewards[step, idx] += args.gamma * agent.get_value(final).cpu().numpy()
 
-            episode_return += reward
-            episode_length += 1
-            for i in np.flatnonzero(done):
+            episode_return, episode_length = episode_return + reward, episode_length + 1
+            for i in np.flatnonzero(dones[step]):
                 writer.add_scalar("charts/episodic_return", episode_return[i], global_step)
                 writer.add_scalar("charts/episodic_length", episode_length[i], global_step)
                 history["episodic_return"].append(float(episode_return[i]))
@@ -642,22 +401,18 @@ def train(args: Args):
                 episode_return[i], episode_length[i] = 0.0, 0
 
         t0 = time.perf_counter()
-        # one batched forward for the whole rollout: old log-probs, old values and the bootstrap value
-        b_obs = torch.as_tensor(obs_buf, device=device).reshape((-1,) + obs_shape)
-        b_actions = torch.as_tensor(actions_buf, device=device).reshape(-1)
+        actions, logprobs, values = (torch.stack(x) for x in zip(*rollout))
         with torch.no_grad():
-            logits, b_values = agent.get_logits_and_value(b_obs)
-            b_logprobs, _ = categorical_logprob_entropy(logits, b_actions)
             next_value = agent.get_value(torch.as_tensor(next_obs, dtype=torch.float32, device=device))
-            advantages, returns = compute_gae(
-                torch.as_tensor(rewards_buf, device=device), b_values.reshape(T, N),
-                torch.as_tensor(dones_buf, device=device), next_value, args.gamma, args.gae_lambda,
-            )
-        b = {"obs": b_obs, "actions": b_actions, "logprobs": b_logprobs, "values": b_values,
+            advantages, returns = compute_gae(torch.as_tensor(rewards, device=device), values,
+                                              torch.as_tensor(dones, device=device), next_value, args.gamma, args.gae_lambda)
+        b = {"obs": torch.as_tensor(obs, device=device).reshape((-1,) + obs_shape), "actions": actions.reshape(-1),
+             "logprobs": logprobs.reshape(-1), "values": values.reshape(-1),
              "advantages": advantages.reshape(-1), "returns": returns.reshape(-1)}
         losses, first = update(agent, optimizer, b, args)
         seconds["update"] += time.perf_counter() - t0
-        losses["explained_variance"] = explained_variance(b_values.cpu().numpy(), b["returns"].cpu().numpy())
+        y_pred, y_true = b["values"].cpu().numpy(), b["returns"].cpu().numpy()
+        losses["explained_variance"] = np.nan if np.var(y_true) == 0 else 1 - np.var(y_true - y_pred) / np.var(y_true)
         history["first_minibatch"].append(first)
         history["losses"].append(losses)
         history["learning_rate"].append(optimizer.param_groups[0]["lr"])
@@ -666,21 +421,32 @@ def train(args: Args):
             writer.add_scalar(f"losses/{k}", v, global_step)
         sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/SPS", sps, global_step)
-        if iteration % 10 == 0 or iteration == args.num_iterations:
-            recent = history["episodic_return"][-20:]
-            print(f"iter {iteration}/{args.num_iterations} step {global_step} SPS {sps} "
-                  f"return(last 20) {np.mean(recent) if recent else float('nan'):.1f}")
+        # progress with the time left: one updating line in a terminal, a line every 10 iterations in a log file
+        tty, last = sys.stdout.isatty(), iteration == args.num_iterations
+        if tty or iteration % 10 == 0 or last:
+            left = int((args.num_iterations - iteration) * args.batch_size / max(sps, 1))
+            line = (f"step {global_step}/{args.num_iterations * args.batch_size} SPS {sps} ETA {left // 3600}:{left % 3600 // 60:02d}"
+                    f":{left % 60:02d} return(last 20) {np.mean(history['episodic_return'][-20:] or np.nan):.1f}")
+            print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
 
         if args.save_model and (iteration % args.save_every == 0 or iteration == args.num_iterations):
-            save_checkpoint(ckpt_path, checkpoint_state(iteration))
+            try:
+                env_state = pickle.dumps(envs.envs)  # so that a resumed run continues the same episodes
+            except Exception:
+                env_state = None
+            rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                   **({"cuda": torch.cuda.get_rng_state_all()} if device.type == "cuda" else {})}
+            save_checkpoint(f"{run_dir}/checkpoint.pt", {
+                "script": SCRIPT, "args": asdict(args), "run_name": run_name, "iteration": iteration,
+                "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng,
+                "next_obs": next_obs, "episode_return": episode_return, "episode_length": episode_length, "envs": env_state})
 
     envs.close()
     writer.close()
     print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()) + f", total {time.time() - start_time:.1f}")
-    history.update(run_name=run_name, global_step=global_step, agent=agent, optimizer=optimizer,
-                   checkpoint=ckpt_path if args.save_model else None)
+    history.update(run_name=run_name, run_dir=run_dir, global_step=global_step, agent=agent, optimizer=optimizer,
+                   checkpoint=f"{run_dir}/checkpoint.pt" if args.save_model else None)
     return history
-
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT, CountingEnv, next_second
+from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout
 
 SCRIPTS = ["ppo", "ppo_shared"]
 
@@ -131,19 +132,11 @@ def test_adam_eps_and_lr_schedule(mod):
     lrs = out["learning_rate"]
     assert len(lrs) == 5 and lrs[0] == 2.5e-4 and lrs[-1] == 0.0  # detail 4: exactly 0 at the last iteration
     np.testing.assert_allclose(np.diff(lrs), -2.5e-4 / 4)  # linear
-    assert mod.linear_lr(1, 1, 1e-3) == 1e-3  # a single iteration keeps the initial rate
+    one = mod.train(tiny(mod, total_timesteps=2 * 16))  # a single iteration keeps the initial rate
+    assert one["learning_rate"] == [2.5e-4]
 
 
 # ---- details 6-11: the update --------------------------------------------------------------------
-
-
-def test_minibatches_partition_each_epoch(mod):
-    torch.manual_seed(0)
-    epochs = [mod.minibatch_indices(512, 128) for _ in range(3)]
-    for idx in epochs:
-        assert idx.shape == (4, 128)  # row i indexes minibatch i
-        assert torch.equal(torch.sort(idx.reshape(-1)).values, torch.arange(512))
-    assert not torch.equal(epochs[0], epochs[1])  # reshuffled every epoch
 
 
 def hand_args(mod, **kw):
@@ -178,13 +171,23 @@ def test_clipped_surrogate_and_value_loss_by_hand(mod):
     assert v_unclipped.item() == pytest.approx(0.5 * 6.0 / 3)
 
 
-def test_advantages_normalised_per_minibatch(mod, monkeypatch):
-    g = torch.Generator().manual_seed(0)
-    adv = torch.randn(4, 64, generator=g, dtype=torch.float64) * torch.tensor([[1.0], [5.0], [0.1], [2.0]]) + 3
-    normed = mod.normalize_advantages(adv)
-    for row, raw in zip(normed, adv):  # each row with its own statistics, as if normalised alone
-        torch.testing.assert_close(row, (raw - raw.mean()) / (raw.std() + 1e-8), rtol=0, atol=1e-12)
+def test_minibatches_partition_each_epoch(mod, monkeypatch):
+    # detail 6: every epoch sees each sample once, in minibatch_size pieces, in a new order
+    seen, real = [], mod.ppo_losses
+    monkeypatch.setattr(mod, "ppo_losses", lambda *a: seen.append(a[0].detach().clone()) or real(*a))
+    agent, batch, args = make_batch(mod)
+    args.norm_adv = False
+    with torch.no_grad():  # newlogprob per sample identifies the sample (obs are random floats)
+        _, all_logprobs, _, _ = agent.get_action_and_value(batch["obs"], batch["actions"])
+    mod.update(agent, torch.optim.SGD(agent.parameters(), lr=0.0), batch, args)
+    assert len(seen) == args.update_epochs * args.num_minibatches and all(len(x) == args.minibatch_size for x in seen)
+    epochs = [torch.cat(seen[e * args.num_minibatches:(e + 1) * args.num_minibatches]) for e in range(args.update_epochs)]
+    for epoch in epochs:
+        torch.testing.assert_close(torch.sort(epoch).values, torch.sort(all_logprobs).values)
+    assert not torch.equal(epochs[0], epochs[1])  # reshuffled every epoch
 
+
+def test_advantages_normalised_per_minibatch(mod, monkeypatch):
     # update() hands ppo_losses minibatches with zero mean and unit std each; normalising the whole batch
     # would leave each minibatch's mean off zero by ~1/sqrt(minibatch size)
     seen, real = [], mod.ppo_losses
@@ -210,8 +213,7 @@ def make_batch(mod, n=256):
     agent = mod.Agent(4, 3)
     obs, actions = torch.randn(n, 4) * 3, torch.randint(0, 3, (n,))
     with torch.no_grad():
-        logits, values = agent.get_logits_and_value(obs)
-        logprobs, _ = mod.categorical_logprob_entropy(logits, actions)
+        _, logprobs, _, values = agent.get_action_and_value(obs, actions)
     batch = {"obs": obs, "actions": actions, "logprobs": logprobs, "values": values,
              "advantages": torch.randn(n) * 4 + 3, "returns": torch.randn(n) * 10}
     return agent, batch, args
@@ -235,28 +237,6 @@ def test_first_minibatch_ratio_is_one_and_gradients_are_clipped(mod):
     assert losses["clipfrac"] > 0  # later minibatches did move the policy
 
 
-def assert_clip_grad_norm_matches_torch(clip_grad_norm):
-    """clip_grad_norm(params, max_norm) leaves the gradients and returns the norm that nn.utils.clip_grad_norm_
-    does, on one flat parameter (the training layout) and on several, when clipping and when not."""
-    for max_norm in (0.05, 100.0):
-        for shapes in ([(1000,)], [(3, 2), (5,), (64, 4)]):
-            grads = [torch.randn(shape) * 3 for shape in shapes]
-            ours, ref = ([torch.nn.Parameter(torch.zeros_like(g)) for g in grads] for _ in range(2))
-            for p, q, g in zip(ours, ref, grads):
-                p.grad, q.grad = g.clone(), g.clone()
-            norm, ref_norm = clip_grad_norm(ours, max_norm), torch.nn.utils.clip_grad_norm_(ref, max_norm)
-            assert norm.item() == pytest.approx(ref_norm.item(), rel=1e-6)
-            for p, q in zip(ours, ref):
-                torch.testing.assert_close(p.grad, q.grad, rtol=1e-6, atol=1e-8)
-            clipped = torch.linalg.vector_norm(torch.cat([p.grad.reshape(-1) for p in ours])).item()
-            assert clipped == pytest.approx(min(max_norm, ref_norm.item()), rel=1e-5)  # and it did clip when due
-
-
-def test_clip_grad_norm_matches_torch(mod):
-    torch.manual_seed(0)
-    assert_clip_grad_norm_matches_torch(mod.clip_grad_norm)
-
-
 def test_target_kl_stops_the_epochs_early(mod):
     steps = []
     for target_kl in (None, 1e-12):
@@ -270,95 +250,41 @@ def test_target_kl_stops_the_epochs_early(mod):
     assert steps.count(1e-12) == args.num_minibatches  # the first epoch's last minibatch already exceeds it
 
 
-@pytest.mark.parametrize("numpy_rollout", [True, False])
-def test_training_first_minibatch_is_on_policy(mod, numpy_rollout):
-    out = mod.train(tiny(mod, numpy_rollout=numpy_rollout))
+def test_training_first_minibatch_is_on_policy(mod):
+    out = mod.train(tiny(mod))
     for first in out["first_minibatch"]:  # the batched old log-probs equal the minibatch's recomputation
         assert first["ratio_max_dev"] < 1e-6 and first["clipfrac"] == 0.0 and abs(first["approx_kl"]) < 1e-7
 
 
-def test_sample_categorical_frequencies(mod):
+def test_get_action_and_value_samples_the_softmax_and_scores_it(mod):
     torch.manual_seed(0)
-    logits = torch.tensor([[0.0, 1.0, 2.0, -1.0]]).repeat(200000, 1)
-    counts = torch.bincount(mod.sample_categorical(logits), minlength=4).double() / 200000
-    np.testing.assert_allclose(counts.numpy(), logits[0].softmax(-1).numpy(), atol=4e-3)
-
-
-# ---- the speed-ups: NumpyPolicy and flat_parameters must not change the algorithm -------------
-
-
-def assert_numpy_policy_follows_the_actor(mod, agent, other, numpy_forward, torch_forward, obs):
-    """`numpy_forward` (a NumpyPolicy method, built once) equals `torch_forward` of the live agent, also after
-    optimizer steps on the flat parameters and after load_state_dict from `other`: its weights are views."""
-    optimizer = torch.optim.Adam([mod.flat_parameters(agent)], lr=0.05)
-    policy_of = numpy_forward(mod.NumpyPolicy(agent.policy_layers()))
-
-    def same_as(net):
-        np.testing.assert_allclose(policy_of(obs.numpy()), torch_forward(net, obs).detach().numpy(), atol=1e-5)
-
-    same_as(agent)
-    before = policy_of(obs.numpy())
-    for _ in range(3):
-        optimizer.zero_grad(set_to_none=False)
-        torch_forward(agent, obs).square().sum().backward()
-        optimizer.step()
-    same_as(agent)
-    assert np.abs(policy_of(obs.numpy()) - before).max() > 1e-3  # the steps did move the actor
-    agent.load_state_dict(other.state_dict())
-    same_as(other)
-
-
-def test_numpy_policy_follows_the_live_actor(mod):
-    torch.manual_seed(0)
-    assert_numpy_policy_follows_the_actor(mod, mod.Agent(4, 3), mod.Agent(4, 3), lambda policy: policy.logits,
-                                          lambda agent, x: agent.get_logits(x), torch.randn(16, 4))
-
-
-def test_numpy_policy_samples_the_softmax(mod):
-    torch.manual_seed(0)
-    np.random.seed(0)
     agent = mod.Agent(4, 4)
     with torch.no_grad():  # a head that makes the four probabilities clearly different
-        head = agent.policy_layers()[-1]
+        head = agent.actor if isinstance(agent.actor, torch.nn.Linear) else agent.actor[-1]
         head.weight.zero_()
         head.bias.copy_(torch.tensor([0.0, 1.0, 2.0, -1.0]))
-    obs = np.random.randn(200000, 4).astype(np.float32)
-    counts = np.bincount(mod.NumpyPolicy(agent.policy_layers()).sample(obs), minlength=4) / len(obs)
-    np.testing.assert_allclose(counts, head.bias.softmax(-1).detach().numpy(), atol=4e-3)
+        action, logprob, entropy, value = agent.get_action_and_value(torch.randn(200000, 4))
+    probs = head.bias.softmax(-1).detach()
+    np.testing.assert_allclose(torch.bincount(action, minlength=4).numpy() / 200000, probs.numpy(), atol=4e-3)
+    dist = torch.distributions.Categorical(probs=probs)  # the written-out log-prob and entropy are Categorical's
+    torch.testing.assert_close(logprob, dist.log_prob(action), rtol=0, atol=1e-6)
+    torch.testing.assert_close(entropy, dist.entropy().expand(200000), rtol=0, atol=1e-6)
+    assert value.shape == (200000,)
 
 
-def test_numpy_policy_refuses_layers_it_cannot_run(mod):
-    with pytest.raises(mod.ConfigError, match="no-numpy-rollout"):
-        mod.NumpyPolicy([torch.nn.Linear(4, 8), torch.nn.ReLU()])
+# ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
 
 
-def assert_flat_parameters_update_like_per_layer_tensors(mod, agent, twin, batch, args):
-    """update() with Adam on flat_parameters(twin) moves the weights as update() with per-layer Adam on `agent`
-    (twin: a copy of agent)."""
-    start = [p.detach().clone() for p in agent.parameters()]
-    per_layer = torch.optim.Adam(agent.parameters(), lr=0.01, eps=1e-5, fused=True)
-    flat = mod.flat_parameters(twin)
-    flat_opt = torch.optim.Adam([flat], lr=0.01, eps=1e-5, fused=True)
-    offsets = np.cumsum([0] + [p.numel() for p in twin.parameters()][:-1])
-    assert all(p.data_ptr() == flat.data_ptr() + 4 * int(i) for p, i in zip(twin.parameters(), offsets))
-    for _ in range(2):
-        torch.manual_seed(5)
-        losses_a, _ = mod.update(agent, per_layer, batch, args)
-        torch.manual_seed(5)
-        losses_b, _ = mod.update(twin, flat_opt, batch, args)
-        for k in losses_a:
-            assert losses_b[k] == pytest.approx(losses_a[k], rel=1e-4, abs=1e-6)
-    assert max((p - q).abs().max().item() for p, q in zip(agent.parameters(), twin.parameters())) < 1e-5
-    # the updates did change the weights, so the comparison is not vacuous
-    assert max((p - q).abs().max().item() for p, q in zip(agent.parameters(), start)) > 1e-3
-    assert torch.equal(flat.grad, torch.cat([p.grad.reshape(-1) for p in twin.parameters()]))
+def test_hack_cleanrl_update_trains(mod, tmp_path, monkeypatch):
+    assert_cleanrl_update_trains(mod, tiny(mod), tmp_path, monkeypatch)
 
 
-def test_flat_parameters_give_the_same_update_as_per_layer_tensors(mod):
-    agent, batch, args = make_batch(mod)
-    twin = mod.Agent(4, 3)
-    twin.load_state_dict(agent.state_dict())
-    assert_flat_parameters_update_like_per_layer_tensors(mod, agent, twin, batch, args)
+def test_hack_temperature_changes_what_the_rollout_samples(mod, monkeypatch):
+    assert_temperature_changes_rollout(mod, tiny(mod, num_envs=8, num_steps=256, total_timesteps=2048), monkeypatch)
+
+
+def test_hack_added_layer_trains(mod, monkeypatch):
+    assert_added_layer_trains(mod, tiny(mod), monkeypatch)
 
 
 # ---- logging -------------------------------------------------------------------------------------
@@ -520,6 +446,7 @@ def test_interrupted_run_keeps_its_last_checkpoint(mod, monkeypatch):
     with pytest.raises(OSError):
         mod.save_checkpoint(ckpt, {"script": "x"})
     assert torch.load(ckpt, weights_only=False)["iteration"] == 2
+    assert not os.path.exists(f"{ckpt}.tmp")  # the failed save left no partial file behind
 
 
 def test_capture_video_records_env_0(mod):
@@ -530,9 +457,12 @@ def test_capture_video_records_env_0(mod):
 
 def test_evaluate_checkpoint_matches_live_agent(mod):
     out = mod.train(tiny(mod, env_id="CartPole-v1", save_model=True))
+    ckpt, _ = mod.load_checkpoint(out["checkpoint"])
+    assert all(torch.equal(ckpt["model"][k], v) for k, v in out["agent"].state_dict().items())
     from_ckpt = mod.evaluate(out["checkpoint"], eval_episodes=3, seed=7)
-    live = mod.evaluate_agent(out["agent"], "CartPole-v1", eval_episodes=3, seed=7)
-    assert len(from_ckpt) == 3 and from_ckpt == live
+    assert len(from_ckpt) == 3 and from_ckpt == mod.evaluate(out["checkpoint"], eval_episodes=3, seed=7)
+    with pytest.raises(mod.ConfigError, match="eval-episodes must be"):
+        mod.evaluate(out["checkpoint"], eval_episodes=0)
 
 
 # the shared trunk learns more slowly on classic control (seed 000): it gets a lower bar, still far
@@ -571,8 +501,19 @@ def assert_foreign_and_corrupt_checkpoints_rejected(mod, owner):
 # bad input every PPO script refuses with the same words; each test file adds its own cases
 PPO_BAD_INPUT = [
     ({"num_minibatches": 3}, "not divisible"),
-    ({"total_timesteps": 0}, "must be positive"),
-    ({"resume": "missing.pt"}, "does not exist"),
+    ({"total_timesteps": 0}, "total-timesteps must be a finite number >= 1"),
+    ({"resume": "missing.pt"}, "could not be read.*No such file"),
+    ({"update_epochs": 0}, "update-epochs must be a finite number >= 1"),
+    ({"save_every": 0}, "save-every must be"),
+    ({"learning_rate": float("nan")}, "learning-rate must be"),
+    ({"learning_rate": -1e-3}, "learning-rate must be a finite number > 0"),
+    ({"max_grad_norm": -1.0}, "max-grad-norm must be"),
+    ({"clip_coef": -1.0}, "clip-coef must be"),
+    ({"gamma": 1.5}, "gamma must be a finite number >= 0 and <= 1"),
+    ({"gae_lambda": float("nan")}, "gae-lambda must be"),
+    ({"seed": -1}, "seed must be"),
+    ({"seed": 2**32}, "seed must be"),
+    ({"num_envs": 1, "num_steps": 4, "num_minibatches": 4}, "minibatches of 2 or more"),
 ]
 
 
@@ -613,8 +554,8 @@ def test_cli_help_and_import_has_no_side_effects(mod):
 def test_cuda_falls_back_with_notice(mod, capsys):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present; the fallback path is not taken")
-    assert mod.pick_device(mod.Args(cuda=True)).type == "cpu"
-    assert "no CUDA device" in capsys.readouterr().err
+    out = mod.train(tiny(mod, cuda=True, total_timesteps=2 * 16))
+    assert "no CUDA device" in capsys.readouterr().err and next(out["agent"].parameters()).device.type == "cpu"
 
 
 @pytest.mark.parametrize("flag, package", [("track", "wandb"), ("capture_video", "moviepy")])
@@ -630,3 +571,48 @@ def test_capture_video_without_a_renderer_is_named_before_training(mod, monkeypa
     with pytest.raises(mod.ConfigError, match="cannot render CartPole-v1.*pygame"):
         mod.train(tiny(mod, env_id="CartPole-v1", capture_video=True))
     assert not os.path.exists("runs")
+
+
+# ---- run identity and resume (issue 24) ------------------------------------------------------------
+
+
+def test_runs_started_in_the_same_second_get_their_own_directories(mod, monkeypatch):
+    clock = iter(1234567890.0 + 1e-6 * np.arange(1, 10**6))  # every run starts within the same second
+    monkeypatch.setattr(mod.time, "time", lambda: next(clock))
+    runs = [mod.train(tiny(mod, save_model=True)) for _ in range(3)]
+    assert [r["run_dir"] for r in runs] == [f"runs/CartPole-v1__{mod.__name__}__1__1234567890{s}" for s in ("", "-2", "-3")]
+    assert all(os.path.isfile(r["checkpoint"]) for r in runs)
+
+
+def test_resume_applies_a_longer_budget_and_refuses_other_flags(mod):
+    full = mod.train(tiny(mod, save_model=True))
+    with pytest.raises(mod.ConfigError, match="--num-envs cannot change when resuming"):
+        mod.train(mod.Args(resume=full["checkpoint"], num_envs=8))
+    with pytest.raises(mod.ConfigError, match="--learning-rate cannot change"):
+        mod.train(mod.Args(resume=full["checkpoint"], learning_rate=1e-3))
+    with pytest.raises(mod.ConfigError, match="leaves no iteration to run"):  # the run is already finished
+        mod.train(mod.Args(resume=full["checkpoint"]))
+    next_second()
+    longer = mod.train(mod.Args(resume=full["checkpoint"], total_timesteps=2 * 16 * 6))
+    assert longer["global_step"] == 2 * 16 * 6 and len(longer["losses"]) == 2
+    assert longer["run_dir"] == full["run_dir"]  # logs on in the run's own directory
+
+
+def test_resume_from_another_directory_logs_into_the_run(mod, tmp_path, monkeypatch):
+    full = mod.train(tiny(mod, save_model=True, total_timesteps=2 * 16 * 2))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    next_second()
+    resumed = mod.train(mod.Args(resume=str(tmp_path / full["checkpoint"]), total_timesteps=2 * 16 * 3))
+    assert resumed["run_dir"] == str(tmp_path / full["run_dir"]) and not os.path.exists("runs")
+    assert mod.load_checkpoint(str(tmp_path / full["checkpoint"]))[0]["iteration"] == 3
+
+
+def test_unwritable_directory_is_one_line(mod, tmp_path, monkeypatch):
+    if os.geteuid() == 0:  # root writes anywhere: make runs/ a file instead, which no one can make a directory in
+        open("runs", "w").close()
+    else:
+        os.chmod(tmp_path, 0o500)
+    with pytest.raises(mod.ConfigError, match="cannot create runs/.*run from a writable directory"):
+        mod.train(tiny(mod))

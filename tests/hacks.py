@@ -1,0 +1,132 @@
+"""Hack-safety checks shared by every script's tests (issue 19): the edits a researcher makes to a copied file
+the way CleanRL users do must either work or fail loudly.
+
+  (a) the update written CleanRL's way (zero_grad(), backward(), nn.utils.clip_grad_norm_(agent.parameters()),
+      step()) trains: the parameters move;
+  (b) a temperature in the policy head changes what the rollout samples, and the update scores the same policy
+      (the first minibatch's ratio stays 1);
+  (c) one added layer (a LayerNorm in front of the policy head) trains with no other edit.
+
+Each takes the script's module, Args for a short run, and the name of the policy head attribute of its Agent.
+"""
+
+import importlib.util
+import re
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+CLEANRL_STEP = ("optimizer.zero_grad()\n{i}loss.backward()\n"
+                "{i}nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)\n{i}optimizer.step()")
+
+
+def cleanrl_edited_copy(mod, tmp_path):
+    """A copy of the script whose update step is replaced, textually, by CleanRL's four lines; imported."""
+    source = open(mod.__file__).read()
+    block = re.compile(r"optimizer\.zero_grad\(.*?\)\n(\s*)(.*\n\s*)*?\s*optimizer\.step\(\)")
+    match = block.search(source)
+    assert match, f"{mod.__name__}: no zero_grad ... step block to replace"
+    edited = source[:match.start()] + CLEANRL_STEP.format(i=match.group(1)) + source[match.end():]
+    path = tmp_path / f"edited_{mod.__name__}.py"
+    path.write_text(edited)
+    spec = importlib.util.spec_from_file_location(f"edited_{mod.__name__}", path)
+    copy = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = copy
+    spec.loader.exec_module(copy)
+    return copy
+
+
+def initial_parameters(mod, monkeypatch):
+    """Make mod.Agent record a copy of its parameters when built; returns the list they are appended to."""
+    kept = []
+
+    class Recorded(mod.Agent):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            kept.append({n: p.detach().clone() for n, p in self.named_parameters()})
+
+    monkeypatch.setattr(mod, "Agent", Recorded)
+    return kept
+
+
+def assert_cleanrl_update_trains(mod, args, tmp_path, monkeypatch):
+    """(a): in a copy whose update step is CleanRL's, every parameter tensor of the agent moves in training."""
+    copy = cleanrl_edited_copy(mod, tmp_path)
+    kept = initial_parameters(copy, monkeypatch)
+    out = copy.train(args)
+    moved = {n: (p.detach().cpu() - kept[0][n].cpu()).abs().max().item() for n, p in out["agent"].named_parameters()}
+    assert min(moved.values()) > 0, f"parameters that did not move: {[n for n, d in moved.items() if d == 0]}"
+    return out
+
+
+def head_of(agent, head):
+    """The Linear layer that makes the policy's outputs: `head` itself or the last Linear inside it."""
+    module = getattr(agent, head)
+    return module if isinstance(module, nn.Linear) else [m for m in module.modules() if isinstance(m, nn.Linear)][-1]
+
+
+class Scale(nn.Module):
+    def __init__(self, factor):
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x):
+        return x * self.factor
+
+
+def edited_agent(mod, monkeypatch, head, edit, bias=None):
+    """Make mod.Agent apply `edit(agent)` after building (and, with `bias`, first fix the policy head to a
+    constant output); every action sampled with gradients off (the rollout) is recorded in the returned list."""
+    sampled = []
+
+    class Edited(mod.Agent):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            if bias is not None:
+                with torch.no_grad():
+                    head_of(self, head).weight.zero_()
+                    head_of(self, head).bias.copy_(torch.as_tensor(bias))
+            edit(self)
+
+        def get_action_and_value(self, *a, **k):
+            out = super().get_action_and_value(*a, **k)
+            if not torch.is_grad_enabled():
+                sampled.append(out[0].detach().cpu())
+            return out
+
+    monkeypatch.setattr(mod, "Agent", Edited)
+    return sampled
+
+
+def assert_temperature_changes_rollout(mod, args, monkeypatch, head="actor", logits=(0.0, 1.0), temperature=0.25):
+    """(b) for a Categorical head: fix the head's logits, divide them by a temperature in the policy head; the
+    rollout's actions follow softmax(logits / temperature), not softmax(logits), and the first ratio is 1."""
+    sampled = edited_agent(mod, monkeypatch, head, lambda agent: setattr(
+        agent, head, nn.Sequential(getattr(agent, head), Scale(1 / temperature))), bias=logits)
+    out = mod.train(args)
+    actions = torch.cat([a.reshape(-1) for a in sampled]).long()
+    assert len(actions) >= 500, "the rollout did not sample through Agent.get_action_and_value"
+    freq = torch.bincount(actions, minlength=len(logits)).double() / len(actions)
+    edited, unedited = ((torch.tensor(logits, dtype=torch.float64) / t).softmax(-1) for t in (temperature, 1.0))
+    tol = 4 / np.sqrt(len(actions))
+    assert (freq - edited).abs().max() < tol and (freq - unedited).abs().max() > 2 * tol, (freq, edited, unedited)
+    assert all(f["ratio_max_dev"] < 1e-5 for f in out["first_minibatch"])
+    return out
+
+
+def assert_added_layer_trains(mod, args, monkeypatch, head="actor"):
+    """(c): a LayerNorm added in front of the policy head trains (its weights move) and the rollout and update
+    still agree (the first minibatch's ratio is 1)."""
+    def add_layer_norm(agent):
+        width = head_of(agent, head).in_features if isinstance(getattr(agent, head), nn.Linear) else \
+            [m for m in getattr(agent, head).modules() if isinstance(m, nn.Linear)][0].in_features
+        setattr(agent, head, nn.Sequential(nn.LayerNorm(width), getattr(agent, head)))
+
+    edited_agent(mod, monkeypatch, head, add_layer_norm)
+    out = mod.train(args)
+    norm = getattr(out["agent"], head)[0]
+    assert isinstance(norm, nn.LayerNorm) and (norm.weight - 1).abs().max().item() > 0
+    assert all(f["ratio_max_dev"] < 1e-5 for f in out["first_minibatch"])
+    return out
