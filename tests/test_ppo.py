@@ -398,9 +398,9 @@ def assert_resumes_with_fresh_episodes(mod, args, capture, monkeypatch):
     final step, the learning-rate schedule where it was, and a log that reads once. Returns both runs."""
     keep_checkpoint(mod, monkeypatch, kept := "iteration1.pt", at=1)
     full = mod.train(args)
-    final = mod.load_checkpoint(full["checkpoint"])  # read before the resumed run writes over it
+    final, _ = mod.load_checkpoint(full["checkpoint"])  # read before the resumed run writes over it
     assert final["script"] == f"{mod.__name__}.py" and final["iteration"] == 2
-    assert mod.load_checkpoint(kept)["envs"] is None
+    assert mod.load_checkpoint(kept)[0]["envs"] is None
     resumed = resume_later(mod, kept)
     assert "resuming with fresh episodes" in capture.readouterr().err
     assert resumed["global_step"] == full["global_step"] == 2 * args.num_envs * args.num_steps
