@@ -1,6 +1,6 @@
 """Whole training runs of ours against CleanRL's script for the same task, taking turns, in one session.
 
-Run:   python benchmark/vs_cleanrl.py --cleanrl-dir PATH [--scripts ppo.py ppo_continuous_action.py]
+Run:   python benchmark/vs_cleanrl.py --cleanrl-dir PATH [--cleanrl-python PYTHON] [--scripts ppo.py ...]
                                       [--seeds 1 2 3] [--steps N] [--reference-threads N]
 
 The speed goals of issues 2 and 4 are relative to the reference implementation, CleanRL: 500k CartPole-v1
@@ -8,10 +8,10 @@ steps 2.5x faster than its ppo.py, and twice the steps/s of its ppo_continuous_a
 On a shared machine absolute times drift from day to day (CleanRL's ppo.py took about 85 s here when the
 issue was written, 112-147 s on 2026-11-22), so the two run in turn, seed by seed, and the ratio is the result.
 
-PATH is a CleanRL checkout (git clone https://github.com/vwxyzjn/cleanrl) or a folder of its scripts (a copy
-edited to run under this gymnasium, say). Its cleanrl/<script> (or <script> at the top of PATH) runs as it is, in
-this Python environment, with --env-id, --seed and --total-timesteps; ours runs with its defaults and the same
-three flags. Each run gets its own scratch directory; the order alternates by seed (CleanRL first for the first
+PATH is a CleanRL checkout (git clone https://github.com/vwxyzjn/cleanrl) or a folder of its scripts. Its
+cleanrl/<script> (or <script> at the top of PATH) runs as it is, with --env-id, --seed and --total-timesteps, under
+PYTHON: CleanRL's own environment (gymnasium 0.29.1, numpy<2), which `bash benchmark/cleanrl_env.sh` creates and
+names (default: this Python). Ours runs in this Python with its defaults and the same three flags. Each run gets its own scratch directory; the order alternates by seed (CleanRL first for the first
 seed, ours first for the second, ...), so a drift of the host's speed does not fall on one side.
 - wall: the whole process, start-up included (what /usr/bin/time reports);
 - steps/s: the last charts/SPS the run logged (its training loop);
@@ -51,12 +51,12 @@ def reference_path(cleanrl_dir, script):
     return None
 
 
-def timed_run(path, env_id, seed, steps, threads=0):
-    """Runs `path` to the end in a scratch directory: {"wall" (s), "sps", "final" (last-100 mean return)}."""
+def timed_run(path, env_id, seed, steps, threads=0, python=sys.executable):
+    """Runs `path` under `python` to the end in a scratch directory: {"wall" (s), "sps", "final" (last-100 mean)}."""
     env = dict(os.environ)
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    cmd = [sys.executable, path, "--env-id", env_id, "--seed", str(seed), "--total-timesteps", str(steps)]
+    cmd = [python, path, "--env-id", env_id, "--seed", str(seed), "--total-timesteps", str(steps)]
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, env=env)
@@ -107,7 +107,8 @@ def write_markdown(pairs, refs, args, argv, out, commits):
           f"- command: `{' '.join(['python benchmark/vs_cleanrl.py', *(sys.argv[1:] if argv is None else argv)])}`",
           f"- ours: commit {commits['ours'] or 'unknown'}; CleanRL: "
           + ", ".join(os.path.relpath(path, args.cleanrl_dir) for path in refs.values())
-          + f" in {args.cleanrl_dir} (commit {commits['ref'] or 'unknown: not a git checkout'}), {threads}",
+          + f" in {args.cleanrl_dir} (commit {commits['ref'] or 'unknown: not a git checkout'}), {threads}, "
+          f"python {args.cleanrl_python}",
           f"- machine: {m['cores']} cores, {m['cpu']}" + (f", GPU {m['gpu']}" if m["gpu"] else ", no GPU")
           + f"; python {m['python']}",
           "- wall: the whole process, start-up included; steps/s: the last charts/SPS logged; final: mean return of "
@@ -132,12 +133,18 @@ def write_markdown(pairs, refs, args, argv, out, commits):
 def main(argv=None, ours_dir=ROOT):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cleanrl-dir", required=True, help="a CleanRL checkout (git clone https://github.com/vwxyzjn/cleanrl)")
+    p.add_argument("--cleanrl-python", default=sys.executable,
+                   help="the python of CleanRL's own environment (bash benchmark/cleanrl_env.sh makes it)")
     p.add_argument("--scripts", nargs="+", default=list(TASKS), choices=list(TASKS), help="our scripts to compare")
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3], help="one pair of runs per seed")
     p.add_argument("--steps", type=int, default=0, help="total timesteps of every run (default: the reference's)")
     p.add_argument("--reference-threads", type=int, default=0, help="OMP_NUM_THREADS for CleanRL (default: unset)")
     p.add_argument("--out", default=None, help="markdown output (default: benchmark/results/vs_cleanrl_<date>.md)")
     args = p.parse_args(argv)
+    if not os.access(args.cleanrl_python, os.X_OK):
+        print(f"vs_cleanrl.py: --cleanrl-python {args.cleanrl_python} is not an executable; "
+              "bash benchmark/cleanrl_env.sh makes one", file=sys.stderr)
+        return 2
     refs = {s: reference_path(args.cleanrl_dir, s) for s in args.scripts}
     missing = [s for s, path in refs.items() if path is None]
     if missing:
@@ -159,11 +166,11 @@ def main(argv=None, ours_dir=ROOT):
         for i, seed in enumerate(args.seeds):
             try:
                 if i % 2 == 0:
-                    ref = timed_run(refs[script], env_id, seed, steps, args.reference_threads)
+                    ref = timed_run(refs[script], env_id, seed, steps, args.reference_threads, args.cleanrl_python)
                     ours = timed_run(os.path.join(ours_dir, script), env_id, seed, steps)
                 else:
                     ours = timed_run(os.path.join(ours_dir, script), env_id, seed, steps)
-                    ref = timed_run(refs[script], env_id, seed, steps, args.reference_threads)
+                    ref = timed_run(refs[script], env_id, seed, steps, args.reference_threads, args.cleanrl_python)
             except RuntimeError as e:
                 print(f"vs_cleanrl.py: {e}", file=sys.stderr)
                 return 1

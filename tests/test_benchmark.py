@@ -376,6 +376,25 @@ def test_vs_cleanrl_runs_both_in_turn_and_reports_walls_returns_and_ratios(fake,
     assert summary_line.endswith("| 123 | 123 | 1.00 |")
 
 
+def test_vs_cleanrl_runs_the_reference_under_its_own_python(fake, tmp_path):
+    """--cleanrl-python (CleanRL's own environment) runs the reference side only; ours runs in this Python; a
+    python that is not there stops with one line before any run."""
+    import vs_cleanrl
+
+    log, used = tmp_path / "order.txt", tmp_path / "used.txt"
+    wrap(tmp_path / "ours" / "ppo.py", fake, log, "ours", 0.0)
+    wrap(tmp_path / "checkout" / "cleanrl" / "ppo.py", fake, log, "ref", 0.0)
+    python = tmp_path / "cleanrl-python"
+    python.write_text(f"#!/bin/sh\necho \"$1\" >> {used}\nexec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    argv = ["--cleanrl-dir", str(tmp_path / "checkout"), "--scripts", "ppo.py", "--seeds", "1", "2", "--steps", "200",
+            "--cleanrl-python", str(python), "--out", str(tmp_path / "vs.md")]
+    assert vs_cleanrl.main(argv, ours_dir=str(tmp_path / "ours")) == 0
+    assert used.read_text().splitlines() == [str(tmp_path / "checkout" / "cleanrl" / "ppo.py")] * 2
+    assert f"python {python}" in (tmp_path / "vs.md").read_text()
+    assert vs_cleanrl.main(argv[:-4] + ["--cleanrl-python", str(tmp_path / "nowhere")]) == 2
+
+
 def test_vs_cleanrl_summary_is_the_ratio_of_mean_walls_and_of_median_steps_per_second():
     import vs_cleanrl
 
