@@ -25,7 +25,7 @@ CLEANRL_STEP = ("optimizer.zero_grad()\n{i}loss.backward()\n"
 def cleanrl_edited_copy(mod, tmp_path):
     """A copy of the script whose update step is replaced, textually, by CleanRL's four lines; imported."""
     source = open(mod.__file__).read()
-    block = re.compile(r"optimizer\.zero_grad\(.*?\)\n(\s*)(.*\n\s*)*?\s*optimizer\.step\(\)")
+    block = re.compile(r"optimizer\.zero_grad\(.*?\).*\n(\s*)(.*\n\s*)*?\s*optimizer\.step\(\)")
     match = block.search(source)
     assert match, f"{mod.__name__}: no zero_grad ... step block to replace"
     edited = source[:match.start()] + CLEANRL_STEP.format(i=match.group(1)) + source[match.end():]
