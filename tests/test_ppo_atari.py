@@ -2,6 +2,7 @@
 game score, checkpoints and bad input. The core PPO math is tested in test_ppo.py; here only its contract.
 """
 
+import os
 import subprocess
 import sys
 
@@ -11,7 +12,9 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from test_ppo import assert_rejected_before_training, assert_resumes_with_fresh_episodes, read_scalars
+from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout
+from test_ppo import (PPO_BAD_INPUT, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
+                      assert_resumes_with_fresh_episodes, read_scalars)
 
 import ppo_atari
 
@@ -58,12 +61,17 @@ def test_nature_cnn_init_and_pixel_scaling():
         np.testing.assert_allclose(torch.linalg.svdvals(w).numpy(), std, rtol=1e-4)
         assert torch.all(layers[name].bias == 0)
     assert layers["network.7"].in_features == 64 * 7 * 7
-    # detail A9: uint8 pixels give the same outputs as the float input already scaled to [0, 1]
-    x = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
-    logits, value = agent.get_logits_and_value(x)
+    # detail A9: uint8 pixels give the same outputs as the float input already scaled to [0, 1]; both heads
+    # read one trunk (detail A8)
+    x, actions = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8), torch.tensor([0, 5])
+    _, logprob, entropy, value = agent.get_action_and_value(x, actions)
     h = agent.network(x.float() / 255.0)
-    torch.testing.assert_close(logits, agent.actor(h))
-    assert logits.shape == (2, 6) and value.shape == (2,)
+    dist = torch.distributions.Categorical(logits=agent.actor(h))
+    torch.testing.assert_close(logprob, dist.log_prob(actions))
+    torch.testing.assert_close(entropy, dist.entropy())
+    torch.testing.assert_close(value, agent.critic(h).squeeze(-1))
+    torch.testing.assert_close(agent.get_value(x), value)
+    assert value.shape == (2,)
 
 
 def assert_channels_last_is_the_same_math(make_agent, forward, x):
@@ -97,12 +105,12 @@ def assert_channels_last_is_the_same_math(make_agent, forward, x):
 
 def test_channels_last_is_the_same_math():
     x = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
-    assert_channels_last_is_the_same_math(lambda cl: ppo_atari.Agent(4, 6, cl), lambda a, x: a.get_logits_and_value(x), x)
+    assert_channels_last_is_the_same_math(lambda cl: ppo_atari.Agent(4, 6, cl), lambda a, x: a.get_action_and_value(x, torch.arange(5))[1:], x)
     assert ppo_atari.Args().channels_last
 
 
 def test_observation_shape_dtype_and_frame_stack():
-    env = ppo_atari.make_env("BreakoutNoFrameskip-v4", 0, False, "")()
+    env = ppo_atari.make_env("BreakoutNoFrameskip-v4")
     obs, _ = env.reset(seed=0)
     assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
     assert all(np.array_equal(obs[0], obs[k]) for k in range(4))  # reset fills the stack with its frame
@@ -116,7 +124,7 @@ def test_observation_shape_dtype_and_frame_stack():
 
 def test_max_pool_is_elementwise_max_of_last_two_raw_frames():
     raw = RawFrames(gym.make("BreakoutNoFrameskip-v4"))
-    env = ppo_atari.MaxAndSkip(raw, skip=4)
+    env = ppo_atari.MaxAndSkip(raw)
     env.reset(seed=1)
     differing = 0
     for action in [1, 2, 2, 3, 3, 1, 0, 2]:
@@ -130,7 +138,7 @@ def test_max_pool_is_elementwise_max_of_last_two_raw_frames():
 
 def test_noop_count_in_range_and_played():
     counts = []
-    env = ppo_atari.NoopReset(gym.make("BreakoutNoFrameskip-v4"), noop_max=30)
+    env = ppo_atari.NoopReset(gym.make("BreakoutNoFrameskip-v4"))
     env.reset(seed=0)  # seeding once: a seeded reset reloads the ROM (slow)
     for _ in range(40):
         env.reset()
@@ -141,15 +149,10 @@ def test_noop_count_in_range_and_played():
     assert len(set(counts)) > 10  # really random
 
 
-def test_clip_reward_is_sign():
-    env = ppo_atari.ClipReward(gym.make("BreakoutNoFrameskip-v4"))
-    assert [env.reward(r) for r in (-7.0, -0.5, 0.0, 0.2, 50.0)] == [-1.0, -1.0, 0.0, 1.0, 1.0]
-
-
 def test_pipeline_rewards_are_signs_of_raw_rewards():
-    env = ppo_atari.make_env(ASTERIX, 0, False, "")()
+    env = ppo_atari.make_env(ASTERIX)
     raw = env
-    while not isinstance(raw, ppo_atari.GameScore):
+    while not isinstance(raw, gym.wrappers.RecordEpisodeStatistics):
         raw = raw.env
     recorder = RawFrames(raw.env)
     raw.env = recorder  # record the emulator's rewards below every wrapper
@@ -169,7 +172,7 @@ def test_pipeline_rewards_are_signs_of_raw_rewards():
 
 
 def test_fire_reset_launches_each_ball_in_games_that_wait_for_fire():
-    env = ppo_atari.make_env("BreakoutNoFrameskip-v4", 0, False, "")()
+    env = ppo_atari.make_env("BreakoutNoFrameskip-v4")
     ale = env.unwrapped.ale
     env.reset(seed=0)
     for lives_left in (4, 3):  # the first ball, then the one after a life loss (the reset EpisodicLife asks for)
@@ -185,7 +188,7 @@ def test_fire_reset_launches_each_ball_in_games_that_wait_for_fire():
         raw.step(0)
     assert raw.unwrapped.ale.lives() == 5
     # games with no FIRE action get no FIRE presses
-    asterix = ppo_atari.make_env(ASTERIX, 0, False, "")()
+    asterix = ppo_atari.make_env(ASTERIX)
     wrappers = []
     while hasattr(asterix, "env"):
         wrappers.append(type(asterix))
@@ -209,10 +212,10 @@ def test_life_loss_ends_training_episode_but_not_the_game():
             # a life loss: terminated for learning, the game continued (same episode, one life less)
             life_losses += 1
             assert ale.lives() == lives_before - 1
-            assert "game_score" not in final_info
+            assert "episode" not in final_info
         else:
             # the game is over: it was really reset and its score reported once
-            assert lives_before == 1 and final_info["_game_score"][0]
+            assert lives_before == 1 and final_info["_episode"][0]
             assert ale.lives() == 5 and ale.getEpisodeFrameNumber() <= 30 + 2 * 4  # no-ops, FIRE, RIGHT
             break
     assert life_losses == 4
@@ -262,7 +265,7 @@ def test_resume_continues_from_checkpoint_and_evaluate(capsys, monkeypatch):
     full, resumed = assert_resumes_with_fresh_episodes(ppo_atari, args, capsys, monkeypatch)  # ALE does not pickle
     assert resumed["learning_rate"] == [0.0]  # the schedule continued to its end, not restarted
     scores = ppo_atari.evaluate(full["checkpoint"], eval_episodes=1, seed=0)
-    assert scores == ppo_atari.evaluate_agent(full["agent"], ASTERIX, eval_episodes=1, seed=0)
+    assert scores == ppo_atari.evaluate(full["checkpoint"], eval_episodes=1, seed=0)  # seeded: repeatable
     assert len(scores) == 1 and scores[0] % 50 == 0  # whole-game Asterix scores
 
 
@@ -272,22 +275,31 @@ def test_resume_continues_from_checkpoint_and_evaluate(capsys, monkeypatch):
         (dict(env_id="NoSuchGame-v4"), "unknown env id"),
         (dict(env_id="CartPole-v1"), "not an Atari"),
         (dict(env_id="ALE/Breakout-v5"), "NoFrameskip-v4"),
-        (dict(num_minibatches=3), "not divisible"),
-        (dict(total_timesteps=10), "less than one rollout"),
-    ],
+        (dict(total_timesteps=10), "leaves no iteration to run"),
+    ] + PPO_BAD_INPUT,
 )
 def test_bad_input_rejected_before_training(kw, message):
     assert_rejected_before_training(ppo_atari, tiny(**kw), message)
 
 
 def test_foreign_checkpoint_rejected():
-    torch.save({"script": "ppo.py"}, "other.pt")
-    with pytest.raises(ppo_atari.ConfigError, match="written by ppo.py, not ppo_atari.py"):
-        ppo_atari.evaluate("other.pt")
-    with open("junk.pt", "w") as f:
-        f.write("not a checkpoint")
-    with pytest.raises(ppo_atari.ConfigError, match="could not be read"):
-        ppo_atari.train(ppo_atari.Args(resume="junk.pt"))
+    assert_foreign_and_corrupt_checkpoints_rejected(ppo_atari, "ppo.py")
+
+
+# ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
+
+
+def test_hack_cleanrl_update_trains(tmp_path, monkeypatch):
+    assert_cleanrl_update_trains(ppo_atari, tiny(), tmp_path, monkeypatch)
+
+
+def test_hack_temperature_changes_what_the_rollout_samples(monkeypatch):
+    args = tiny(env_id="BreakoutNoFrameskip-v4", num_envs=4, num_steps=128, total_timesteps=512)
+    assert_temperature_changes_rollout(ppo_atari, args, monkeypatch, logits=(0.0, 1.0, 0.0, 0.0))
+
+
+def test_hack_added_layer_trains(monkeypatch):
+    assert_added_layer_trains(ppo_atari, tiny(), monkeypatch)
 
 
 def test_cli_error_is_one_line_without_traceback():
@@ -297,3 +309,9 @@ def test_cli_error_is_one_line_without_traceback():
     lines = [l for l in proc.stderr.splitlines() if l.startswith("ppo_atari.py")]
     assert lines == ["ppo_atari.py: error: CartPole-v1 is not an Atari (ALE) game; ppo_atari.py needs one, e.g. BreakoutNoFrameskip-v4"]
     assert "Traceback" not in proc.stderr
+
+
+def test_capture_video_records_env_0_games():
+    out = ppo_atari.train(tiny(capture_video=True))
+    video = f"videos/{out['run_name']}/rl-video-episode-0.mp4"
+    assert os.path.getsize(video) > 1000
