@@ -4,60 +4,41 @@ Run:   python ppo_continuous_action.py --env-id HalfCheetah-v4
 Eval:  python ppo_continuous_action.py --eval-checkpoint runs/<run>/checkpoint.pt --eval-episodes 10
 
 The 13 core implementation details of "The 37 Implementation Details of PPO" (seed 000):
-  1. vectorized architecture: N envs in a gymnasium SyncVectorEnv, fixed-length rollouts of T steps,
-     auto-reset in SAME_STEP mode so `next_obs` after a done is already the new episode's first obs
+  1. vectorized envs (gymnasium SyncVectorEnv), fixed-length rollouts, SAME_STEP autoreset
   2. orthogonal init: hidden layers std sqrt(2), policy head 0.01, value head 1.0, biases 0
   3. Adam epsilon 1e-5
-  4. learning rate annealed linearly to exactly 0 at the last iteration
+  4. learning rate annealed linearly to exactly 0 at the last iteration (the reference ends at lr / N)
   5. GAE with value bootstrap from the observation after the rollout; returns = advantages + values
-  6. minibatch updates: each epoch shuffles the batch and splits it into disjoint minibatches
+  6. each epoch shuffles the batch and splits it into disjoint minibatches
   7. advantages normalised per minibatch
   8. clipped surrogate objective
   9. clipped value loss (0.5 * max(unclipped, clipped))
   10. loss = pg_loss - ent_coef * entropy + vf_coef * v_loss, one optimizer for both networks
   11. global gradient norm clipped to max_grad_norm
-  12. debug variables: policy_loss, value_loss, entropy, old_approx_kl, approx_kl, clipfrac,
-      explained_variance
+  12. debug variables: policy_loss, value_loss, entropy, old_approx_kl, approx_kl, clipfrac, explained_variance
   13. separate 64-64 tanh actor and critic MLPs (ppo_shared.py is the shared-trunk variant)
-
-The 9 details for continuous action domains (seed 000), named C1-C9 in the comments:
+The 9 details for continuous action domains (seed 000), C1-C9 in the comments:
   C1. Gaussian policy: the actor outputs the mean of a normal distribution
   C2. state-independent log standard deviation, a parameter initialised to 0
-  C3. independent action components: log-probabilities (and entropies) summed over action dimensions
+  C3. independent action components: log-probabilities and entropies summed over the action dimensions
   C4. separate 64-64 tanh policy (mean head std 0.01) and value (head std 1.0) networks
-  C5. sampled actions clipped to the action bounds for the env; the unclipped action is stored and trained on
-  C6. observations normalised by a running mean and variance (as baselines' VecNormalize)
+  C5. the env gets the sampled action clipped to its bounds; the unclipped one is stored and trained on
+  C6. observations normalised by a running mean and variance (baselines' VecNormalize)
   C7. normalised observations clipped to [-10, 10]
   C8. rewards divided by the standard deviation of a running discounted return
   C9. scaled rewards clipped to [-10, 10]
 
-Deliberate choices (reference behaviour stays the default):
-  - --bootstrap-truncated (off by default, as in the reference): a truncated episode bootstraps from
-    the value of its final observation instead of being treated as terminal.
-  - the rollout runs only the actor per step; values and log-probs of the whole rollout come from one
-    batched forward pass after it (same parameters, so the same numbers, much less Python overhead).
-  - --torch-threads 1 by default: for 64-unit networks extra intra-op threads only add overhead.
-  - C6-C9 follow baselines' VecNormalize on the vector env, as seed 000 describes them. CleanRL's published
-    v4 runs used gymnasium's per-env NormalizeObservation/NormalizeReward wrappers instead, which differ in two
-    ways: the terminal observation of an episode enters the statistics, and the running return restarts only
-    on termination (not truncation) and before adding that step's reward. --gymnasium-normalization switches
-    to their rules (for one env, the default, exactly their numbers; tested against the wrappers themselves).
-  - the normalisation statistics are saved in the checkpoint; evaluation restores and freezes them, so a
-    saved agent sees the observations it was trained on (the reference's saved models evaluate far below
-    their training score because evaluation starts fresh statistics).
-  - on CPU the rollout computes the action mean with a numpy forward pass over *views* of the actor's
-    weights (NumpyPolicy: same network, same numbers, a fraction of torch's per-step overhead on one
-    observation); --no-numpy-rollout uses torch, as on CUDA. The Gaussian noise is torch's either way.
-  - all parameters live in one flat tensor (flat_parameters), so gradient clipping and Adam are one
-    op each per minibatch instead of one per layer; the model and its state_dict are unchanged.
-  - MuJoCo envs pickle only their constructor arguments: the checkpoint adds each one's full physics
-    state and random generator, so a resumed run continues the same episodes.
-  - the update does per epoch what needs no gradient: one gather per tensor, the advantage normalisation of
-    all minibatches at once (each with its own statistics) and, after the epochs, the KL/clipfrac statistics
-    of every minibatch; clip_grad_norm is nn.utils.clip_grad_norm_'s rule in fewer ops (both tested equal).
+To hack: the rollout and the update both call Agent.get_action_and_value, the optimizer holds agent.parameters()
+and update() is CleanRL's loop, so an edit to the network, a head or the loop applies everywhere.
+Deliberate choices (reference behaviour stays the default): --bootstrap-truncated (off); --torch-threads 1.
+--gymnasium-normalization: the rules of gymnasium's per-env wrappers (CleanRL's v4 runs): terminal observations enter
+the statistics; the running return restarts only at a termination, before the reward. The statistics are saved in the
+checkpoint and frozen in evaluation (the reference's evaluation starts fresh ones and scores far below its training).
+MuJoCo envs pickle only their constructor arguments: the checkpoint adds their physics state and random generator.
 """
 
 import gc
+import importlib.util
 import math
 import os
 import pickle
@@ -77,256 +58,173 @@ SCRIPT = "ppo_continuous_action.py"
 
 @dataclass
 class Args:
-    exp_name: str = "ppo_continuous_action"
-    """the name of this experiment (the first part of the run name)"""
-    seed: int = 1
-    """seed of python, numpy, torch and the environments"""
-    torch_deterministic: bool = True
-    """if toggled, sets `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """use CUDA when available (falls back to CPU with a notice)"""
-    torch_threads: int = 1
-    """torch intra-op threads (0 keeps torch's default); 1 is fastest for these small networks"""
-    track: bool = False
-    """log to Weights & Biases (imports wandb only when set)"""
-    wandb_project_name: str = "ppo-reference"
-    """the Weights & Biases project"""
-    wandb_entity: Optional[str] = None
-    """the Weights & Biases entity (team)"""
-    capture_video: bool = False
-    """record videos of env 0 into `videos/<run name>/` (needs moviepy)"""
-    save_model: bool = False
-    """write a checkpoint to `runs/<run name>/checkpoint.pt` periodically and at the end"""
-    save_every: int = 50
-    """iterations between periodic checkpoints (with --save-model)"""
-    resume: Optional[str] = None
-    """path of a checkpoint of this script to continue training from (its args are used)"""
-    eval_checkpoint: Optional[str] = None
-    """evaluate this checkpoint instead of training, and print the mean return"""
-    eval_episodes: int = 10
-    """episodes to run with --eval-checkpoint"""
+    exp_name: str = "ppo_continuous_action"  # the name of this experiment (the first part of the run name)
+    seed: int = 1  # seed of python, numpy, torch and the environments
+    torch_deterministic: bool = True  # if toggled, sets `torch.backends.cudnn.deterministic=True`
+    cuda: bool = True  # use CUDA when available (falls back to CPU with a notice)
+    torch_threads: int = 1  # torch intra-op threads (0: torch's default); 1 is fastest for small networks
+    track: bool = False  # log to Weights & Biases (imports wandb only when set)
+    wandb_project_name: str = "ppo-reference"  # the Weights & Biases project
+    wandb_entity: Optional[str] = None  # the Weights & Biases entity (team)
+    capture_video: bool = False  # record videos of env 0 into `videos/<run name>/` (needs moviepy)
+    save_model: bool = False  # write `runs/<run name>/checkpoint.pt` every --save-every iterations and at the end
+    save_every: int = 50  # iterations between periodic checkpoints (with --save-model)
+    resume: Optional[str] = None  # continue this checkpoint's run (flags beside it: only those in RESUMABLE)
+    eval_checkpoint: Optional[str] = None  # evaluate this checkpoint instead of training; print the mean return
+    eval_episodes: int = 10  # episodes to run with --eval-checkpoint
 
     # Algorithm specific arguments
-    env_id: str = "HalfCheetah-v4"
-    """the id of the environment (gymnasium MuJoCo v4 and v5 ids both work)"""
-    total_timesteps: int = 1000000
-    """total environment steps of the experiment"""
-    learning_rate: float = 3e-4
-    """the learning rate of the optimizer"""
-    num_envs: int = 1
-    """the number of parallel environments"""
-    num_steps: int = 2048
-    """the number of steps to run in each environment per rollout"""
-    anneal_lr: bool = True
-    """anneal the learning rate linearly to 0 (detail 4)"""
-    gamma: float = 0.99
-    """the discount factor gamma"""
-    gae_lambda: float = 0.95
-    """the lambda of generalized advantage estimation"""
-    num_minibatches: int = 32
-    """the number of minibatches per epoch"""
-    update_epochs: int = 10
-    """the number of epochs over each rollout"""
-    norm_adv: bool = True
-    """normalise advantages per minibatch (detail 7)"""
-    clip_coef: float = 0.2
-    """the surrogate clipping coefficient"""
-    clip_vloss: bool = True
-    """use the clipped value loss (detail 9)"""
-    ent_coef: float = 0.0
-    """coefficient of the entropy bonus"""
-    vf_coef: float = 0.5
-    """coefficient of the value loss"""
-    max_grad_norm: float = 0.5
-    """the maximum global norm of the gradients"""
-    target_kl: Optional[float] = None
-    """stop the epochs early when approx_kl exceeds this (off in the reference)"""
-    bootstrap_truncated: bool = False
-    """bootstrap truncated (time-limit) episodes from the value of their final observation"""
-    numpy_rollout: bool = True
-    """on CPU, compute rollout action means with NumpyPolicy (the same actor in numpy; off: torch)"""
-    clip_obs: float = 10.0
-    """normalised observations are clipped to [-clip_obs, clip_obs] (detail C7)"""
-    clip_reward: float = 10.0
-    """scaled rewards are clipped to [-clip_reward, clip_reward] (detail C9)"""
-    gymnasium_normalization: bool = False
-    """normalise as gymnasium's per-env NormalizeObservation/NormalizeReward (CleanRL's v4 runs) instead of
-    baselines' VecNormalize: terminal observations enter the statistics; the return restarts only on termination"""
+    env_id: str = "HalfCheetah-v4"  # the id of the environment (MuJoCo v4 and v5 ids both work)
+    total_timesteps: int = 1000000  # total environment steps of the experiment
+    learning_rate: float = 3e-4  # the learning rate of the optimizer
+    num_envs: int = 1  # the number of parallel environments
+    num_steps: int = 2048  # the number of steps to run in each environment per rollout
+    anneal_lr: bool = True  # anneal the learning rate linearly to 0 (detail 4)
+    gamma: float = 0.99  # the discount factor gamma
+    gae_lambda: float = 0.95  # the lambda of generalized advantage estimation
+    num_minibatches: int = 32  # the number of minibatches per epoch
+    update_epochs: int = 10  # the number of epochs over each rollout
+    norm_adv: bool = True  # normalise advantages per minibatch (detail 7)
+    clip_coef: float = 0.2  # the surrogate clipping coefficient
+    clip_vloss: bool = True  # use the clipped value loss (detail 9)
+    ent_coef: float = 0.0  # coefficient of the entropy bonus
+    vf_coef: float = 0.5  # coefficient of the value loss
+    max_grad_norm: float = 0.5  # the maximum global norm of the gradients
+    target_kl: Optional[float] = None  # stop the epochs early when approx_kl exceeds this (off in the reference)
+    bootstrap_truncated: bool = False  # bootstrap time-limit ends from the value of their final observation
+    clip_obs: float = 10.0  # normalised observations are clipped to [-clip_obs, clip_obs] (detail C7)
+    clip_reward: float = 10.0  # scaled rewards are clipped to [-clip_reward, clip_reward] (detail C9)
+    gymnasium_normalization: bool = False  # normalise by the rules of gymnasium's per-env wrappers (see above)
 
     # filled in at runtime
-    batch_size: int = 0
-    """the batch size (computed: num_envs * num_steps)"""
-    minibatch_size: int = 0
-    """the minibatch size (computed: batch_size // num_minibatches)"""
-    num_iterations: int = 0
-    """the number of iterations (computed: total_timesteps // batch_size)"""
+    batch_size: int = 0  # computed: num_envs * num_steps
+    minibatch_size: int = 0  # computed: batch_size // num_minibatches
+    num_iterations: int = 0  # computed: total_timesteps // batch_size
 
 
 class ConfigError(ValueError):
     """Bad input found before training; __main__ prints it as one line."""
 
 
-def check_args(args: Args) -> None:
+# every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
+RANGES = [("total_timesteps num_envs num_steps num_minibatches update_epochs save_every eval_episodes", 1, math.inf, True),
+          ("learning_rate clip_coef max_grad_norm target_kl clip_obs clip_reward", 0, math.inf, False),
+          ("ent_coef vf_coef", 0, math.inf, True), ("gamma gae_lambda", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
+# the flags that may change beside --resume: the budget, and how the run is saved or placed
+RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "track"}
+
+
+def check_args(args: Args, ckpt=None) -> None:
     """Fail before any training with a message that names the problem and the fix."""
-    if args.total_timesteps <= 0:
-        raise ConfigError(f"--total-timesteps must be positive, got {args.total_timesteps}")
-    if args.num_envs <= 0 or args.num_steps <= 0 or args.num_minibatches <= 0:
-        raise ConfigError("--num-envs, --num-steps and --num-minibatches must be positive")
+    for names, low, high, closed in RANGES:
+        for name, v in ((name, getattr(args, name)) for name in names.split()):
+            if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
+                raise ConfigError(f"--{name.replace('_', '-')} must be a finite number {'>=' if closed else '>'} {low}"
+                                  + (f" and <= {high}" if high < math.inf else "") + f", got {v}")
     batch = args.num_envs * args.num_steps
-    if batch % args.num_minibatches != 0:
-        raise ConfigError(
-            f"num_envs * num_steps = {batch} is not divisible by --num-minibatches {args.num_minibatches}; "
-            "choose a number of minibatches that divides it"
-        )
-    if args.total_timesteps < batch:
-        raise ConfigError(f"--total-timesteps {args.total_timesteps} is less than one rollout ({batch} steps)")
+    if batch % args.num_minibatches != 0 or batch // args.num_minibatches < 2:
+        raise ConfigError(f"num_envs * num_steps = {batch} is not divisible by --num-minibatches "
+                          f"{args.num_minibatches} into minibatches of 2 or more; choose a number that divides it")
+    if args.total_timesteps < batch or (ckpt and args.total_timesteps // batch <= ckpt["iteration"]):
+        raise ConfigError(f"--total-timesteps {args.total_timesteps} leaves no iteration to run (one is {batch} "
+                          f"steps{'; the checkpoint is at iteration %d' % ckpt['iteration'] if ckpt else ''})")
+    for flag, package in (("capture_video", "moviepy"), ("track", "wandb")):
+        if getattr(args, flag) and importlib.util.find_spec(package) is None:
+            raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
     try:
-        gym.spec(args.env_id)
+        probe = gym.make(args.env_id, **({"render_mode": "rgb_array"} if args.capture_video else {}))
+        if args.capture_video:  # MuJoCo renders through OpenGL (MUJOCO_GL=egl gives it one without a display)
+            probe.reset(seed=0)
+            probe.render()
+        probe.close()
+    except gym.error.DependencyNotInstalled as e:
+        raise ConfigError(f"{args.env_id} could not be created ({e}): pip install 'gymnasium[mujoco]'") from None
     except gym.error.Error:
         raise ConfigError(f"unknown env id {args.env_id!r}; see gymnasium.pprint_registry() for the ids") from None
-    try:
-        probe = gym.make(args.env_id)
-    except (gym.error.DependencyNotInstalled, ImportError) as e:
-        raise ConfigError(f"{args.env_id} could not be created ({e}): pip install 'gymnasium[mujoco]'") from None
-    space = probe.action_space
-    probe.close()
-    if not isinstance(space, gym.spaces.Box):
-        raise ConfigError(
-            f"{args.env_id} has a {type(space).__name__} action space; {SCRIPT} handles Box only "
-            "(use ppo.py for Discrete actions)"
-        )
-    if args.capture_video:
-        try:
-            import moviepy  # noqa: F401
-        except ImportError as e:
-            raise ConfigError(f"--capture-video needs moviepy, which did not import ({e}): pip install moviepy") from None
-    if args.track:
-        try:
-            import wandb  # noqa: F401
-        except ImportError as e:
-            raise ConfigError(f"--track needs wandb, which did not import ({e}): pip install wandb") from None
-
-
-def make_env(env_id, idx, capture_video, run_name):
-    def thunk():
-        if capture_video and idx == 0:
-            env = gym.make(env_id, render_mode="rgb_array")
-            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
-        else:
-            env = gym.make(env_id)
-        return env
-
-    return thunk
+    except Exception as e:  # mujoco.FatalError: no OpenGL context to render in
+        raise ConfigError(f"cannot create or render {args.env_id} ({e}); without a display: MUJOCO_GL=egl") from None
+    if not isinstance(probe.action_space, gym.spaces.Box):
+        raise ConfigError(f"{args.env_id} has a {type(probe.action_space).__name__} action space; {SCRIPT} handles "
+                          "Box only (use ppo.py for Discrete actions)")
 
 
 def make_envs(args, run_name, restored=None):
+    def make_env(idx):
+        if restored is not None:  # sub-envs unpickled from a checkpoint continue their episodes
+            return lambda: set_physics(*restored[idx])
+        if args.capture_video and idx == 0:
+            return lambda: gym.wrappers.RecordVideo(gym.make(args.env_id, render_mode="rgb_array"), f"videos/{run_name}")
+        return lambda: gym.make(args.env_id)
+
     # detail 1: SAME_STEP autoreset, as in the reference's gym: the step that ends an episode already
     # returns the next episode's first observation (the final one is in info["final_obs"])
-    thunks = [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)]
-    if restored is not None:  # sub-envs unpickled from a checkpoint
-        thunks = [lambda env=env: env for env in restored]
-    # copy=False: the rollout copies each observation into its buffer before the next step overwrites it
-    return gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, copy=False)
+    return VecNormalize(gym.vector.SyncVectorEnv([make_env(i) for i in range(args.num_envs)],
+                                                 autoreset_mode=gym.vector.AutoresetMode.SAME_STEP), args)
 
 
-def env_snapshot(envs):
-    """The sub-envs pickled, so that a resumed run continues the same episodes; None if they cannot be."""
-    try:
-        return pickle.dumps((envs.envs, [physics_state(env.unwrapped) for env in envs.envs]))
-    except Exception:
-        return None
-
-
-def physics_state(env):
-    """A MuJoCo env's full integration state and random generator (its pickle rebuilds a fresh env); None otherwise."""
-    if not (hasattr(env, "model") and hasattr(env, "data")):
+def get_physics(env):
+    """A MuJoCo env's integration state and random generator, which its pickle (constructor arguments) lacks."""
+    if not hasattr(u := env.unwrapped, "data"):
         return None
     import mujoco
-
-    spec = mujoco.mjtState.mjSTATE_INTEGRATION
-    state = np.empty(mujoco.mj_stateSize(env.model, spec))
-    mujoco.mj_getState(env.model, env.data, state, spec)
-    return state, env.np_random.bit_generator.state
+    state = np.empty(mujoco.mj_stateSize(u.model, mujoco.mjtState.mjSTATE_INTEGRATION))
+    mujoco.mj_getState(u.model, u.data, state, mujoco.mjtState.mjSTATE_INTEGRATION)
+    return state, u.np_random.bit_generator.state
 
 
-def restore_envs(snapshot):
-    sub_envs, physics = pickle.loads(snapshot)
-    for env, saved in zip(sub_envs, physics):
-        if saved is not None:
-            import mujoco
-
-            u = env.unwrapped
-            mujoco.mj_setState(u.model, u.data, saved[0], mujoco.mjtState.mjSTATE_INTEGRATION)
-            u.np_random.bit_generator.state = saved[1]
-    return sub_envs
+def set_physics(env, saved):
+    if saved is not None:
+        import mujoco
+        mujoco.mj_setState(env.unwrapped.model, env.unwrapped.data, saved[0], mujoco.mjtState.mjSTATE_INTEGRATION)
+        env.unwrapped.np_random.bit_generator.state = saved[1]
+    return env
 
 
-class RunningMeanStd:
-    """Running mean and variance of a stream of batches (the parallel update of Chan et al.), as in baselines.
-
-    Starts from mean 0, variance 1 with a negligible count, so the first batch sets the statistics.
-    """
-
-    def __init__(self, shape=(), epsilon=1e-4):
-        self.mean = np.zeros(shape, np.float64)
-        self.var = np.ones(shape, np.float64)
-        self.count = epsilon
-
-    def update(self, x):
-        # sums rather than x.mean / x.var: this runs every env step, and numpy's mean costs 4x a sum here
-        batch_count = x.shape[0]
-        batch_mean = x.sum(0) / batch_count
-        batch_var = np.square(x - batch_mean).sum(0) / batch_count
-        delta = batch_mean - self.mean
-        total = self.count + batch_count
-        self.mean = self.mean + delta * (batch_count / total)
-        m2 = self.var * self.count + batch_var * batch_count + np.square(delta) * (self.count * batch_count / total)
-        self.var = m2 / total
-        self.count = total
-
-    def state_dict(self):
-        return {"mean": self.mean.copy(), "var": self.var.copy(), "count": self.count}
-
-    def load_state_dict(self, state):
-        self.mean, self.var, self.count = state["mean"].copy(), state["var"].copy(), state["count"]
+def update_rms(rms, x):
+    """Running (mean, var, count) updated with the batch x (rows): Chan et al.'s parallel update, as baselines'
+    RunningMeanStd, which starts from (0, 1, 1e-4): the first batch sets the statistics."""
+    (mean, var, count), n = rms, x.shape[0]
+    batch_mean = x.sum(0) / n  # sums, not x.mean(0): this runs every env step, and numpy's mean costs 4x a sum
+    delta, total = batch_mean - mean, count + n
+    m2 = var * count + np.square(x - batch_mean).sum(0) + np.square(delta) * (count * n / total)
+    return mean + delta * (n / total), m2 / total, total
 
 
 def normalize_obs(obs, obs_rms, clip):
-    """Details C6-C7: standardise by the running statistics, then clip. Never updates them."""
-    # np.minimum/np.maximum: the same clip at half the call overhead of np.clip
-    return np.minimum(np.maximum((obs - obs_rms.mean) / np.sqrt(obs_rms.var + 1e-8), -clip), clip).astype(np.float32)
+    """Details C6-C7: standardise by the running statistics (never updated here), then clip."""
+    return np.clip((obs - obs_rms[0]) / np.sqrt(obs_rms[1] + 1e-8), -clip, clip).astype(np.float32)
 
 
-class RewardScaler:
-    """Details C8-C9: reward / std of a running discounted return (mean not subtracted), then clipped.
+class VecNormalize(gym.vector.VectorWrapper):
+    """Details C5-C9, as baselines' VecNormalize: the envs get the actions clipped to their bounds, the agent gets
+    observations normalised by running statistics and rewards divided by the std of a running discounted return (the
+    mean not subtracted), both clipped. infos["reward"] keeps the env's own rewards."""
 
-    VecNormalize's rule (the default): the running return of an env restarts from 0 after each step that
-    ended its episode. gymnasium's NormalizeReward rule (gymnasium_rule=True): it restarts only on
-    termination, and before that step's reward is added.
-    """
+    def __init__(self, envs, args):
+        super().__init__(envs)
+        self.args, shape = args, envs.single_observation_space.shape
+        self.obs_rms, self.ret_rms = (np.zeros(shape), np.ones(shape), 1e-4), (0.0, 1.0, 1e-4)  # (mean, var, count)
+        self.ret = np.zeros(envs.num_envs)  # the running discounted return of each env
 
-    def __init__(self, num_envs, gamma, clip, gymnasium_rule=False):
-        self.gamma, self.clip, self.gymnasium_rule = gamma, clip, gymnasium_rule
-        self.ret = np.zeros(num_envs)
-        self.ret_rms = RunningMeanStd()
+    def reset(self, **kwargs):
+        obs, infos = self.env.reset(**kwargs)
+        self.obs_rms = update_rms(self.obs_rms, obs)
+        return normalize_obs(obs, self.obs_rms, self.args.clip_obs), infos
 
-    def __call__(self, reward, terminated, done):
-        if self.gymnasium_rule:
-            self.ret = self.ret * self.gamma * (1 - terminated) + reward
-        else:
-            self.ret = self.ret * self.gamma + reward
-        self.ret_rms.update(self.ret)
-        scaled = np.minimum(np.maximum(reward / np.sqrt(self.ret_rms.var + 1e-8), -self.clip), self.clip)
-        if not self.gymnasium_rule:
-            self.ret[done] = 0.0
-        return scaled
-
-    def state_dict(self):
-        return {"ret": self.ret.copy(), "ret_rms": self.ret_rms.state_dict()}
-
-    def load_state_dict(self, state):
-        self.ret = state["ret"].copy()
-        self.ret_rms.load_state_dict(state["ret_rms"])
+    def step(self, actions):
+        low, high, gymnasium_rules = self.action_space.low, self.action_space.high, self.args.gymnasium_normalization
+        obs, reward, terminations, truncations, infos = self.env.step(np.clip(actions, low, high))
+        if gymnasium_rules:  # gymnasium's per-env wrapper also counts each episode's last observation ...
+            for i in np.flatnonzero(terminations | truncations):
+                self.obs_rms = update_rms(self.obs_rms, infos["final_obs"][i][None])
+        self.obs_rms = update_rms(self.obs_rms, obs)  # after a done: the next episode's first observation
+        # ... and restarts the return at a termination, before adding the reward (VecNormalize: after any episode end)
+        self.ret = self.ret * (1 - terminations if gymnasium_rules else 1) * self.args.gamma + reward
+        self.ret_rms = update_rms(self.ret_rms, self.ret)
+        scaled = np.clip(reward / np.sqrt(self.ret_rms[1] + 1e-8), -self.args.clip_reward, self.args.clip_reward)
+        self.ret = self.ret if gymnasium_rules else np.where(terminations | truncations, 0.0, self.ret)
+        obs = normalize_obs(obs, self.obs_rms, self.args.clip_obs)
+        return obs, scaled, terminations, truncations, {**infos, "reward": reward}
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -340,148 +238,54 @@ class Agent(nn.Module):
     def __init__(self, obs_dim, action_dim):
         super().__init__()
         # detail 13 / C4: separate actor and critic networks, 64-64 tanh each
-        self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 1), std=1.0),
-        )
-        # detail C1: the actor outputs the mean of the Gaussian policy
-        self.actor_mean = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, action_dim), std=0.01),
-        )
-        # detail C2: the log std is a parameter, not an output (state independent), initialised to 0
-        self.actor_logstd = nn.Parameter(torch.zeros(1, action_dim))
+        self.critic = nn.Sequential(layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(), layer_init(nn.Linear(64, 64)), nn.Tanh(),
+                                    layer_init(nn.Linear(64, 1), std=1.0))
+        self.actor_mean = nn.Sequential(layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(), layer_init(nn.Linear(64, 64)),
+                                        nn.Tanh(), layer_init(nn.Linear(64, action_dim), std=0.01))  # detail C1
+        self.actor_logstd = nn.Parameter(torch.zeros(1, action_dim))  # detail C2: state-independent, initially 0
 
     def get_value(self, x):
         return self.critic(x).squeeze(-1)
 
-    def get_action_mean(self, x):
-        return self.actor_mean(x)
-
-    def get_action_mean_and_value(self, x):
-        return self.actor_mean(x), self.critic(x).squeeze(-1)
-
-    def policy_layers(self):
-        """The layers from observation to action mean, in order (for NumpyPolicy)."""
-        return list(self.actor_mean)
-
-
-def flat_parameters(module):
-    """Move all of `module`'s parameters (and their gradients) into one flat tensor; return it as a Parameter.
-
-    Each parameter becomes a view of the flat tensor and each .grad a view of its flat gradient, so
-    backward() fills the flat gradient in place, and clipping and the optimizer step touch one tensor.
-    Call it after .to(device); zero the gradient with zero_grad(set_to_none=False) to keep the views.
-    """
-    flat = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
-    flat_grad = torch.zeros_like(flat)
-    offset = 0
-    for p in module.parameters():
-        n = p.numel()
-        p.data = flat[offset:offset + n].view_as(p)
-        p.grad = flat_grad[offset:offset + n].view_as(p)
-        offset += n
-    flat = nn.Parameter(flat)
-    flat.grad = flat_grad
-    return flat
-
-
-class NumpyPolicy:
-    """The actor's action mean in numpy, for the rollout on CPU.
-
-    The weights are numpy views of the actor's CPU parameters, not copies: optimizer steps and
-    load_state_dict are seen at once. Handles Linear and Tanh layers (a variant with other layers
-    passes --no-numpy-rollout).
-    """
-
-    def __init__(self, layers):
-        self.layers = []
-        for layer in layers:
-            if isinstance(layer, nn.Linear):
-                self.layers.append((layer.weight.detach().numpy().T, layer.bias.detach().numpy()))
-            elif isinstance(layer, nn.Tanh):
-                self.layers.append(None)
-            else:
-                raise ConfigError(f"NumpyPolicy handles Linear and Tanh layers, not {type(layer).__name__}; "
-                                  "pass --no-numpy-rollout")
-
-    def mean(self, obs):
-        h = obs
-        for layer in self.layers:
-            h = np.tanh(h) if layer is None else h @ layer[0] + layer[1]
-        return h
+    def get_action_and_value(self, x, action=None):
+        """Sample an action, or score the given one: (action, log-prob, entropy, value).
+        The rollout and the update both call this, so an edit here applies to both."""
+        mean, std = self.actor_mean(x), self.actor_logstd.exp()  # detail C2: one std for every state
+        if action is None:  # unbounded: the env gets it clipped to its bounds (detail C5)
+            action = mean + std * torch.randn_like(mean)
+        # Normal(mean, std) written out, cheaper per step; detail C3: sums over the independent action components
+        log_norm = self.actor_logstd.sum() + 0.5 * math.log(2 * math.pi) * mean.shape[-1]
+        logprob = -0.5 * ((action - mean) / std).square().sum(-1) - log_norm
+        return action, logprob, (log_norm + 0.5 * mean.shape[-1]).expand_as(logprob), self.get_value(x)
 
 
 def compute_gae(rewards, values, dones, next_value, gamma, gae_lambda):
-    """Generalized advantage estimation (detail 5). Tensors [T, N]; next_value [N].
-
-    dones[t] = 1 when the transition at step t ended its episode, so neither the value of the next
-    step nor its advantage flows back across it. Returns (advantages, TD(lambda) returns).
-    The T-step recursion runs in numpy: on arrays of N elements a numpy op costs a fraction of a torch op.
-    """
-    r, v, d = (x.detach().cpu().numpy() for x in (rewards, values, dones))
-    next_v = next_value.detach().cpu().numpy()
+    """Generalized advantage estimation (detail 5). Tensors [T, N]; next_value [N]. Returns (advantages,
+    TD(lambda) returns). dones[t] = 1 when step t ended its episode: nothing flows back across it. The T-step
+    recursion runs in numpy: on arrays of N elements a numpy op costs a fraction of a torch op."""
+    r, v, d, next_v = (x.detach().cpu().numpy() for x in (rewards, values, dones, next_value))
     nextnonterminal = 1.0 - d
-    nextvalues = np.concatenate([v[1:], next_v[None]])
-    deltas = r + gamma * nextvalues * nextnonterminal - v  # all T TD errors at once; only the sum below recurses
-    discounts = gamma * gae_lambda * nextnonterminal
-    advantages = np.zeros_like(deltas)
-    lastgaelam = np.zeros_like(next_v)
+    deltas = r + gamma * np.concatenate([v[1:], next_v[None]]) * nextnonterminal - v
+    advantages, lastgaelam = np.zeros_like(deltas), 0.0
     for t in reversed(range(r.shape[0])):
-        lastgaelam = deltas[t] + discounts[t] * lastgaelam
-        advantages[t] = lastgaelam
+        lastgaelam = advantages[t] = deltas[t] + gamma * gae_lambda * nextnonterminal[t] * lastgaelam
     advantages = torch.as_tensor(advantages, device=rewards.device)
     return advantages, advantages + values
 
 
-def sample_gaussian(mean, logstd, generator=None):
-    """A sample of Normal(mean, exp(logstd)) per row (detail C1); unbounded, the env step clips it (C5)."""
-    noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
-    return mean + logstd.exp() * noise
-
-
-def gaussian_logprob_entropy(mean, logstd, actions):
-    """Log-probability of `actions` and entropy of Normal(mean, exp(logstd)), without building a distribution.
-
-    Detail C3: the action components are independent, so both are sums over the action dimensions.
-    """
-    logstd = logstd.expand_as(mean)
-    logp = -0.5 * ((actions - mean) / logstd.exp()) ** 2 - logstd - 0.5 * math.log(2 * math.pi)
-    return logp.sum(-1), (0.5 + 0.5 * math.log(2 * math.pi) + logstd).sum(-1)
-
-
-def normalize_advantages(advantages):
-    """Detail 7: zero mean and unit std within each minibatch. Works along the last dim, so the
-    [num_minibatches, minibatch_size] advantages of an epoch are done at once, each row with its own statistics."""
-    return (advantages - advantages.mean(-1, keepdim=True)) / (advantages.std(-1, keepdim=True) + 1e-8)
-
-
 def ppo_losses(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns, entropy, args):
     """Clipped surrogate (detail 8), clipped value loss (detail 9), overall loss (detail 10).
-
-    `advantages` are used as given (update() has normalised them when --norm-adv).
-    Returns (loss, pg_loss, v_loss, entropy_loss, logratio); logratio = log(new / old) feeds ratio_stats.
-    """
+    Returns (loss, pg_loss, v_loss, entropy_loss, logratio); logratio = log(new / old) feeds ratio_stats."""
     logratio = newlogprob - oldlogprob
     ratio = logratio.exp()
     pg_loss1 = -advantages * ratio
     pg_loss2 = -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
     pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
     if args.clip_vloss:
-        v_loss_unclipped = (newvalue - returns) ** 2
-        v_clipped = torch.clamp(newvalue, oldvalue - args.clip_coef, oldvalue + args.clip_coef)
-        v_loss_clipped = (v_clipped - returns) ** 2
-        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+        v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -args.clip_coef, args.clip_coef)
+        v_loss = 0.5 * torch.max((newvalue - returns) ** 2, (v_clipped - returns) ** 2).mean()
     else:
         v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
-
     entropy_loss = entropy.mean()
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
     return loss, pg_loss, v_loss, entropy_loss, logratio
@@ -495,53 +299,25 @@ def ratio_stats(logratio, clip_coef):
     return (-logratio).mean(), ((ratio - 1) - logratio).mean(), ((ratio - 1).abs() > clip_coef).float().mean()
 
 
-def clip_grad_norm(parameters, max_norm):
-    """Detail 11: scale all gradients by max_norm / (norm + 1e-6) when that is below 1, where norm is their global
-    L2 norm: nn.utils.clip_grad_norm_'s rule and result, in a third of its ops on one flat gradient.
-    Returns the norm before clipping."""
-    grads = [p.grad for p in parameters]
-    norms = [torch.linalg.vector_norm(g) for g in grads]
-    norm = norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms))
-    scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-    for g in grads:
-        g.mul_(scale)
-    return norm
-
-
-def linear_lr(iteration, num_iterations, lr):
-    """Detail 4: lr at `iteration` (1-based), reaching exactly 0 at the last iteration."""
-    return lr * (1.0 - (iteration - 1.0) / (num_iterations - 1)) if num_iterations > 1 else lr
-
-
-def minibatch_indices(batch_size, minibatch_size, device="cpu"):
-    """Detail 6: shuffle the batch and split it into disjoint minibatches that cover all of it: row i of the
-    returned [batch_size // minibatch_size, minibatch_size] tensor indexes minibatch i."""
-    return torch.randperm(batch_size, device=device).view(-1, minibatch_size)
-
-
 def update(agent, optimizer, b, args):
-    """The learning phase: update_epochs passes over batch `b` (a dict of flat tensors) in minibatches.
-
-    Returns the last minibatch's losses (as in the reference's logs; clipfrac: the mean over minibatches) and
-    the first minibatch's ratio/clipfrac/approx_kl, which must be exactly 1/0/0 as nothing has changed yet.
-    """
-    logratios = []
+    """update_epochs passes over batch `b` (a dict of flat tensors) in minibatches. Returns the last minibatch's
+    losses (clipfrac: the mean over minibatches) and the first minibatch's ratio/clipfrac/approx_kl, which must
+    be exactly 1/0/0 as nothing has changed yet."""
+    logratios = []  # the KL/clipfrac statistics wait until after the loop: no device sync per minibatch
     for epoch in range(args.update_epochs):
-        idx = minibatch_indices(args.batch_size, args.minibatch_size, b["obs"].device)
-        shuffled = {k: v[idx] for k, v in b.items()}  # one gather per tensor per epoch; minibatch i is row i
-        if args.norm_adv:
-            shuffled["advantages"] = normalize_advantages(shuffled["advantages"])
-        for i in range(args.num_minibatches):
-            mb = {k: v[i] for k, v in shuffled.items()}
-            newmean, newvalue = agent.get_action_mean_and_value(mb["obs"])
-            newlogprob, entropy = gaussian_logprob_entropy(newmean, agent.actor_logstd, mb["actions"])
+        # detail 6: a new shuffle each epoch, split into disjoint minibatches that cover the batch
+        for mb in torch.randperm(args.batch_size, device=b["obs"].device).view(-1, args.minibatch_size):
+            _, newlogprob, entropy, newvalue = agent.get_action_and_value(b["obs"][mb], b["actions"][mb])
+            mb_advantages = b["advantages"][mb]
+            if args.norm_adv:  # detail 7
+                mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
             loss, pg_loss, v_loss, entropy_loss, logratio = ppo_losses(
-                newlogprob, mb["logprobs"], mb["advantages"], newvalue, mb["values"], mb["returns"], entropy, args,
-            )
-            logratios.append(logratio.detach())  # the statistics wait until after the loop: fewer ops per step
-            optimizer.zero_grad(set_to_none=False)  # keeps the parameters' .grad views of the flat gradient
+                newlogprob, b["logprobs"][mb], mb_advantages, newvalue, b["values"][mb], b["returns"][mb], entropy, args)
+            logratios.append(logratio.detach())
+
+            optimizer.zero_grad()
             loss.backward()
-            clip_grad_norm(optimizer.param_groups[0]["params"], args.max_grad_norm)
+            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # detail 11
             optimizer.step()
         if args.target_kl is not None and ratio_stats(logratios[-1], args.clip_coef)[1] > args.target_kl:
             break
@@ -550,225 +326,167 @@ def update(agent, optimizer, b, args):
     first = {"ratio_max_dev": logratios[0].exp().sub(1).abs().max().item(), "clipfrac": first_clipfrac.item(),
              "approx_kl": first_kl.item()}
     clipfrac = torch.stack([ratio_stats(logratio, args.clip_coef)[2] for logratio in logratios]).mean()
-    losses = {
-        "value_loss": v_loss.item(), "policy_loss": pg_loss.item(), "entropy": entropy_loss.item(),
-        "old_approx_kl": old_approx_kl.item(), "approx_kl": approx_kl.item(), "clipfrac": clipfrac.item(),
-    }
-    return losses, first
+    return {"value_loss": v_loss.item(), "policy_loss": pg_loss.item(), "entropy": entropy_loss.item(),
+            "old_approx_kl": old_approx_kl.item(), "approx_kl": approx_kl.item(), "clipfrac": clipfrac.item()}, first
 
 
-def explained_variance(y_pred, y_true):
-    var_y = np.var(y_true)
-    return np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+def new_run_dir(name, suffix=""):
+    """Create runs/<name> (<name>-2, -3, ... if it exists: mkdir is atomic, so no two runs share one)."""
+    try:
+        os.makedirs(f"runs/{name}{suffix}")
+        return f"runs/{name}{suffix}"
+    except FileExistsError:
+        return new_run_dir(name, f"-{int(suffix[1:] or 1) + 1}")
+    except OSError as e:
+        raise ConfigError(f"cannot create runs/{name}{suffix}: {e.strerror}; run from a writable directory") from None
 
 
 def save_checkpoint(path, state):
-    """Write atomically: a crash or Ctrl-C mid-write leaves the previous checkpoint intact."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path):
-    if not os.path.isfile(path):
-        raise ConfigError(f"checkpoint {path!r} does not exist")
+    """Write atomically: a crash or Ctrl-C mid-write leaves the previous checkpoint intact and no partial file."""
     try:
+        torch.save(state, f"{path}.tmp")
+        os.replace(f"{path}.tmp", path)
+    finally:
+        if os.path.exists(f"{path}.tmp"):
+            os.remove(f"{path}.tmp")
+
+
+def load_checkpoint(path, args=None):
+    """The checkpoint at `path`; with `args` (given beside --resume) also the args to resume with: the
+    checkpoint's, with the RESUMABLE flags of `args`. Any other flag changed in `args` is refused."""
+    try:  # missing, a directory, truncated or not a checkpoint at all
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:
         raise ConfigError(f"checkpoint {path!r} could not be read ({type(e).__name__}: {e})") from None
     if not isinstance(ckpt, dict) or ckpt.get("script") != SCRIPT:
         owner = ckpt.get("script") if isinstance(ckpt, dict) else None
         raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not {SCRIPT}")
-    return ckpt
+    default, given = asdict(Args()), asdict(args or Args())
+    for k, v in given.items():
+        if k not in RESUMABLE and v != default[k] and v != ckpt["args"].get(k):
+            raise ConfigError(f"--{k.replace('_', '-')} cannot change when resuming (the checkpoint has "
+                              f"{ckpt['args'].get(k)!r}); start a new run to train with {v!r}")
+    return ckpt, Args(**{**ckpt["args"], **{k: v for k, v in given.items() if k in RESUMABLE and v != default[k]}})
 
 
-def rng_states():
-    states = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def set_rng_states(states):
-    random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
-    torch.set_rng_state(states["torch"])
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
-
-
-def pick_device(args):
-    if args.cuda and not torch.cuda.is_available():
-        print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
-    return torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
-
-
-def evaluate_agent(agent, env_id, obs_rms, eval_episodes=10, seed=0, device="cpu", clip_obs=10.0):
-    """Returns of `eval_episodes` episodes of the agent's sampling policy, seeded for repeatability.
-
-    Observations are normalised by `obs_rms`, the training statistics, frozen: evaluation never updates them.
-    """
-    env = gym.make(env_id)
-    low, high = env.action_space.low, env.action_space.high
-    generator = torch.Generator(device=device).manual_seed(seed)
-    returns = []
-    obs, _ = env.reset(seed=seed)
-    while len(returns) < eval_episodes:
-        episode_return, done = 0.0, False
-        while not done:
-            with torch.inference_mode():
-                mean = agent.get_action_mean(torch.as_tensor(normalize_obs(obs, obs_rms, clip_obs), device=device))
-                action = sample_gaussian(mean, agent.actor_logstd[0], generator).cpu().numpy()
-            obs, reward, terminated, truncated, _ = env.step(np.clip(action, low, high))
+def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
+    """Returns of `eval_episodes` episodes of a checkpoint's sampling policy, seeded for repeatability; details C5-C7
+    as in training, with the training statistics, frozen (the reference's evaluation starts fresh ones)."""
+    ckpt, args = load_checkpoint(checkpoint_path)
+    check_args(Args(env_id=args.env_id, eval_episodes=eval_episodes, seed=seed))
+    env = gym.wrappers.TransformObservation(gym.wrappers.ClipAction(gym.make(args.env_id)),
+                                            lambda obs: normalize_obs(obs, ckpt["obs_rms"], args.clip_obs), None)
+    agent = Agent(int(np.prod(env.observation_space.shape)), int(np.prod(env.action_space.shape))).to(device)
+    agent.load_state_dict(ckpt["model"])
+    returns, (obs, _), episode_return = [], env.reset(seed=seed), 0.0
+    with torch.random.fork_rng(), torch.inference_mode():
+        torch.manual_seed(seed)
+        while len(returns) < eval_episodes:
+            action, *_ = agent.get_action_and_value(torch.as_tensor(obs[None], dtype=torch.float32, device=device))
+            obs, reward, terminated, truncated, _ = env.step(action[0].cpu().numpy())
             episode_return += float(reward)
-            done = terminated or truncated
-        returns.append(episode_return)
-        obs, _ = env.reset()
+            if terminated or truncated:
+                returns.append(episode_return)
+                (obs, _), episode_return = env.reset(), 0.0
     env.close()
     return returns
 
 
-def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
-    """Load a checkpoint of this script and return the returns of `eval_episodes` episodes."""
-    ckpt = load_checkpoint(checkpoint_path)
-    env = gym.make(ckpt["args"]["env_id"])
-    agent = Agent(int(np.prod(env.observation_space.shape)), int(np.prod(env.action_space.shape))).to(device)
-    env.close()
-    agent.load_state_dict(ckpt["model"])
-    obs_rms = RunningMeanStd()
-    obs_rms.load_state_dict(ckpt["obs_rms"])
-    return evaluate_agent(agent, ckpt["args"]["env_id"], obs_rms, eval_episodes, seed, device, ckpt["args"]["clip_obs"])
-
-
 def train(args: Args):
     """Train; return a dict with the per-episode returns/lengths, per-iteration losses, the agent and optimizer."""
-    ckpt = None
-    if args.resume:
-        ckpt = load_checkpoint(args.resume)
-        args = Args(**{**ckpt["args"], "resume": args.resume})
-    check_args(args)
+    ckpt, args = load_checkpoint(args.resume, args) if args.resume else (None, args)
+    check_args(args, ckpt)
     args.batch_size = args.num_envs * args.num_steps
     args.minibatch_size = args.batch_size // args.num_minibatches
     args.num_iterations = args.total_timesteps // args.batch_size
-    run_name = ckpt["run_name"] if ckpt else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-
+    if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
+        run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
+        run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
+        print(f"{SCRIPT}: resuming {run_name} after iteration {ckpt['iteration']} in {run_dir}", file=sys.stderr)
+    else:
+        run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+        run_name = os.path.basename(run_dir)
     if args.track:
         import wandb
-
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
                    config=asdict(args), name=run_name, save_code=True, resume="allow")
     from torch.utils.tensorboard import SummaryWriter
 
-    # a resumed run logs on into the same directory; purge_step makes TensorBoard drop what the interrupted
-    # run logged after its checkpoint, so those steps are not counted twice
-    writer = SummaryWriter(f"runs/{run_name}", purge_step=ckpt["global_step"] + 1 if ckpt else None)
+    # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
+    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None)
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
 
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    if args.torch_threads > 0:
-        torch.set_num_threads(args.torch_threads)
-    device = pick_device(args)
+    torch.set_num_threads(args.torch_threads or torch.get_num_threads())
+    if args.cuda and not torch.cuda.is_available():
+        print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
     envs = make_envs(args, run_name)
     obs_shape, action_shape = envs.single_observation_space.shape, envs.single_action_space.shape
-    action_low, action_high = envs.action_space.low, envs.action_space.high
     agent = Agent(int(np.prod(obs_shape)), int(np.prod(action_shape))).to(device)
-    # detail 3: eps 1e-5. fused=True is the same Adam in one kernel per step, on the one flat tensor
-    optimizer = torch.optim.Adam([flat_parameters(agent)], lr=args.learning_rate, eps=1e-5, fused=True)
-    policy = NumpyPolicy(agent.policy_layers()) if args.numpy_rollout and device.type == "cpu" else None
+    # detail 3: eps 1e-5; fused: the same Adam in one kernel per step, on CPU and CUDA
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 
     T, N = args.num_steps, args.num_envs
-    # rollout storage lives in numpy: per-step writes are cheap and become tensors once per rollout
-    obs_buf = np.zeros((T, N) + obs_shape, dtype=np.float32)
-    actions_buf = np.zeros((T, N) + action_shape, dtype=np.float32)
-    rewards_buf = np.zeros((T, N), dtype=np.float32)
-    dones_buf = np.zeros((T, N), dtype=np.float32)
+    # what the envs return is stored in numpy (cheap per-step writes), what the agent returns in torch
+    obs, rewards, dones = np.zeros((T, N) + obs_shape, np.float32), np.zeros((T, N), np.float32), np.zeros((T, N), np.float32)
     episode_return, episode_length = np.zeros(N), np.zeros(N, dtype=np.int64)
     history = {"episodic_return": [], "episodic_length": [], "losses": [], "first_minibatch": [], "learning_rate": [],
                "seconds": {"env": 0.0, "inference": 0.0, "update": 0.0}}  # where the wall time goes
-    seconds = history["seconds"]
-
-    obs_rms = RunningMeanStd(obs_shape)
-    reward_scaler = RewardScaler(N, args.gamma, args.clip_reward, args.gymnasium_normalization)
-
-    start_iteration, global_step = 1, 0
-    first_obs, _ = envs.reset(seed=args.seed)
-    obs_rms.update(first_obs)
-    next_obs = normalize_obs(first_obs, obs_rms, args.clip_obs)
+    seconds, start_iteration, global_step = history["seconds"], 1, 0
+    next_obs, _ = envs.reset(seed=args.seed)
     if ckpt:
         agent.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
-        obs_rms.load_state_dict(ckpt["obs_rms"])
-        reward_scaler.load_state_dict(ckpt["reward_scaler"])
         start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
         if ckpt["envs"] is not None:  # continue the very same episodes
             envs.close()
-            envs = make_envs(args, run_name, restore_envs(ckpt["envs"]))
+            envs = make_envs(args, run_name, pickle.loads(ckpt["envs"]))
             next_obs, episode_return, episode_length = ckpt["next_obs"], ckpt["episode_return"], ckpt["episode_length"]
-        else:  # keep the fresh episodes' first observations (the saved ones belong to other games)
+        else:  # keep the fresh episodes' first observations: the saved ones belong to other games
             print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
-            next_obs = normalize_obs(first_obs, obs_rms, args.clip_obs)  # with the restored statistics
-        set_rng_states(ckpt["rng"])
+        envs.obs_rms, envs.ret_rms, envs.ret = ckpt["obs_rms"], ckpt["ret_rms"], ckpt["ret"]  # details C6-C9 go on
+        if ckpt["envs"] is None:  # the fresh episodes' first observations, normalised by those statistics
+            next_obs, _ = envs.reset(seed=args.seed)
+        random.setstate(ckpt["rng"]["python"])
+        np.random.set_state(ckpt["rng"]["numpy"])
+        torch.set_rng_state(ckpt["rng"]["torch"])
+        if device.type == "cuda" and "cuda" in ckpt["rng"]:
+            torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
 
-    def checkpoint_state(iteration):
-        return {
-            "script": SCRIPT, "args": asdict(args), "run_name": run_name, "iteration": iteration,
-            "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
-            "rng": rng_states(), "next_obs": next_obs, "episode_return": episode_return.copy(),
-            "episode_length": episode_length.copy(), "envs": env_snapshot(envs),
-            "obs_rms": obs_rms.state_dict(), "reward_scaler": reward_scaler.state_dict(),
-        }
-
-    ckpt_path = f"runs/{run_name}/checkpoint.pt"
     gc.freeze()  # the ~300k objects made so far (mostly torch's) are never garbage: full collections skip them
     start_time, start_step = time.time(), global_step
     for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:
-            optimizer.param_groups[0]["lr"] = linear_lr(iteration, args.num_iterations, args.learning_rate)
+        if args.anneal_lr:  # detail 4
+            optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - (iteration - 1) / max(args.num_iterations - 1, 1))
 
-        # detail C1: the std is fixed during a rollout, so the Gaussian noise of all its steps is drawn at once
-        std = agent.actor_logstd.detach().exp().cpu().numpy()
-        noise = torch.randn((T, N) + action_shape, device=device).cpu().numpy()
+        rollout = []  # the agent's (action, logprob, value) of each step, stacked into [T, N] tensors after it
         for step in range(T):
             global_step += N
-            obs_buf[step] = next_obs
+            obs[step] = next_obs
             t0 = time.perf_counter()
-            if policy is not None:
-                mean = policy.mean(next_obs)
-            else:
-                with torch.inference_mode():
-                    mean = agent.get_action_mean(torch.as_tensor(next_obs, device=device)).cpu().numpy()
-            action = mean + std * noise[step]
-            actions_buf[step] = action  # detail C5: the unclipped sample is stored and trained on ...
+            with torch.inference_mode():
+                action, logprob, _, value = agent.get_action_and_value(
+                    torch.as_tensor(next_obs, dtype=torch.float32, device=device))
+            rollout.append((action, logprob, value))
             t1 = time.perf_counter()
-            next_obs, reward, terminations, truncations, infos = envs.step(np.clip(action, action_low, action_high))
-            done = terminations | truncations  # ... and only the env sees it clipped to the bounds
-            rewards_buf[step] = reward_scaler(reward, terminations, done)  # details C8-C9
-            dones_buf[step] = done
-            if args.gymnasium_normalization:  # gymnasium's per-env wrapper also sees each episode's last observation
-                for i in np.flatnonzero(done):
-                    obs_rms.update(np.asarray(infos["final_obs"][i], dtype=np.float64)[None])
-            obs_rms.update(next_obs)  # detail C6: after a done this is the new episode's first observation
-            next_obs = normalize_obs(next_obs, obs_rms, args.clip_obs)
+            next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
             seconds["inference"] += t1 - t0
-            seconds["env"] += time.perf_counter() - t1  # the step and the normalisation (the reference's wrappers)
-
-            if args.bootstrap_truncated and truncations.any():
+            seconds["env"] += time.perf_counter() - t1
+            rewards[step], dones[step] = reward, terminations | truncations
+            if args.bootstrap_truncated and (idx := np.flatnonzero(truncations & ~terminations)).size:
                 # r + gamma * V(final obs) for time-limit ends, so the done cut leaves the right target
-                idx = np.flatnonzero(truncations & ~terminations)
-                if idx.size:
-                    final = normalize_obs(np.stack([infos["final_obs"][i] for i in idx]), obs_rms, args.clip_obs)
-                    with torch.inference_mode():
-                        v = agent.get_value(torch.as_tensor(final, device=device)).cpu().numpy()
-                    rewards_buf[step, idx] += args.gamma * v
+                final = normalize_obs(np.stack([infos["final_obs"][i] for i in idx]), envs.obs_rms, args.clip_obs)
+                final = torch.as_tensor(final, device=device)
+                with torch.no_grad():
+                    rewards[step, idx] += args.gamma * agent.get_value(final).cpu().numpy()
 
-            episode_return += reward  # the raw env reward: the logged return is the task's own score
-            episode_length += 1
-            for i in np.flatnonzero(done):
+            episode_return, episode_length = episode_return + infos["reward"], episode_length + 1  # unscaled (C8)
+            for i in np.flatnonzero(dones[step]):
                 writer.add_scalar("charts/episodic_return", episode_return[i], global_step)
                 writer.add_scalar("charts/episodic_length", episode_length[i], global_step)
                 history["episodic_return"].append(float(episode_return[i]))
@@ -776,22 +494,18 @@ def train(args: Args):
                 episode_return[i], episode_length[i] = 0.0, 0
 
         t0 = time.perf_counter()
-        # one batched forward for the whole rollout: old log-probs, old values and the bootstrap value
-        b_obs = torch.as_tensor(obs_buf, device=device).reshape((-1,) + obs_shape)
-        b_actions = torch.as_tensor(actions_buf, device=device).reshape((-1,) + action_shape)
+        actions, logprobs, values = (torch.stack(x) for x in zip(*rollout))
         with torch.no_grad():
-            b_mean, b_values = agent.get_action_mean_and_value(b_obs)
-            b_logprobs, _ = gaussian_logprob_entropy(b_mean, agent.actor_logstd, b_actions)
-            next_value = agent.get_value(torch.as_tensor(next_obs, device=device))
-            advantages, returns = compute_gae(
-                torch.as_tensor(rewards_buf, device=device), b_values.reshape(T, N),
-                torch.as_tensor(dones_buf, device=device), next_value, args.gamma, args.gae_lambda,
-            )
-        b = {"obs": b_obs, "actions": b_actions, "logprobs": b_logprobs, "values": b_values,
+            next_value = agent.get_value(torch.as_tensor(next_obs, dtype=torch.float32, device=device))
+            advantages, returns = compute_gae(torch.as_tensor(rewards, device=device), values,
+                                              torch.as_tensor(dones, device=device), next_value, args.gamma, args.gae_lambda)
+        b = {"obs": torch.as_tensor(obs, device=device).reshape((-1,) + obs_shape), "actions": actions.flatten(0, 1),
+             "logprobs": logprobs.reshape(-1), "values": values.reshape(-1),
              "advantages": advantages.reshape(-1), "returns": returns.reshape(-1)}
         losses, first = update(agent, optimizer, b, args)
         seconds["update"] += time.perf_counter() - t0
-        losses["explained_variance"] = explained_variance(b_values.cpu().numpy(), b["returns"].cpu().numpy())
+        y_pred, y_true = b["values"].cpu().numpy(), b["returns"].cpu().numpy()
+        losses["explained_variance"] = np.nan if np.var(y_true) == 0 else 1 - np.var(y_true - y_pred) / np.var(y_true)
         history["first_minibatch"].append(first)
         history["losses"].append(losses)
         history["learning_rate"].append(optimizer.param_groups[0]["lr"])
@@ -800,21 +514,34 @@ def train(args: Args):
             writer.add_scalar(f"losses/{k}", v, global_step)
         sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/SPS", sps, global_step)
-        if iteration % 10 == 0 or iteration == args.num_iterations:
-            recent = history["episodic_return"][-20:]
-            print(f"iter {iteration}/{args.num_iterations} step {global_step} SPS {sps} "
-                  f"return(last 20) {np.mean(recent) if recent else float('nan'):.1f}")
+        # progress with the time left: one updating line in a terminal, a line every 10 iterations in a log file
+        tty, last = sys.stdout.isatty(), iteration == args.num_iterations
+        if tty or iteration % 10 == 0 or last:
+            left = int((args.num_iterations - iteration) * args.batch_size / max(sps, 1))
+            line = (f"step {global_step}/{args.num_iterations * args.batch_size} SPS {sps} ETA {left // 3600}:{left % 3600 // 60:02d}"
+                    f":{left % 60:02d} return(last 20) {np.mean(history['episodic_return'][-20:] or np.nan):.1f}")
+            print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
 
         if args.save_model and (iteration % args.save_every == 0 or iteration == args.num_iterations):
-            save_checkpoint(ckpt_path, checkpoint_state(iteration))
+            try:
+                env_state = pickle.dumps([(env, get_physics(env)) for env in envs.unwrapped.envs])  # the same episodes
+            except Exception:
+                env_state = None
+            rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                   **({"cuda": torch.cuda.get_rng_state_all()} if device.type == "cuda" else {})}
+            save_checkpoint(f"{run_dir}/checkpoint.pt", {
+                "script": SCRIPT, "args": asdict(args), "run_name": run_name, "iteration": iteration,
+                "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng,
+                "next_obs": next_obs, "episode_return": episode_return, "episode_length": episode_length, "envs": env_state,
+                "obs_rms": envs.obs_rms, "ret_rms": envs.ret_rms, "ret": envs.ret})
 
     envs.close()
     writer.close()
     print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()) + f", total {time.time() - start_time:.1f}")
-    history.update(run_name=run_name, global_step=global_step, agent=agent, optimizer=optimizer, obs_rms=obs_rms,
-                   reward_scaler=reward_scaler, checkpoint=ckpt_path if args.save_model else None)
+    history.update(run_name=run_name, run_dir=run_dir, global_step=global_step, agent=agent, optimizer=optimizer,
+                   obs_rms=envs.obs_rms, ret_rms=envs.ret_rms, ret=envs.ret,
+                   checkpoint=f"{run_dir}/checkpoint.pt" if args.save_model else None)
     return history
-
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Tests of ppo_continuous_action.py: the 9 continuous-action details, checkpoints with normalisation
-statistics, evaluation, resume and bad input. The core PPO details shared with ppo.py are tested there."""
+statistics, evaluation, resume, hack safety and bad input. The core PPO details shared with ppo.py are tested there."""
 
+import math
 import os
 import subprocess
 import sys
@@ -9,11 +10,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
-from test_ppo import (PPO_BAD_INPUT, assert_clip_grad_norm_matches_torch,
-                      assert_flat_parameters_update_like_per_layer_tensors,
-                      assert_numpy_policy_follows_the_actor, assert_rejected_before_training,
-                      assert_resumed_log_reads_once, keep_checkpoint, resume_later)
+import torch.nn as nn
+from conftest import ROOT, next_second
+from hacks import Scale, assert_added_layer_trains, assert_cleanrl_update_trains, edited_agent
+from test_ppo import (PPO_BAD_INPUT, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
+                      assert_resumed_log_reads_once, assert_resumes_with_fresh_episodes, keep_checkpoint, resume_later)
 
 import ppo_continuous_action as pca
 
@@ -75,13 +76,9 @@ class BoxSpyEnv(gym.Env):
 gym.register("BoxSpy-v0", entry_point=BoxSpyEnv)
 
 
-def spy_log(kind):
-    return [v for k, v in BoxSpyEnv.log if k == kind]
-
-
 def prior_merged_moments(x, count=1e-4):
     """Mean and variance of the samples `x` (rows) merged with a prior of mean 0, variance 1, weight `count`:
-    what a RunningMeanStd that starts from that prior must hold, whatever the order of its updates."""
+    what a running mean/variance that starts from that prior must hold, whatever the order of its updates."""
     n = x.shape[0]
     m, v = x.mean(0), x.var(0)
     total = n + count
@@ -91,29 +88,27 @@ def prior_merged_moments(x, count=1e-4):
 # ---- details C1-C4: the Gaussian policy and its networks -----------------------------------------
 
 
-def test_gaussian_logprob_and_entropy_are_sums_of_per_dimension_normals():
-    g = torch.Generator().manual_seed(0)
-    mean = torch.randn(50, 4, generator=g, dtype=torch.float64)
-    logstd = torch.randn(1, 4, generator=g, dtype=torch.float64)
-    actions = mean + 3 * torch.randn(50, 4, generator=g, dtype=torch.float64)
-    logp, ent = pca.gaussian_logprob_entropy(mean, logstd, actions)
-    normal = torch.distributions.Normal(mean, logstd.exp().expand_as(mean))
-    assert logp.shape == ent.shape == (50,)
-    np.testing.assert_allclose(logp.numpy(), normal.log_prob(actions).sum(1).numpy(), rtol=1e-12)
-    np.testing.assert_allclose(ent.numpy(), normal.entropy().sum(1).numpy(), rtol=1e-12)
-    # and the closed form for one sample: sum_i -(a_i-mu_i)^2/(2 s_i^2) - log s_i - log sqrt(2 pi)
-    s = logstd[0].exp()
-    by_hand = (-((actions[0] - mean[0]) ** 2) / (2 * s**2) - s.log() - 0.5 * np.log(2 * np.pi)).sum()
-    assert logp[0].item() == pytest.approx(by_hand.item(), rel=1e-12)
-
-
-def test_sample_gaussian_has_the_policy_mean_and_std():
+def test_get_action_and_value_is_a_gaussian_summed_over_components():
     torch.manual_seed(0)
-    mean = torch.tensor([[0.5, -2.0, 0.0]]).repeat(200000, 1)
-    logstd = torch.tensor([[0.0, np.log(0.1), np.log(3.0)]])
-    x = pca.sample_gaussian(mean, logstd)
-    np.testing.assert_allclose(x.mean(0).numpy(), [0.5, -2.0, 0.0], atol=0.02)
-    np.testing.assert_allclose(x.std(0).numpy(), [1.0, 0.1, 3.0], rtol=0.01)
+    agent = pca.Agent(11, 4)
+    with torch.no_grad():
+        agent.actor_logstd.copy_(torch.tensor([[0.0, math.log(0.1), math.log(3.0), 0.5]]))
+    x = torch.randn(50, 11)
+    actions = torch.randn(50, 4) * 3
+    _, logprob, entropy, value = agent.get_action_and_value(x, actions)
+    normal = torch.distributions.Normal(agent.actor_mean(x), agent.actor_logstd.exp().expand(50, 4))
+    assert logprob.shape == entropy.shape == value.shape == (50,)
+    torch.testing.assert_close(logprob, normal.log_prob(actions).sum(1), rtol=1e-5, atol=1e-5)  # detail C3
+    torch.testing.assert_close(entropy, normal.entropy().sum(1), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(value, agent.critic(x).squeeze(-1))
+    # sampling: mean from the actor, std exp(logstd), the same for every state (detail C2)
+    with torch.no_grad():
+        sampled, logprob, _, _ = agent.get_action_and_value(x[:1].repeat(200000, 1))
+        mean = agent.actor_mean(x[:1])
+    np.testing.assert_allclose(sampled.mean(0).numpy(), mean[0].numpy(), atol=0.03)
+    np.testing.assert_allclose(sampled.std(0).numpy(), [1.0, 0.1, 3.0, math.exp(0.5)], rtol=0.01)
+    expected = torch.distributions.Normal(mean, agent.actor_logstd.exp()).log_prob(sampled).sum(1)
+    torch.testing.assert_close(logprob, expected.detach(), rtol=1e-5, atol=1e-5)  # the samples are scored as given
 
 
 def test_networks_init_and_state_independent_logstd():
@@ -136,11 +131,15 @@ def test_networks_init_and_state_independent_logstd():
     assert not actor & {id(p) for p in agent.critic.parameters()}
 
 
-def test_logstd_is_learned_in_training():
+def test_logstd_is_learned_and_training_is_on_policy():
     out = pca.train(tiny())
     logstd = out["agent"].actor_logstd.detach()
     assert logstd.shape == (1, 3)
     assert not torch.equal(logstd, torch.zeros(1, 3))  # it has a gradient through the log-prob
+    for first in out["first_minibatch"]:  # the rollout's log-probs equal the update's recomputation
+        assert first["ratio_max_dev"] < 1e-5 and first["clipfrac"] == 0.0
+    # the wall-time split that benchmark/throughput.py reports
+    assert set(out["seconds"]) == {"env", "inference", "update"} and all(v > 0 for v in out["seconds"].values())
 
 
 # ---- details C5-C9 in a training run on the spy env ----------------------------------------------
@@ -164,8 +163,8 @@ def spy_train(tmp_path_factory, **kw):
 
     pca.update, pca.compute_gae = spy_update, spy_gae
     try:
-        out = pca.train(pca.Args(env_id="BoxSpy-v0", cuda=False, num_envs=1, num_steps=128, num_minibatches=4,
-                                 update_epochs=2, total_timesteps=128 * 4, gamma=0.9, **kw))
+        out = pca.train(pca.Args(**{**dict(env_id="BoxSpy-v0", cuda=False, num_envs=1, num_steps=128, num_minibatches=4,
+                                           update_epochs=2, total_timesteps=128 * 4, gamma=0.9), **kw}))
     finally:
         pca.update, pca.compute_gae = real_update, real_gae
         os.chdir(cwd)
@@ -195,8 +194,7 @@ def test_env_gets_clipped_action_but_unclipped_one_is_stored(spy_run):
     torch.manual_seed(1)  # train() seeds torch with args.seed = 1 before building its agent
     agent = pca.Agent(3, 2)
     with torch.no_grad():
-        mean = agent.get_action_mean(b["obs"])
-        expected, _ = pca.gaussian_logprob_entropy(mean, agent.actor_logstd, b["actions"])
+        _, expected, _, _ = agent.get_action_and_value(b["obs"], b["actions"])
     np.testing.assert_allclose(b["logprobs"].numpy(), expected.numpy(), rtol=1e-5)
 
 
@@ -205,9 +203,9 @@ def test_observation_normalisation_statistics_and_clip(spy_run):
     seen = np.stack([v for k, v in log if k == "obs"])  # every observation handed to the agent
     assert len(seen) == 512 + 1  # the first reset, then one per step (after a done: the new episode's first)
     mean, var = prior_merged_moments(seen)
-    np.testing.assert_allclose(out["obs_rms"].mean, mean, rtol=1e-10)
-    np.testing.assert_allclose(out["obs_rms"].var, var, rtol=1e-10)
-    assert out["obs_rms"].var[0] > 1e4  # the outlier is in the statistics
+    np.testing.assert_allclose(out["obs_rms"][0], mean, rtol=1e-10)
+    np.testing.assert_allclose(out["obs_rms"][1], var, rtol=1e-10)
+    assert out["obs_rms"][1][0] > 1e4  # the outlier is in the statistics
     # the agent's inputs: each observation normalised by the statistics including it, then clipped
     obs = torch.cat([b["obs"] for b in batches]).numpy()
     for i in (0, 1, 200, 398, 399, 400, 511):
@@ -218,16 +216,17 @@ def test_observation_normalisation_statistics_and_clip(spy_run):
 
 
 def test_normalize_obs_uses_but_never_updates_the_statistics():
-    rms = pca.RunningMeanStd((2,))
-    rms.update(np.array([[1.0, 2.0], [3.0, 6.0]]))
-    before = rms.state_dict()
+    rms = pca.update_rms((np.zeros(2), np.ones(2), 1e-4), np.array([[1.0, 2.0], [3.0, 6.0]]))
+    mean, var = prior_merged_moments(np.array([[1.0, 2.0], [3.0, 6.0]]))
+    np.testing.assert_allclose(rms[0], mean, rtol=1e-12)
+    np.testing.assert_allclose(rms[1], var, rtol=1e-12)
+    before = tuple(np.copy(r) for r in rms)
     x = np.array([[2.0, 4.0], [1e3, -1e3]])
     y = pca.normalize_obs(x, rms, 10.0)
     assert y.dtype == np.float32
-    np.testing.assert_allclose(y[0], (x[0] - rms.mean) / np.sqrt(rms.var + 1e-8), rtol=1e-6)
+    np.testing.assert_allclose(y[0], (x[0] - rms[0]) / np.sqrt(rms[1] + 1e-8), rtol=1e-6)
     assert y[1].tolist() == [10.0, -10.0]
-    after = rms.state_dict()
-    assert after["count"] == before["count"] and np.array_equal(after["mean"], before["mean"])
+    assert all(np.array_equal(a, b) for a, b in zip(rms, before))
 
 
 def independent_reward_scaling(rewards, terminated, truncated, gamma, clip=10.0, gymnasium_rule=False):
@@ -248,18 +247,46 @@ def independent_reward_scaling(rewards, terminated, truncated, gamma, clip=10.0,
     return out
 
 
+class ReplayVecEnv(gym.vector.VectorEnv):
+    """Replays given rewards and episode ends [T, N] with zero observations, and records the actions it gets."""
+
+    def __init__(self, rewards, terminated, truncated):
+        self.num_envs, self.data, self.t, self.actions = rewards.shape[1], (rewards, terminated, truncated), 0, []
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (2,))
+        self.single_action_space = gym.spaces.Box(np.array([-1.0], np.float32), np.array([0.5], np.float32))
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
+
+    def reset(self, **kwargs):
+        return np.zeros((self.num_envs, 2)), {}
+
+    def step(self, actions):
+        self.actions.append(actions)
+        r, te, tr = (x[self.t] for x in self.data)
+        self.t += 1
+        final = np.empty(self.num_envs, dtype=object)  # gymnasium's: the last observation of each ended episode
+        for i in np.flatnonzero(te | tr):
+            final[i] = np.zeros(2)
+        return np.zeros((self.num_envs, 2)), r, te, tr, {"final_obs": final}
+
+
 @pytest.mark.parametrize("gymnasium_rule", [False, True])
-def test_reward_scaler_matches_independent_computation(gymnasium_rule):
+def test_vec_normalize_scales_rewards_and_clips_actions(gymnasium_rule):
     g = np.random.default_rng(0)
     T, N = 300, 2
     rewards = g.normal(1.0, 2.0, size=(T, N))
     rewards[150, 1] = 500.0  # scaled far beyond 10: clipped
     terminated, truncated = g.random((T, N)) < 0.05, g.random((T, N)) < 0.05
-    scaler = pca.RewardScaler(N, 0.95, 10.0, gymnasium_rule)
-    got = np.stack([scaler(rewards[t], terminated[t], terminated[t] | truncated[t]) for t in range(T)])
+    envs = pca.VecNormalize(ReplayVecEnv(rewards, terminated, truncated),
+                            pca.Args(gamma=0.95, gymnasium_normalization=gymnasium_rule))
+    envs.reset(seed=0)
+    steps = [envs.step(np.array([[-3.0], [2.0]])) for _ in range(T)]
+    got = np.stack([s[1] for s in steps])
     expected = independent_reward_scaling(rewards, terminated, truncated, 0.95, gymnasium_rule=gymnasium_rule)
     np.testing.assert_allclose(got, expected, rtol=1e-9)
     assert got[150, 1] == 10.0 and np.abs(got[:150]).max() < 10.0
+    np.testing.assert_array_equal(np.stack([s[4]["reward"] for s in steps]), rewards)  # the env's own rewards kept
+    assert np.array_equal(envs.env.actions[0], [[-1.0], [0.5]])  # detail C5: the env gets them clipped to its bounds
     # the two rules, or no restart at all, give other numbers: the flags matter
     other = independent_reward_scaling(rewards, terminated, truncated, 0.95, gymnasium_rule=not gymnasium_rule)
     no_reset = independent_reward_scaling(rewards, np.zeros_like(terminated), np.zeros_like(truncated), 0.95)
@@ -316,68 +343,61 @@ def test_gymnasium_normalization_gives_the_numbers_of_gymnasiums_wrappers(spy_ru
 
 def test_first_minibatch_ratio_is_one(spy_run):
     out, *_ = spy_run
-    for first in out["first_minibatch"]:  # the batched old log-probs equal the minibatch's recomputation
-        assert first["ratio_max_dev"] < 1e-6 and first["clipfrac"] == 0.0 and abs(first["approx_kl"]) < 1e-7
+    for first in out["first_minibatch"]:  # the rollout's log-probs equal the minibatch's recomputation
+        assert first["ratio_max_dev"] < 1e-5 and first["clipfrac"] == 0.0 and abs(first["approx_kl"]) < 1e-7
 
 
-# ---- the speed-ups: NumpyPolicy and flat_parameters must not change the algorithm -------------
+def test_bootstrap_truncated_adds_the_final_value_at_truncations_only(tmp_path_factory, spy_run):
+    _, _, (off, *_), log = spy_run
+    _, _, (on, *_), _ = spy_train(tmp_path_factory, bootstrap_truncated=True, total_timesteps=128)
+    ends = np.flatnonzero([v for k, v in log if k == "done"])  # the steps that ended episodes 0, 1, 2, ...
+    truncated = [s for n, s in enumerate(ends) if n % 2 == 0 and s < 128]  # even episodes are truncated
+    changed = torch.nonzero(on[:, 0] != off[:, 0]).ravel().tolist()
+    assert changed == truncated and len(truncated) >= 6  # r + gamma * V(final observation) at those steps only
 
 
-def test_numpy_policy_follows_the_live_actor():
-    torch.manual_seed(0)
-    assert_numpy_policy_follows_the_actor(pca, pca.Agent(11, 3), pca.Agent(11, 3), lambda policy: policy.mean,
-                                          lambda agent, x: agent.get_action_mean(x), torch.randn(5, 11))
-    with pytest.raises(pca.ConfigError, match="no-numpy-rollout"):
-        pca.NumpyPolicy([torch.nn.Linear(4, 8), torch.nn.ELU()])
+# ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
 
 
-def test_clip_grad_norm_matches_torch():
-    torch.manual_seed(0)
-    assert_clip_grad_norm_matches_torch(pca.clip_grad_norm)
+def test_hack_cleanrl_update_trains(tmp_path, monkeypatch):
+    assert_cleanrl_update_trains(pca, tiny(), tmp_path, monkeypatch)
 
 
-def test_flat_parameters_give_the_same_update_as_per_layer_tensors():
-    torch.manual_seed(0)
-    n = 256
-    args = pca.Args(num_envs=1, num_steps=n, num_minibatches=4, update_epochs=3)
-    args.batch_size, args.minibatch_size = n, n // 4
-    agent, twin = pca.Agent(11, 3), pca.Agent(11, 3)
-    twin.load_state_dict(agent.state_dict())
-    obs, actions = torch.randn(n, 11), torch.randn(n, 3)
-    with torch.no_grad():
-        mean, values = agent.get_action_mean_and_value(obs)
-        logprobs, _ = pca.gaussian_logprob_entropy(mean, agent.actor_logstd, actions)
-    batch = {"obs": obs, "actions": actions, "logprobs": logprobs, "values": values,
-             "advantages": torch.randn(n) * 4 + 3, "returns": torch.randn(n) * 10}
-    assert_flat_parameters_update_like_per_layer_tensors(pca, agent, twin, batch, args)
+def test_hack_temperature_changes_what_the_rollout_samples(monkeypatch):
+    """The Gaussian variant of tests/hacks.py's Categorical check: with the mean head fixed to a constant, scaling
+    the mean by 1 / temperature moves the mean of the actions the rollout samples; the first ratio stays 1."""
+    bias, temperature = torch.tensor([0.5, -0.25, 0.1]), 0.25
+    sampled = edited_agent(pca, monkeypatch, "actor_mean", lambda agent: setattr(
+        agent, "actor_mean", nn.Sequential(agent.actor_mean, Scale(1 / temperature))), bias=bias)
+    out = pca.train(tiny(num_envs=8, num_steps=256, total_timesteps=2048))  # one rollout, all from the edited head
+    actions = torch.cat(sampled)
+    assert actions.shape == (2048, 3), "the rollout did not sample through Agent.get_action_and_value"
+    tol = 4 / math.sqrt(len(actions))  # std 1 per component
+    assert (actions.mean(0) - bias / temperature).abs().max() < tol and (actions.mean(0) - bias).abs().min() > 2 * tol
+    assert all(f["ratio_max_dev"] < 1e-5 for f in out["first_minibatch"])
 
 
-@pytest.mark.parametrize("numpy_rollout", [True, False])
-def test_both_rollout_paths_train_on_policy(numpy_rollout):
-    out = pca.train(tiny(numpy_rollout=numpy_rollout))
-    for first in out["first_minibatch"]:
-        assert first["ratio_max_dev"] < 1e-6 and first["clipfrac"] == 0.0
-    # the wall-time split that benchmark/throughput.py reports
-    assert set(out["seconds"]) == {"env", "inference", "update"} and all(v > 0 for v in out["seconds"].values())
+def test_hack_added_layer_trains(monkeypatch):
+    assert_added_layer_trains(pca, tiny(), monkeypatch, head="actor_mean")
 
 
 # ---- checkpoints, evaluation, resume -------------------------------------------------------------
 
 
-def test_checkpoint_round_trip_evaluates_like_the_live_agent():
+def test_checkpoint_round_trip_evaluates_with_the_frozen_statistics():
     out = pca.train(tiny(save_model=True))
-    ckpt = torch.load(out["checkpoint"], weights_only=False)
-    np.testing.assert_array_equal(ckpt["obs_rms"]["mean"], out["obs_rms"].mean)
-    np.testing.assert_array_equal(ckpt["obs_rms"]["var"], out["obs_rms"].var)
-    assert ckpt["obs_rms"]["count"] == out["obs_rms"].count == pytest.approx(1e-4 + 2 + 2 * 32 * 3)
-    frozen = out["obs_rms"].state_dict()
+    ckpt, _ = pca.load_checkpoint(out["checkpoint"])
+    assert all(np.array_equal(a, b) for a, b in zip(ckpt["obs_rms"], out["obs_rms"]))
+    assert ckpt["obs_rms"][2] == pytest.approx(1e-4 + 2 + 2 * 32 * 3) and ckpt["ret_rms"][2] == pytest.approx(1e-4 + 2 * 32 * 3)
+    assert all(torch.equal(ckpt["model"][k], v) for k, v in out["agent"].state_dict().items())
     from_ckpt = pca.evaluate(out["checkpoint"], eval_episodes=3, seed=7)
-    live = pca.evaluate_agent(out["agent"], "Hopper-v4", out["obs_rms"], eval_episodes=3, seed=7)
-    assert len(from_ckpt) == 3 and from_ckpt == live
-    assert out["obs_rms"].count == frozen["count"] and np.array_equal(out["obs_rms"].mean, frozen["mean"])
-    # the statistics matter: the same agent on unnormalised-by-these-statistics inputs scores otherwise
-    fresh = pca.evaluate_agent(out["agent"], "Hopper-v4", pca.RunningMeanStd((11,)), eval_episodes=3, seed=7)
-    assert fresh != live
+    assert len(from_ckpt) == 3 and from_ckpt == pca.evaluate(out["checkpoint"], eval_episodes=3, seed=7)
+    # the statistics matter: the same agent with fresh ones (as the reference evaluates) scores otherwise
+    ckpt["obs_rms"] = (np.zeros(11), np.ones(11), 1e-4)
+    torch.save(ckpt, "fresh_statistics.pt")
+    assert pca.evaluate("fresh_statistics.pt", eval_episodes=3, seed=7) != from_ckpt
+    with pytest.raises(pca.ConfigError, match="eval-episodes must be"):
+        pca.evaluate(out["checkpoint"], eval_episodes=0)
 
 
 def test_resume_matches_uninterrupted_run(monkeypatch):
@@ -390,16 +410,56 @@ def test_resume_matches_uninterrupted_run(monkeypatch):
     assert resumed["global_step"] == full["global_step"]
     n_before = len(full["episodic_return"]) - len(resumed["episodic_return"])
     assert n_before > 0 and resumed["episodic_return"] == full["episodic_return"][n_before:]
-    np.testing.assert_array_equal(resumed["obs_rms"].mean, full["obs_rms"].mean)
-    np.testing.assert_array_equal(resumed["reward_scaler"].ret, full["reward_scaler"].ret)
+    for k in ("obs_rms", "ret_rms"):
+        assert all(np.array_equal(a, b) for a, b in zip(resumed[k], full[k]))
+    np.testing.assert_array_equal(resumed["ret"], full["ret"])
     assert_resumed_log_reads_once(full)
+
+
+def test_resume_without_env_state_continues_with_fresh_episodes(monkeypatch, capsys):
+    def unsaveable(env):
+        raise TypeError("cannot pickle this env")
+
+    monkeypatch.setattr(pca, "get_physics", unsaveable)
+    full, resumed = assert_resumes_with_fresh_episodes(pca, tiny(save_model=True, save_every=1, total_timesteps=128),
+                                                       capsys, monkeypatch)
+    # the statistics went on from the checkpoint's, plus the first observations of the 2 fresh episodes
+    assert resumed["obs_rms"][2] == pytest.approx(full["obs_rms"][2] + 2)
 
 
 @pytest.mark.parametrize("env_id", ["HalfCheetah-v5", "Walker2d-v4"])
 def test_mujoco_v4_and_v5_ids_train(env_id):
     out = pca.train(tiny(env_id=env_id, num_envs=1, total_timesteps=64, num_steps=64))
     assert out["global_step"] == 64 and np.isfinite(out["losses"][0]["value_loss"])
-    assert out["obs_rms"].mean.shape == (17,) and out["agent"].actor_logstd.shape == (1, 6)
+    assert out["obs_rms"][0].shape == (17,) and out["agent"].actor_logstd.shape == (1, 6)
+
+
+# ---- run identity and resume (issue 24) ------------------------------------------------------------
+
+
+def test_runs_started_in_the_same_second_get_their_own_directories(monkeypatch):
+    clock = iter(1234567890.0 + 1e-6 * np.arange(1, 10**6))  # every run starts within the same second
+    monkeypatch.setattr(pca.time, "time", lambda: next(clock))
+    runs = [pca.train(tiny(save_model=True, total_timesteps=64)) for _ in range(2)]
+    assert [r["run_dir"] for r in runs] == [f"runs/Hopper-v4__ppo_continuous_action__1__1234567890{s}" for s in ("", "-2")]
+    assert all(os.path.isfile(r["checkpoint"]) for r in runs)
+
+
+def test_resume_applies_a_longer_budget_and_refuses_other_flags(tmp_path, monkeypatch):
+    full = pca.train(tiny(save_model=True, total_timesteps=64))
+    with pytest.raises(pca.ConfigError, match="--gymnasium-normalization cannot change when resuming"):
+        pca.train(pca.Args(resume=full["checkpoint"], gymnasium_normalization=True))
+    with pytest.raises(pca.ConfigError, match="--clip-obs cannot change"):
+        pca.train(pca.Args(resume=full["checkpoint"], clip_obs=5.0))
+    with pytest.raises(pca.ConfigError, match="leaves no iteration to run"):  # the run is already finished
+        pca.train(pca.Args(resume=full["checkpoint"]))
+    elsewhere = tmp_path / "elsewhere"  # resumed from another directory, it logs on in the run's own
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    next_second()
+    longer = pca.train(pca.Args(resume=str(tmp_path / full["checkpoint"]), total_timesteps=128))
+    assert longer["global_step"] == 128 and len(longer["losses"]) == 1
+    assert longer["run_dir"] == str(tmp_path / full["run_dir"]) and not os.path.exists("runs")
 
 
 # ---- bad input -----------------------------------------------------------------------------------
@@ -410,31 +470,48 @@ def test_mujoco_v4_and_v5_ids_train(env_id):
     [
         ({"env_id": "NoSuchEnv-v9"}, "unknown env id"),
         ({"env_id": "CartPole-v1"}, "Box only"),
-        ({"total_timesteps": -5}, "must be positive"),
+        ({"clip_obs": 0.0}, "clip-obs must be a finite number > 0"),
     ] + PPO_BAD_INPUT,
 )
 def test_bad_input_rejected_before_training(kw, message):
     assert_rejected_before_training(pca, tiny(**kw), message)
 
 
-def test_missing_mujoco_dependency_is_a_config_error(monkeypatch):
+BAD_VALUES = [(name, v) for names, low, high, closed in pca.RANGES for name in names.split()
+              for v in [low - 1 if closed else low, math.nan] + ([high + 1] if high < math.inf else [])]
+
+
+@pytest.mark.parametrize("name, value", BAD_VALUES)
+def test_every_numeric_flag_is_range_checked(name, value):
+    assert_rejected_before_training(pca, tiny(**{name: value}), f"--{name.replace('_', '-')} must be a finite number")
+
+
+def test_missing_mujoco_or_renderer_is_a_config_error(monkeypatch):
+    real_make = gym.make
+
     def make(env_id, **kw):  # what gymnasium raises when mujoco (or its imageio dependency) is not installed
         raise gym.error.DependencyNotInstalled("No module named 'mujoco'")
 
     monkeypatch.setattr(pca.gym, "make", make)
     with pytest.raises(pca.ConfigError, match=r"Hopper-v4 could not be created .*pip install 'gymnasium\[mujoco\]'"):
         pca.train(tiny())
+
+    def make_without_opengl(env_id, **kw):
+        env = real_make(env_id, **kw)
+        env.render = no_opengl
+        return env
+
+    def no_opengl():  # what MuJoCo raises with no OpenGL context to render in
+        raise RuntimeError("an OpenGL platform library has not been loaded into this process")
+
+    monkeypatch.setattr(pca.gym, "make", make_without_opengl)
+    with pytest.raises(pca.ConfigError, match="cannot create or render Hopper-v4 .*OpenGL.*MUJOCO_GL=egl"):
+        pca.train(tiny(capture_video=True))
     assert not os.path.exists("runs")
 
 
-def test_foreign_or_missing_checkpoint_rejected():
-    torch.save({"script": "ppo.py", "model": {}}, "other.pt")
-    with pytest.raises(pca.ConfigError, match="written by ppo.py"):
-        pca.train(pca.Args(resume="other.pt"))
-    with pytest.raises(pca.ConfigError, match="written by ppo.py"):
-        pca.evaluate("other.pt")
-    with pytest.raises(pca.ConfigError, match="does not exist"):
-        pca.evaluate("missing.pt")
+def test_foreign_checkpoint_rejected():
+    assert_foreign_and_corrupt_checkpoints_rejected(pca, "ppo.py")
 
 
 def test_cli_error_is_one_line_without_traceback():
