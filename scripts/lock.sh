@@ -18,11 +18,15 @@ compile() {  # compile OUT INPUT... [uv options]
     uv pip compile --quiet --universal --python-version 3.11 --generate-hashes --no-strip-markers \
         --custom-compile-command "bash scripts/lock.sh" "${torch_src[@]}" -o "requirements/$out" "$@"
 }
-compile core.txt pyproject.toml requirements/torch.in "$@"
+# all.txt resolves every extra at once; every other target is pinned within it, so that installing two
+# targets one after the other (atari, then benchmark) never moves a pin
+compile all.txt pyproject.toml requirements/torch.in requirements/extras-deps.in --all-extras "$@"
+compile core.txt pyproject.toml requirements/torch.in --constraint requirements/all.txt "$@"
 for extra in atari envpool mujoco video track benchmark; do
-    compile "$extra.txt" pyproject.toml requirements/torch.in --extra "$extra" "$@"
+    compile "$extra.txt" pyproject.toml requirements/torch.in --extra "$extra" --constraint requirements/all.txt "$@"
 done
-compile dev.txt pyproject.toml requirements/torch.in requirements/extras-deps.in --extra dev "$@"
+compile dev.txt pyproject.toml requirements/torch.in requirements/extras-deps.in --extra dev \
+    --constraint requirements/all.txt "$@"
 for env in procgen microrts; do  # installed with --no-deps: only the pins listed, no resolution
     compile "$env.txt" "requirements/$env.in" --no-deps "$@"
 done

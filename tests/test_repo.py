@@ -90,3 +90,13 @@ def test_readme_names_the_lock_and_how_to_remake_it():
     for name in ["requirements/", "scripts/lock.sh", "scripts/install.sh", "--require-hashes"]:
         assert name in text, name
     assert "scripts/install.sh" in readme_commands()[0] and "scripts/install.sh dev" in readme_commands()[1]
+
+
+def test_every_target_pins_what_the_whole_lock_pins():
+    """requirements/all.txt resolves every extra at once; a target that pinned another release of a package
+    would move it when installed after a second target."""
+    whole = lock_pins(os.path.join(ROOT, "requirements", "all.txt"))
+    for path in glob.glob(os.path.join(ROOT, "requirements", "*.txt")):
+        if os.path.basename(path) not in ("procgen.txt", "microrts.txt"):  # --no-deps, outside the resolution
+            for name, versions in lock_pins(path).items():
+                assert set(versions) <= set(whole[name]), (os.path.basename(path), name, versions)
