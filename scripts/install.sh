@@ -31,7 +31,15 @@ src=()
 if [[ -n $(ls "${TORCH_FIND_LINKS:-/opt/wheels}"/torch-2.13.0+cpu-* 2>/dev/null) ]]; then
     src=(--find-links "${TORCH_FIND_LINKS:-/opt/wheels}")
 elif .venv/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
-    src=(--extra-index-url https://download.pytorch.org/whl/cpu)
+    index=https://download.pytorch.org/whl/cpu
+    # fail at once where that index is out of reach (pip would retry it for every package)
+    .venv/bin/python -c "import urllib.request as u; u.urlopen('$index/torch/', timeout=20)" 2>/dev/null || {
+        echo "install.sh: error: the lock's torch for Python 3.11 is 2.13.0+cpu, which is not on PyPI, and $index" \
+             "is out of reach: set TORCH_FIND_LINKS to a folder holding torch-2.13.0+cpu-cp311-*.whl," \
+             "or use Python 3.12 or 3.13 (PYTHON=python3.12, after deleting .venv)" >&2
+        exit 1
+    }
+    src=(--extra-index-url "$index")
 fi
 "${pip[@]}" install --require-hashes "${src[@]}" -r "requirements/$target.txt"
 
