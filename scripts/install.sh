@@ -15,6 +15,11 @@ if [[ ! -x .venv/bin/python ]]; then
     # it with the system's pip (pip --python, pip >= 22.3)
     "$python" -m venv .venv 2>/dev/null || { rm -rf .venv && "$python" -m venv --without-pip .venv; }
 fi
+.venv/bin/python -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))' || {
+    echo "install.sh: error: .venv has Python $(.venv/bin/python -V 2>&1 | cut -d' ' -f2); the lock is for 3.11-3.13" \
+         "(PYTHON=python3.12, after deleting .venv)" >&2
+    exit 1
+}
 if .venv/bin/python -m pip --version >/dev/null 2>&1; then
     pip=(.venv/bin/python -m pip)
 elif "$python" -m pip --version >/dev/null 2>&1; then
