@@ -4,6 +4,8 @@ import glob
 import os
 import re
 
+import pytest
+
 from conftest import ROOT
 
 
@@ -27,3 +29,74 @@ def test_scripts_import_nothing_from_the_project():
     pattern = re.compile(r"^\s*(from|import)\s+(" + "|".join(scripts + ["tests", "benchmark"]) + r")\b", re.M)
     for name in scripts:
         assert not pattern.search(open(os.path.join(ROOT, f"{name}.py")).read()), name
+
+
+def lock_pins(path):
+    """{normalised name: [(version, marker or None)]} of a hash-pinned requirements file, every pin checked
+    to carry at least one hash."""
+    text = open(path).read().replace("\\\n", " ")
+    pins = {}
+    for line in text.splitlines():
+        line = line.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)\s*(?:;\s*(.*?))?\s*(--hash=.*)?$", line)
+        assert m and m[4], f"{os.path.basename(path)}: not a hash-pinned line: {line[:80]}"
+        name = re.sub(r"[-_.]+", "-", m[1]).lower()
+        pins.setdefault(name, []).append((m[2], m[3]))
+    return pins
+
+
+def test_lock_pins_every_dependency_of_pyproject_within_its_range():
+    tomllib = pytest.importorskip("tomllib")
+    from packaging.markers import Marker
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    project = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["project"]
+    extras = project["optional-dependencies"]
+
+    def requirements(extra):  # an extra's requirements with the project's own extras expanded
+        reqs = list(project["dependencies"])
+        for r in extras.get(extra, []):
+            req = Requirement(r)
+            reqs += [x for e in req.extras for x in extras[e]] if req.name == project["name"] else [r]
+        return reqs
+
+    for target in ["core", *extras]:
+        pins = lock_pins(os.path.join(ROOT, "requirements", f"{target}.txt"))
+        assert sorted(v for v, _ in pins["torch"]) == ["2.13.0", "2.13.0+cpu"], target  # see requirements/torch.in
+        for r in requirements(target):
+            req = Requirement(r)
+            name = re.sub(r"[-_.]+", "-", req.name).lower()
+            assert name in pins, f"requirements/{target}.txt lacks {req.name}: run bash scripts/lock.sh"
+            # on the Python running the tests: the pin that applies lies in pyproject's range
+            if req.marker is None or req.marker.evaluate():
+                live = [v for v, m in pins[name] if m is None or Marker(m).evaluate()]
+                assert live and all(req.specifier.contains(Version(v), prereleases=True) for v in live), \
+                    f"requirements/{target}.txt pins {req.name} {live}, outside {req.specifier}"
+
+
+def test_no_deps_locks_pin_what_their_inputs_name():
+    for env in ["procgen", "microrts"]:
+        wanted = {re.sub(r"[-_.]+", "-", line.split("==")[0]).lower(): line.split("==")[1].split()[0]
+                  for line in open(os.path.join(ROOT, "requirements", f"{env}.in")) if "==" in line}
+        pins = lock_pins(os.path.join(ROOT, "requirements", f"{env}.txt"))
+        assert {n: v[0][0] for n, v in pins.items()} == wanted, env
+
+
+def test_readme_names_the_lock_and_how_to_remake_it():
+    text = open(os.path.join(ROOT, "README.md")).read()
+    for name in ["requirements/", "scripts/lock.sh", "scripts/install.sh", "--require-hashes"]:
+        assert name in text, name
+    assert "scripts/install.sh" in readme_commands()[0] and "scripts/install.sh dev" in readme_commands()[1]
+
+
+def test_every_target_pins_what_the_whole_lock_pins():
+    """requirements/all.txt resolves every extra at once; a target that pinned another release of a package
+    would move it when installed after a second target."""
+    whole = lock_pins(os.path.join(ROOT, "requirements", "all.txt"))
+    for path in glob.glob(os.path.join(ROOT, "requirements", "*.txt")):
+        if os.path.basename(path) not in ("procgen.txt", "microrts.txt"):  # --no-deps, outside the resolution
+            for name, versions in lock_pins(path).items():
+                assert set(versions) <= set(whole[name]), (os.path.basename(path), name, versions)
