@@ -1,19 +1,28 @@
-"""Tests of ppo_atari_lstm.py: the 5 LSTM details. The Atari wrappers it shares with ppo_atari.py are
-tested in test_ppo_atari.py; here only that it uses one frame.
+"""Tests of ppo_atari_lstm.py: the 5 LSTM details, in the network, the rollout and the update. The Atari
+wrappers it shares with ppo_atari.py are tested in test_ppo_atari.py; here only that it uses one frame.
 """
 
+import subprocess
+import sys
+
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import ROOT
+from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout
+from test_ppo import (PPO_BAD_INPUT, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
+                      assert_resumes_with_fresh_episodes)
+from test_ppo_atari import assert_channels_last_is_the_same_math
 
 import ppo_atari_lstm as lstm_mod
-from test_ppo import assert_resumes_with_fresh_episodes
-from test_ppo_atari import assert_channels_last_is_the_same_math
+
+ASTERIX = "AsterixNoFrameskip-v4"  # short random games with several lives: episode starts inside a rollout
 
 
 def tiny(**kw):
-    base = dict(cuda=False, env_id="AsterixNoFrameskip-v4", num_envs=2, num_steps=16, num_minibatches=2,
-                update_epochs=1, total_timesteps=2 * 16 * 3)
+    base = dict(cuda=False, env_id=ASTERIX, num_envs=2, num_steps=16, num_minibatches=2, update_epochs=1,
+                total_timesteps=2 * 16 * 3)
     base.update(kw)
     return lstm_mod.Args(**base)
 
@@ -23,12 +32,41 @@ def test_lstm_init_orthogonal_std_one_zero_bias_and_zero_initial_state():
     agent = lstm_mod.Agent(1, 4)
     params = dict(agent.lstm.named_parameters())
     assert set(params) == {"weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"}
-    for name in ("weight_ih_l0", "weight_hh_l0"):
+    assert (agent.lstm.input_size, agent.lstm.hidden_size) == (512, 128)
+    for name in ("weight_ih_l0", "weight_hh_l0"):  # detail L1
         np.testing.assert_allclose(torch.linalg.svdvals(params[name].detach()).numpy(), 1.0, rtol=1e-4)
     assert torch.all(params["bias_ih_l0"] == 0) and torch.all(params["bias_hh_l0"] == 0)
-    assert agent.actor.in_features == 128 and agent.network[0].in_channels == 1  # frame stack 1
-    h, c = agent.initial_state(3)
+    for head, std in ((agent.actor, 0.01), (agent.critic, 1.0)):  # the heads read the LSTM's 128 outputs
+        assert head.in_features == 128 and torch.all(head.bias == 0)
+        np.testing.assert_allclose(torch.linalg.svdvals(head.weight.detach()).numpy(), std, rtol=1e-4)
+    assert agent.network[0].in_channels == 1  # frame stack 1
+    h, c = agent.initial_state(3)  # detail L2
     assert h.shape == c.shape == (1, 3, 128) and not h.any() and not c.any()
+
+
+def test_heads_read_the_lstm_after_the_cnn():
+    """CNN (pixels scaled, detail A9) -> LSTM -> both heads; get_action_and_value returns CleanRL's 5-tuple."""
+    torch.manual_seed(0)
+    agent = lstm_mod.Agent(1, 6)
+    T, N = 3, 2
+    x, actions = torch.randint(0, 256, (T * N, 1, 84, 84), dtype=torch.uint8), torch.tensor([0, 5, 1, 2, 3, 4])
+    state, done = (torch.randn(1, N, 128), torch.randn(1, N, 128)), torch.tensor([0.0, 0, 0, 1, 0, 0])
+    _, logprob, entropy, value, (h, c) = agent.get_action_and_value(x, state, done, actions)
+    features = agent.network(x.float() / 255.0).view(T, N, 512)
+    ref_state, ref_out = state, []
+    for t in range(T):
+        keep = (1 - done.view(T, N)[t]).view(1, N, 1)
+        out, ref_state = agent.lstm(features[t:t + 1], (keep * ref_state[0], keep * ref_state[1]))
+        ref_out.append(out[0])
+    out = torch.cat(ref_out)
+    dist = torch.distributions.Categorical(logits=agent.actor(out))
+    torch.testing.assert_close(logprob, dist.log_prob(actions))
+    torch.testing.assert_close(entropy, dist.entropy())
+    torch.testing.assert_close(value, agent.critic(out).squeeze(-1))
+    torch.testing.assert_close((h, c), ref_state)
+    torch.testing.assert_close(agent.get_value(x, state, done), value)
+    sampled, *_, state_after = agent.get_action_and_value(x[:N], state, torch.zeros(N))  # one rollout step
+    assert sampled.shape == (N,) and state_after[0].shape == (1, N, 128)
 
 
 def test_channels_last_is_the_same_math():
@@ -37,8 +75,9 @@ def test_channels_last_is_the_same_math():
     starts = torch.tensor([0, 0, 1, 0, 0, 1], dtype=torch.float32)
 
     def forward(agent, x):
-        logits, value, (h, c) = agent.get_logits_and_value(x, agent.initial_state(N), starts)
-        return logits, value, h, c
+        _, logprob, entropy, value, (h, c) = agent.get_action_and_value(x, agent.initial_state(N), starts,
+                                                                        torch.arange(T * N) % 4)
+        return logprob, entropy, value, h, c
 
     assert_channels_last_is_the_same_math(lambda cl: lstm_mod.Agent(1, 4, cl), forward, x)
     assert lstm_mod.Args().channels_last
@@ -89,24 +128,102 @@ def test_lstm_stretches_equal_the_step_by_step_recursion():
     assert not torch.allclose(no_reset.reshape(T, N, -1)[4:, 0], out.reshape(T, N, -1)[4:, 0], atol=1e-4)
 
 
-def test_minibatches_are_whole_environment_sequences():
-    T, N = 5, 8
+def test_minibatches_are_whole_env_sequences_replayed_from_the_rollout_state():
+    """Details L4 and L5: each minibatch the update scores is a group of envs' whole sequences in time order, with
+    their episode starts and the rollout's first LSTM state of those envs; each epoch's groups cover the envs."""
+    T, N, epochs, minibatches = 5, 8, 2, 4
+    args = lstm_mod.Args(num_envs=N, num_steps=T, num_minibatches=minibatches, update_epochs=epochs)
+    args.batch_size, args.minibatch_size = T * N, T * N // minibatches
     torch.manual_seed(0)
-    groups = lstm_mod.minibatch_envs(N, 2)
-    assert [len(g) for g in groups] == [2] * 4
-    assert sorted(torch.cat(groups).tolist()) == list(range(N))
-    flat_env = torch.arange(T * N) % N  # the env of each time-major flat index
-    flat_step = torch.arange(T * N) // N
-    seen = []
-    for g in groups:
-        idx = lstm_mod.env_sequence_indices(g, T, N)
-        assert len(idx) == T * 2
-        assert set(flat_env[idx].tolist()) == set(g.tolist())  # only these envs, all their steps
-        # time-major order, so the LSTM can run it step by step: rows of [t, envs of g]
-        assert flat_step[idx].reshape(T, 2).tolist() == [[t, t] for t in range(T)]
-        assert flat_env[idx].reshape(T, 2).tolist() == [g.tolist()] * T
-        seen += idx.tolist()
-    assert sorted(seen) == list(range(T * N))
+    agent, calls = lstm_mod.Agent(1, 4), []
+    real = agent.get_action_and_value
+
+    def spy(x, lstm_state, done, action=None):
+        calls.append((x[:, 0, 0, 0].long(), lstm_state, done, action))
+        return real(x, lstm_state, done, action)
+
+    agent.get_action_and_value = spy
+    flat = torch.arange(T * N)  # each observation holds its time-major flat index t * N + env
+    b = {"obs": flat.to(torch.uint8).view(-1, 1, 1, 1).expand(-1, 1, 84, 84).contiguous(), "actions": flat % 4,
+         "logprobs": torch.full((T * N,), -1.4), "values": torch.zeros(T * N), "advantages": torch.randn(T * N),
+         "returns": torch.randn(T * N), "starts": (flat % 3 == 0).float(),
+         "lstm_state": (torch.randn(1, N, 128), torch.randn(1, N, 128))}
+    lstm_mod.update(agent, torch.optim.Adam(agent.parameters()), b, args)
+    assert len(calls) == epochs * minibatches
+    groups = []
+    for x, (h, c), done, action in calls:
+        envs = x[:N // minibatches]
+        assert torch.equal(x, (torch.arange(T)[:, None] * N + envs).view(-1))  # the same envs, t = 0, 1, ...
+        torch.testing.assert_close((h, c), (b["lstm_state"][0][:, envs], b["lstm_state"][1][:, envs]))
+        assert torch.equal(done, b["starts"][x]) and torch.equal(action, b["actions"][x])
+        groups.append(envs.tolist())
+    for e in range(epochs):
+        assert sorted(sum(groups[e * minibatches:(e + 1) * minibatches], [])) == list(range(N))
+    assert groups[:minibatches] != groups[minibatches:]  # reshuffled each epoch
+
+
+def test_rollout_resets_at_episode_starts_and_carries_the_state_across_rollouts(monkeypatch):
+    """Detail L3 in the rollout: the start flags it passes are the previous step's dones (across rollouts too);
+    the state is carried from each step to the next, and the update gets the rollout's first state (L5)."""
+    steps, gae_dones, update_states = [], [], []
+
+    class Spy(lstm_mod.Agent):
+        def get_action_and_value(self, x, lstm_state, done, action=None):
+            out = super().get_action_and_value(x, lstm_state, done, action)
+            if not torch.is_grad_enabled():
+                steps.append((lstm_state, done.clone(), out[-1]))
+            return out
+
+    real_gae, real_update = lstm_mod.compute_gae, lstm_mod.update
+    monkeypatch.setattr(lstm_mod, "Agent", Spy)
+    monkeypatch.setattr(lstm_mod, "compute_gae", lambda r, v, d, *a: gae_dones.append(d.clone()) or real_gae(r, v, d, *a))
+    monkeypatch.setattr(lstm_mod, "update", lambda agent, opt, b, args: update_states.append(
+        tuple(s.clone() for s in b["lstm_state"])) or real_update(agent, opt, b, args))
+    args = tiny(num_steps=64, total_timesteps=2 * 64 * 3)
+    lstm_mod.train(args)
+    T, N = args.num_steps, args.num_envs
+    assert len(steps) == 3 * T and len(gae_dones) == 3
+    dones = torch.cat(gae_dones)  # [3T, N], step t's done flags
+    assert dones.sum() >= 2  # lives were lost inside the rollouts
+    starts = torch.stack([done for _, done, _ in steps])
+    assert torch.equal(starts, torch.cat([torch.zeros(1, N), dones[:-1]]))
+    assert not steps[0][0][0].any()  # detail L2: the first state is zero
+    for (_, _, state_out), (state_in, _, _) in zip(steps[:-1], steps[1:]):
+        assert all(torch.equal(a, b) for a, b in zip(state_in, state_out))
+    for i, state in enumerate(update_states):
+        assert all(torch.equal(a, b) for a, b in zip(state, steps[i * T][0]))
+    assert update_states[1][0].abs().sum() > 0  # the second rollout did not start from zeros
+
+
+def test_bootstrap_truncated_values_the_final_observation_from_the_state_after_the_step(monkeypatch):
+    """--bootstrap-truncated: a time-limit end adds gamma * V(final obs), V read with that env's LSTM state after
+    the step (the final observation continues the episode: no reset)."""
+    real_make_env, real_gae = lstm_mod.make_env, lstm_mod.compute_gae
+    monkeypatch.setattr(lstm_mod, "make_env", lambda *a: gym.wrappers.TimeLimit(real_make_env(*a), 24))
+    steps, values, rewards = [], [], []
+
+    class Spy(lstm_mod.Agent):
+        def get_action_and_value(self, *a):
+            out = super().get_action_and_value(*a)
+            if not torch.is_grad_enabled():
+                steps.append(out[-1])
+            return out
+
+        def get_value(self, x, lstm_state, done):
+            values.append((lstm_state, done, super().get_value(x, lstm_state, done)))
+            return values[-1][-1]
+
+    monkeypatch.setattr(lstm_mod, "Agent", Spy)
+    monkeypatch.setattr(lstm_mod, "compute_gae", lambda r, *a: rewards.append(r.clone()) or real_gae(r, *a))
+    for bootstrap in (False, True):  # the same rollout (V samples nothing), without and with the bootstrap
+        steps.clear(), values.clear()
+        lstm_mod.train(tiny(num_steps=64, total_timesteps=2 * 64, bootstrap_truncated=bootstrap, gamma=0.9))
+    added = (rewards[1] - rewards[0]).nonzero().tolist()
+    assert [t for t, _ in added] == [23, 23, 47, 47]  # each env's time limit, and only there
+    assert len(values) == 3  # two bootstraps and the rollout's next_value
+    for (t, i), (state, done, value) in zip(added, [values[0]] * 2 + [values[1]] * 2):
+        assert not done.any() and all(torch.equal(s[:, i], after[:, i]) for s, after in zip(state, steps[t]))
+        assert (rewards[1] - rewards[0])[t, i].item() == pytest.approx(0.9 * value[i].item(), abs=1e-6)
 
 
 def test_first_minibatch_ratio_exactly_one_thanks_to_state_reconstruction(monkeypatch):
@@ -120,7 +237,7 @@ def test_first_minibatch_ratio_exactly_one_thanks_to_state_reconstruction(monkey
     real_update = lstm_mod.update
 
     def update_from_zero_state(agent, optimizer, b, args):
-        b = {**b, "initial_state": tuple(torch.zeros_like(s) for s in b["initial_state"])}
+        b = {**b, "lstm_state": tuple(torch.zeros_like(s) for s in b["lstm_state"])}
         return real_update(agent, optimizer, b, args)
 
     monkeypatch.setattr(lstm_mod, "update", update_from_zero_state)
@@ -129,27 +246,74 @@ def test_first_minibatch_ratio_exactly_one_thanks_to_state_reconstruction(monkey
     assert all(f["ratio_max_dev"] > 1e-4 for f in broken["first_minibatch"][1:])
 
 
-def test_reference_defaults_and_env_split_check():
+def test_reference_defaults_and_one_frame():
     a = lstm_mod.Args()
-    assert (a.num_envs, a.num_steps, a.num_minibatches, a.update_epochs, a.clip_coef) == (8, 128, 4, 4, 0.1)
-    env = lstm_mod.make_env("BreakoutNoFrameskip-v4", 0, False, "")()
+    assert (a.env_id, a.num_envs, a.num_steps, a.num_minibatches, a.update_epochs) == ("BreakoutNoFrameskip-v4", 8, 128, 4, 4)
+    assert (a.clip_coef, a.ent_coef, a.learning_rate, a.anneal_lr, a.total_timesteps) == (0.1, 0.01, 2.5e-4, True, 10_000_000)
+    env = lstm_mod.make_env("BreakoutNoFrameskip-v4")
     obs, _ = env.reset(seed=0)
-    assert obs.shape == (1, 84, 84) and obs.dtype == np.uint8
-    with pytest.raises(lstm_mod.ConfigError, match="whole environments"):
-        lstm_mod.train(tiny(num_envs=6, num_minibatches=4, num_steps=32))  # 192 steps split, 6 envs do not
+    assert obs.shape == (1, 84, 84) and obs.dtype == np.uint8  # detail A7: no frame stack
 
 
-def test_checkpoint_evaluate_and_foreign_checkpoint():
-    out = lstm_mod.train(tiny(total_timesteps=2 * 16, save_model=True))
-    ckpt = torch.load(out["checkpoint"], weights_only=False)
-    assert ckpt["next_lstm_state"][0].shape == (1, 2, 128) and ckpt["next_lstm_state"][0].abs().sum() > 0
-    scores = lstm_mod.evaluate(out["checkpoint"], eval_episodes=1, seed=0)
-    assert scores == lstm_mod.evaluate_agent(out["agent"], "AsterixNoFrameskip-v4", eval_episodes=1, seed=0)
-    torch.save({"script": "ppo_atari.py"}, "other.pt")
-    with pytest.raises(lstm_mod.ConfigError, match="written by ppo_atari.py, not ppo_atari_lstm.py"):
-        lstm_mod.evaluate("other.pt")
-
-
-def test_resume_continues_the_run_and_its_log(capsys, monkeypatch):
+def test_resume_continues_from_checkpoint_and_evaluate(capsys, monkeypatch):
     args = tiny(total_timesteps=2 * 16 * 2, save_model=True, save_every=1)
-    assert_resumes_with_fresh_episodes(lstm_mod, args, capsys, monkeypatch)
+    full, resumed = assert_resumes_with_fresh_episodes(lstm_mod, args, capsys, monkeypatch)  # ALE does not pickle
+    assert resumed["learning_rate"] == [0.0]  # the schedule continued to its end, not restarted
+    ckpt, _ = lstm_mod.load_checkpoint(full["checkpoint"])
+    assert all(torch.equal(ckpt["model"][k], v) for k, v in full["agent"].state_dict().items())
+    scores = lstm_mod.evaluate(full["checkpoint"], eval_episodes=1, seed=0)
+    assert scores == lstm_mod.evaluate(full["checkpoint"], eval_episodes=1, seed=0)  # seeded: repeatable
+    assert len(scores) == 1 and scores[0] % 50 == 0  # whole-game Asterix scores
+    starts = []  # evaluation resets the LSTM state after each lost life (detail L3) and carries it otherwise
+
+    class Spy(lstm_mod.Agent):
+        def get_action_and_value(self, x, lstm_state, done, action=None):
+            starts.append(done.item())
+            return super().get_action_and_value(x, lstm_state, done, action)
+
+    monkeypatch.setattr(lstm_mod, "Agent", Spy)
+    assert lstm_mod.evaluate(full["checkpoint"], eval_episodes=1, seed=0) == scores
+    assert starts.count(1.0) == 2 and len(starts) > 100  # Asterix: 3 lives, the game ends with the third
+
+
+@pytest.mark.parametrize(
+    "kw,message",
+    [
+        (dict(env_id="NoSuchGame-v4"), "unknown env id"),
+        (dict(env_id="CartPole-v1"), "not an Atari"),
+        (dict(env_id="ALE/Breakout-v5"), "NoFrameskip-v4"),
+        (dict(total_timesteps=10), "leaves no iteration to run"),
+        (dict(num_envs=6, num_minibatches=4, num_steps=32), "num-envs 6 is not divisible.*whole environments"),
+    ] + PPO_BAD_INPUT,
+)
+def test_bad_input_rejected_before_training(kw, message):
+    assert_rejected_before_training(lstm_mod, tiny(**kw), message)
+
+
+def test_foreign_checkpoint_rejected():
+    assert_foreign_and_corrupt_checkpoints_rejected(lstm_mod, "ppo_atari.py")
+
+
+# ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
+
+
+def test_hack_cleanrl_update_trains(tmp_path, monkeypatch):
+    assert_cleanrl_update_trains(lstm_mod, tiny(), tmp_path, monkeypatch)
+
+
+def test_hack_temperature_changes_what_the_rollout_samples(monkeypatch):
+    args = tiny(env_id="BreakoutNoFrameskip-v4", num_envs=4, num_steps=128, total_timesteps=512)
+    assert_temperature_changes_rollout(lstm_mod, args, monkeypatch, logits=(0.0, 1.0, 0.0, 0.0))
+
+
+def test_hack_added_layer_trains(monkeypatch):
+    assert_added_layer_trains(lstm_mod, tiny(), monkeypatch)
+
+
+def test_cli_error_is_one_line_without_traceback():
+    proc = subprocess.run([sys.executable, f"{ROOT}/ppo_atari_lstm.py", "--num-envs", "6"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert [l for l in proc.stderr.splitlines() if l.startswith("ppo_atari_lstm.py")] == [
+        "ppo_atari_lstm.py: error: --num-envs 6 is not divisible by --num-minibatches 4; each minibatch holds "
+        "whole environments' sequences"]
