@@ -4,64 +4,32 @@ Run:   python a2c_paac.py --env-id BreakoutNoFrameskip-v4 --arch nips
 Eval:  python a2c_paac.py --eval-checkpoint runs/<run>/checkpoint.pt --eval-episodes 10
 
 The details of the paper (section numbers of seed 001):
-  1. one learner, n_e = 32 environments stepped by n_w = 8 workers (Sec. 3, 5.1). A worker here is one
-     OS process that owns n_e / n_w environments and steps them one after the other; the processes run
-     at the same time, so n_w workers use up to n_w cores (the learner is one more process). Observations,
-     actions and rewards go through shared memory, only a short "step" message goes through a pipe.
-     With more workers than cores the processes take turns: the paper's n_w = 8 still runs on a 2-core
-     machine, and n_w = cores - 1 (one core left to the learner) is the natural choice elsewhere.
-     Not threads: the preprocessing wrappers below are Python and hold the GIL (two threads stepping two
-     ALE envs took 1.07 s where one thread took 1.30 s).
+  1. one learner, n_e = 32 envs on n_w = 8 worker processes (Sec. 3, 5.1), the policy only in the learner, obs in
+     shared memory. Not threads: the wrappers hold the GIL (two threads stepping two ALE envs: 1.07 s, one: 1.30 s)
   2. every t_max = 5 steps: one batched forward for all envs per step picks the actions (Alg. 1 line 5)
-  3. n-step returns (Alg. 1 lines 12-15): R = V(s_{t_max+1}) for envs whose last transition did not end
-     the episode, 0 for those that did; each step gets a (t_max - t + 1)-step return, and a terminal
-     inside the rollout cuts the sum there (`nstep_returns`)
-  4. loss (Sec. 4 eqs. 10-11, Alg. 1 lines 16-17): -(R - V) log pi(a|s) - beta * H(pi(s)) + (R - V)^2,
-     each averaged over n_e * t_max, beta = 0.01; the advantage R - V carries no gradient
-  5. one network, two heads (Sec. 5.1): a softmax policy and a linear value on a shared conv trunk;
-     --arch nips (A3C FF: conv 16 8x8/4, conv 32 4x4/2, fc 256) or nature (conv 32 8x8/4, conv 64 4x4/2,
-     conv 64 3x3/1, fc 512); the flattened conv features have 2592 and 3136 entries
-  6. RMSProp, decay 0.99, epsilon 0.1, learning rate 0.0007 * n_e = 0.0224 (Sec. 5.1, 5.2), written as
-     TensorFlow 1's tf.train.RMSPropOptimizer, the one the paper ran (Sec. 5 names TensorFlow and RMSProp;
-     that it is this class, momentum 0, is our reading): epsilon inside
-     the square root and the mean square starting at 1 (`TFRMSprop`). PyTorch's RMSprop puts epsilon outside
-     the root and starts the mean square at 0; with epsilon = 0.1 that changes the effective step size
-     (the denominator is floored at 0.1 instead of sqrt(0.1) = 0.32) and makes the first updates about
-     ten times larger (sqrt(0.01 g^2) + 0.1 instead of sqrt(0.99 + 0.01 g^2 + 0.1)), so the paper's 0.0224
-     would not mean the same thing
+  3. n-step returns from R = V(s_{t_max+1}) (0 after a terminal), cut at a terminal in the rollout (Alg. 1 l. 12-15)
+  4. loss -(R - V) log pi(a|s) - beta H(pi(s)) + (R - V)^2, means, beta 0.01, R - V without gradient (eqs. 10-11)
+  5. one trunk, softmax policy and linear value heads (Sec. 5.1): --arch nips (A3C FF) or nature (the Nature CNN)
+  6. RMSProp, decay 0.99, epsilon 0.1, lr 0.0007 * n_e = 0.0224 (Sec. 5.1, 5.2) as TF 1's (our reading of Sec. 5):
+     epsilon inside the root, mean square from 1 (`TFRMSprop`); PyTorch's would floor the denominator at 0.1, not
+     0.32, and take ~10x larger first steps, so 0.0224 would mean another step size
   7. global gradient norm clipped at 40 (Sec. 5.1, Pascanu et al. 2012)
-  8. Atari preprocessing (Sec. 5.1): 1-30 no-ops at every reset (raw frames, applied below the action
-     repeat as baselines' NoopResetEnv does; the paper says "no-op actions"), action repeat 4 with the per-pixel
-     max of the last two frames, 210x160 RGB -> 84x84 grayscale; rewards clipped to [-1, 1] for training
-     only; frame stack 4 (not stated in the paper, which defers to Mnih et al. 2016; A3C stacks 4 frames)
+  8. Atari preprocessing (Sec. 5.1): 1-30 raw no-op frames at every reset, action repeat 4 with the max of the
+     last two frames, 84x84 gray; rewards clipped to [-1, 1] for training only; frame stack 4 (as A3C)
   9. global step N grows by n_e * t_max per update (Alg. 1 line 19); N_max = 1.15e8 (Sec. 5.1)
 
-Deliberate choices (the paper does not state them):
-  - learning rate annealed linearly to 0 over the run (--anneal-lr, on): PAAC says it follows the training
-    procedure of Mnih et al. (2016), whose A3C anneals the learning rate linearly to 0.
-  - orthogonal init as in the other scripts of this project (hidden sqrt(2), policy 0.01, value 1).
-  - no episodic-life and no fire-on-reset wrapper (not in the paper); charts/episodic_return is the raw game
-    score of one whole game (all lives, unclipped rewards).
-  - --bootstrap-truncated (off): an episode cut by the ALE's 108000-frame limit bootstraps from the value of
-    its final observation instead of being treated as terminal.
-  - the value V(s_t) of the update comes from one batched forward over the whole rollout after it, with the
-    same parameters as the rollout, so the same numbers as Alg. 1 line 6; that pass also gives the
-    bootstrap value.
-  - charts/time_share_env, charts/time_share_act and charts/time_share_learn: the share of wall time spent
-    waiting for the environments, choosing actions and learning (the paper's Figure 2).
-  - --channels-last (on by default; --no-channels-last turns it off): the CNN's weights and inputs in NHWC
-    memory, where oneDNN's CPU convolutions are faster for the update (the forward on the 32 envs of a step is
-    slower). Same math; outputs agree to float rounding.
-
-Known difference from the authors' released code (not from the paper): their TensorFlow code multiplies
-the loss by 5 and weights the value term by 0.25 (a leftover of tuning the learning rate on sums over
-time steps), and its released Breakout run used gradient clip 3 and entropy 0.02. With epsilon 0.1 inside
-the root, TF's RMSProp is not scale-invariant, so at the same 0.0224 their policy steps are about 5x ours.
-We follow the paper's text (means, beta 0.01, clip 40); --loss-scale 5 --vf-coef 0.25 --max-grad-norm 3
---ent-coef 0.02 give the released run's settings.
+To hack: the rollout and the update both call Agent.get_action_and_value, the optimizer holds agent.parameters()
+and update() steps CleanRL's way, so an edit to the network, a head or the step applies everywhere.
+Not in the paper: --anneal-lr (on, as A3C); orthogonal init; no episodic-life or fire-on-reset wrapper (returns
+are whole games' raw scores); --bootstrap-truncated (off); charts/time_share_* (Figure 2); --channels-last (on).
+The authors' released code: --loss-scale 5 --vf-coef 0.25 --max-grad-norm 3 --ent-coef 0.02 (with TF's RMSProp,
+not scale-invariant, their policy steps are ~5x ours at the same 0.0224).
 """
 
-import ctypes
+import contextlib
+import gc
+import importlib.util
+import math
 import multiprocessing as mp
 import os
 import pickle
@@ -86,135 +54,87 @@ SCRIPT = "a2c_paac.py"
 
 @dataclass
 class Args:
-    exp_name: str = "a2c_paac"
-    """the name of this experiment (the first part of the run name)"""
-    seed: int = 1
-    """seed of python, numpy, torch and the environments"""
-    torch_deterministic: bool = True
-    """if toggled, sets `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """use CUDA when available (falls back to CPU with a notice)"""
-    torch_threads: int = 1
-    """torch intra-op threads of the learner (0 keeps torch's default); the workers use the other cores"""
-    channels_last: bool = True
-    """run the CNN in channels-last (NHWC) memory: the same convolutions, faster on CPU (oneDNN)"""
-    track: bool = False
-    """log to Weights & Biases (imports wandb only when set)"""
-    wandb_project_name: str = "ppo-reference"
-    """the Weights & Biases project"""
-    wandb_entity: Optional[str] = None
-    """the Weights & Biases entity (team)"""
-    capture_video: bool = False
-    """record videos of env 0 into `videos/<run name>/` (needs moviepy)"""
-    save_model: bool = False
-    """write a checkpoint to `runs/<run name>/checkpoint.pt` periodically and at the end"""
-    save_every: int = 5000
-    """iterations between periodic checkpoints (with --save-model)"""
-    resume: Optional[str] = None
-    """path of a checkpoint of this script to continue training from (its args are used)"""
-    eval_checkpoint: Optional[str] = None
-    """evaluate this checkpoint instead of training, and print the mean return"""
-    eval_episodes: int = 10
-    """episodes to run with --eval-checkpoint"""
+    exp_name: str = "a2c_paac"  # the name of this experiment (the first part of the run name)
+    seed: int = 1  # seed of python, numpy, torch and the environments
+    torch_deterministic: bool = True  # if toggled, sets `torch.backends.cudnn.deterministic=True`
+    cuda: bool = True  # use CUDA when available (falls back to CPU with a notice)
+    torch_threads: int = 1  # torch intra-op threads of the learner (0: torch's default); the workers use the rest
+    channels_last: bool = True  # run the CNN in channels-last (NHWC) memory: same math, faster on CPU (oneDNN)
+    track: bool = False  # log to Weights & Biases (imports wandb only when set)
+    wandb_project_name: str = "ppo-reference"  # the Weights & Biases project
+    wandb_entity: Optional[str] = None  # the Weights & Biases entity (team)
+    capture_video: bool = False  # record videos of env 0 into `videos/<run name>/` (needs moviepy)
+    save_model: bool = False  # write `runs/<run name>/checkpoint.pt` every --save-every iterations and at the end
+    save_every: int = 5000  # iterations between periodic checkpoints (with --save-model)
+    resume: Optional[str] = None  # continue this checkpoint's run (flags beside it: only those in RESUMABLE)
+    eval_checkpoint: Optional[str] = None  # evaluate this checkpoint instead of training; print the mean return
+    eval_episodes: int = 10  # episodes to run with --eval-checkpoint
 
     # Algorithm specific arguments
-    env_id: str = "BreakoutNoFrameskip-v4"
-    """the id of the environment (an ALE NoFrameskip-v4 game)"""
-    total_timesteps: int = 115_000_000
-    """total environment steps (agent steps, 4 frames each) of the experiment (paper: N_max = 1.15e8)"""
-    arch: Literal["nips", "nature"] = "nips"
-    """the network: nips (conv16-conv32-fc256) or nature (conv32-conv64-conv64-fc512)"""
-    learning_rate: Optional[float] = None
-    """the learning rate of RMSProp (default: 0.0007 * num_envs, the paper's rule; 0.0224 for 32 envs)"""
-    num_envs: int = 32
-    """n_e, the number of parallel environments"""
-    num_workers: int = 8
-    """n_w, the number of worker processes stepping the environments (must divide num_envs)"""
-    num_steps: int = 5
-    """t_max, the number of steps to run in each environment per update"""
-    anneal_lr: bool = True
-    """anneal the learning rate linearly to 0 (not stated in PAAC; A3C does)"""
-    gamma: float = 0.99
-    """the discount factor gamma"""
-    ent_coef: float = 0.01
-    """beta, the coefficient of the entropy bonus"""
-    vf_coef: float = 1.0
-    """coefficient of the value loss (R - V)^2 (the paper writes no factor)"""
-    max_grad_norm: float = 40.0
-    """the maximum global norm of the gradients"""
-    loss_scale: float = 1.0
-    """multiplies the loss before backward (paper's text: 1; authors' released code: 5). With epsilon inside
-    RMSProp's root the step is not scale-invariant, so this is a step-size knob; logged losses are unscaled"""
-    rmsprop_decay: float = 0.99
-    """the decay of RMSProp's mean square"""
-    rmsprop_eps: float = 0.1
-    """the epsilon of RMSProp (inside the square root, as in TensorFlow)"""
-    bootstrap_truncated: bool = False
-    """bootstrap truncated (frame-limit) episodes from the value of their final observation"""
+    env_id: str = "BreakoutNoFrameskip-v4"  # the id of the environment (an ALE NoFrameskip-v4 game)
+    total_timesteps: int = 115_000_000  # total environment steps (4 frames each); paper: N_max = 1.15e8
+    arch: Literal["nips", "nature"] = "nips"  # the network: nips (conv16-conv32-fc256) or nature (conv32-64-64-fc512)
+    learning_rate: Optional[float] = None  # the learning rate of RMSProp (default: the paper's 0.0007 * num_envs)
+    num_envs: int = 32  # n_e, the number of parallel environments
+    num_workers: int = 8  # n_w, the number of worker processes stepping the environments (must divide num_envs)
+    num_steps: int = 5  # t_max, the number of steps to run in each environment per update
+    anneal_lr: bool = True  # anneal the learning rate linearly to 0 (not stated in PAAC; A3C does)
+    gamma: float = 0.99  # the discount factor gamma
+    ent_coef: float = 0.01  # beta, the coefficient of the entropy bonus
+    vf_coef: float = 1.0  # coefficient of the value loss (R - V)^2 (the paper writes no factor)
+    max_grad_norm: float = 40.0  # the maximum global norm of the gradients
+    loss_scale: float = 1.0  # multiplies the loss (paper: 1, released code: 5): a step size under TF RMSProp
+    rmsprop_decay: float = 0.99  # the decay of RMSProp's mean square
+    rmsprop_eps: float = 0.1  # the epsilon of RMSProp (inside the square root, as in TensorFlow)
+    bootstrap_truncated: bool = False  # bootstrap time-limit ends from the value of their final observation
 
     # filled in at runtime
-    batch_size: int = 0
-    """the batch size (computed: num_envs * num_steps)"""
-    num_iterations: int = 0
-    """the number of iterations (computed: total_timesteps // batch_size)"""
+    batch_size: int = 0  # computed: num_envs * num_steps
+    num_iterations: int = 0  # computed: total_timesteps // batch_size
 
 
 class ConfigError(ValueError):
     """Bad input found before training; __main__ prints it as one line."""
 
 
-def check_args(args: Args) -> None:
+# every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
+RANGES = [("total_timesteps num_envs num_workers num_steps save_every eval_episodes", 1, math.inf, True),
+          ("learning_rate max_grad_norm loss_scale rmsprop_eps", 0, math.inf, False),
+          ("ent_coef vf_coef", 0, math.inf, True), ("gamma rmsprop_decay", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
+# the flags that may change beside --resume: the budget, and how the run is saved or placed
+RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "track", "channels_last",
+             "num_workers"}
+
+
+def check_args(args: Args, ckpt=None) -> None:
     """Fail before any training with a message that names the problem and the fix."""
-    if args.total_timesteps <= 0:
-        raise ConfigError(f"--total-timesteps must be positive, got {args.total_timesteps}")
-    if args.num_envs <= 0 or args.num_steps <= 0 or args.num_workers <= 0:
-        raise ConfigError("--num-envs, --num-steps and --num-workers must be positive")
+    for names, low, high, closed in RANGES:
+        for name, v in ((name, getattr(args, name)) for name in names.split()):
+            if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
+                raise ConfigError(f"--{name.replace('_', '-')} must be a finite number {'>=' if closed else '>'} {low}"
+                                  + (f" and <= {high}" if high < math.inf else "") + f", got {v}")
     if args.num_envs % args.num_workers != 0:
-        raise ConfigError(
-            f"--num-envs {args.num_envs} is not divisible by --num-workers {args.num_workers}; "
-            "each worker steps the same number of environments"
-        )
+        raise ConfigError(f"--num-envs {args.num_envs} is not divisible by --num-workers {args.num_workers}; "
+                          "each worker steps the same number of environments")
     batch = args.num_envs * args.num_steps
-    if args.total_timesteps < batch:
-        raise ConfigError(f"--total-timesteps {args.total_timesteps} is less than one rollout ({batch} steps)")
+    if args.total_timesteps < batch or (ckpt and args.total_timesteps // batch <= ckpt["iteration"]):
+        raise ConfigError(f"--total-timesteps {args.total_timesteps} leaves no iteration to run (one is {batch} "
+                          f"steps{'; the checkpoint is at iteration %d' % ckpt['iteration'] if ckpt else ''})")
     if args.arch not in ("nips", "nature"):
         raise ConfigError(f"--arch must be nips or nature, got {args.arch!r}")
-    if args.learning_rate is not None and args.learning_rate <= 0:
-        raise ConfigError(f"--learning-rate must be positive, got {args.learning_rate}")
-    if not 0.0 <= args.rmsprop_decay < 1.0 or args.rmsprop_eps <= 0.0:
-        raise ConfigError("--rmsprop-decay must be in [0, 1) and --rmsprop-eps positive")
-    if args.loss_scale <= 0:
-        raise ConfigError(f"--loss-scale must be positive, got {args.loss_scale}")
-    try:
-        spec = gym.spec(args.env_id)
-    except gym.error.Error:
-        raise ConfigError(f"unknown env id {args.env_id!r}; see gymnasium.pprint_registry() for the ids") from None
-    if not str(spec.entry_point).startswith("ale_py"):
-        raise ConfigError(f"{args.env_id} is not an Atari (ale_py) env; {SCRIPT} needs one, e.g. PongNoFrameskip-v4")
-    if spec.kwargs.get("frameskip", 1) != 1:
-        raise ConfigError(f"{args.env_id} skips frames itself; use the NoFrameskip-v4 id, {SCRIPT} repeats actions")
-    if args.capture_video:
-        try:
-            import moviepy  # noqa: F401
-        except ImportError:
-            raise ConfigError("--capture-video needs moviepy: pip install moviepy") from None
-    if args.track:
-        try:
-            import wandb  # noqa: F401
-        except ImportError:
-            raise ConfigError("--track needs wandb: pip install wandb") from None
-
-
-# ---- detail 8: the paper's Atari preprocessing -------------------------------------------------------
+    for flag, package in (("capture_video", "moviepy"), ("track", "wandb")):
+        if getattr(args, flag) and importlib.util.find_spec(package) is None:
+            raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
+    if (spec := gym.envs.registry.get(args.env_id)) is None:
+        raise ConfigError(f"unknown env id {args.env_id!r}; see gymnasium.pprint_registry() for the ids")
+    if spec.kwargs.get("frameskip") != 1 or spec.kwargs.get("repeat_action_probability") != 0.0:  # ALE's own kwargs
+        raise ConfigError(f"{args.env_id} is not an Atari game without frame skip or sticky actions; {SCRIPT} "
+                          "needs a NoFrameskip-v4 id, e.g. PongNoFrameskip-v4")
 
 
 class NoopReset(gym.Wrapper):
     """Detail 8: 1 to `noop_max` no-op frames after every reset, so episodes start in different states."""
-
-    def __init__(self, env, noop_max=30):
-        super().__init__(env)
-        self.noop_max = noop_max
-        assert env.unwrapped.get_action_meanings()[0] == "NOOP"
+    noop_max = 30
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
@@ -226,102 +146,59 @@ class NoopReset(gym.Wrapper):
 
 
 class MaxAndSkip(gym.Wrapper):
-    """Detail 8: repeat the action `skip` times, sum the rewards, return the per-pixel max of the last 2 frames.
-
-    The max removes the flicker of sprites that the Atari draws only on every other frame.
-    """
-
-    def __init__(self, env, skip=4):
-        super().__init__(env)
-        self.skip = skip
+    """Detail 8: the action repeated on `skip` frames, rewards summed, the last two frames max-pooled (flicker)."""
+    skip = 4
 
     def step(self, action):
-        total_reward, last_two = 0.0, []
+        total_reward, frames = 0.0, []
         for _ in range(self.skip):
             obs, reward, terminated, truncated, info = self.env.step(action)
-            last_two = [*last_two[-1:], obs]
-            total_reward += float(reward)
+            total_reward, frames = total_reward + float(reward), frames[-1:] + [obs]
             if terminated or truncated:
                 break
-        return np.maximum(last_two[0], last_two[-1]), total_reward, terminated, truncated, info
+        return np.maximum(frames[0], frames[-1]), total_reward, terminated, truncated, info
 
 
-class GrayResize(gym.ObservationWrapper):
-    """Detail 8: 210x160 RGB -> 84x84 grayscale (pixel intensity), uint8."""
-
-    def __init__(self, env, size=84):
-        super().__init__(env)
-        self.size = size
-        self.observation_space = gym.spaces.Box(0, 255, (size, size), dtype=np.uint8)
-
-    def observation(self, obs):
-        gray = cv2.cvtColor(obs, cv2.COLOR_RGB2GRAY)
-        return cv2.resize(gray, (self.size, self.size), interpolation=cv2.INTER_AREA)
+def gray_84x84(frame):
+    """Detail 8: 210x160 RGB -> 84x84 grayscale. A named function, not a lambda: a checkpoint pickles the envs."""
+    return cv2.resize(cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY), (84, 84), interpolation=cv2.INTER_AREA)
 
 
-def make_env(env_id, idx, capture_video, run_name):
-    def thunk():
-        if capture_video and idx == 0:
-            env = gym.make(env_id, render_mode="rgb_array")
-            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
-        else:
-            env = gym.make(env_id)
-        env = NoopReset(env, noop_max=30)
-        env = MaxAndSkip(env, skip=4)
-        env = GrayResize(env, 84)
-        return gym.wrappers.FrameStackObservation(env, 4)
-
-    return thunk
+def make_env(env_id, video_dir=None):
+    """Detail 8: one game in the paper's preprocessing; with `video_dir`, its games are recorded there."""
+    env = gym.make(env_id, **({"render_mode": "rgb_array"} if video_dir else {}))
+    env = MaxAndSkip(NoopReset(gym.wrappers.RecordVideo(env, video_dir) if video_dir else env))
+    env = gym.wrappers.TransformObservation(env, gray_84x84, gym.spaces.Box(0, 255, (84, 84), np.uint8))
+    return gym.wrappers.FrameStackObservation(env, 4)
 
 
-# ---- detail 1: n_e environments stepped by n_w worker processes ------------------------------------
-
-
-def snapshot_envs(envs):
-    """Pickle the wrapper stacks with each emulator's state: an AtariEnv pickles only its constructor
-    arguments, so the emulator (with its RNG) and the no-op generator are saved beside it."""
-    return pickle.dumps([(env, env.unwrapped.clone_state(include_rng=True), env.unwrapped.np_random) for env in envs])
-
-
-def restore_envs(blob):
-    envs = []
-    for env, ale_state, np_random in pickle.loads(blob):
-        env.unwrapped.restore_state(ale_state)
-        env.unwrapped.np_random = np_random
-        envs.append(env)
-    return envs
-
-
-def env_worker(conn, env_id, first, count, capture_video, run_name, restored, raw, layout):
-    """One worker (detail 1): steps environments first..first+count-1 and writes their results to shared memory."""
+def env_worker(learner_end, conn, args, run_name, first, count, restored, shared_obs):
+    """Detail 1: a worker steps envs first..first+count-1 on each message; observations go into shared memory."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle; it closes the workers
-    buf = {k: np.frombuffer(raw[k], dtype=dt).reshape(shape)[first:first + count] for k, (dt, shape) in layout.items()}
-    thunks = [make_env(env_id, first + i, capture_video, run_name) for i in range(count)]
-    if restored is not None:  # sub-envs from a checkpoint
-        thunks = [lambda env=env: env for env in restore_envs(restored)]
+    learner_end.close()  # only the learner holds it now: if the learner goes away, recv() here fails, not waits
+    thunks = [lambda i=first + i: make_env(args.env_id, f"videos/{run_name}" if args.capture_video and i == 0 else None)
+              for i in range(count)]
+    for i, (env, ale_state, np_random) in enumerate(map(pickle.loads, restored or [])):
+        env.unwrapped.restore_state(ale_state)  # an AtariEnv pickles only its arguments: the emulator comes beside it
+        env.unwrapped.np_random = np_random
+        thunks[i] = lambda env=env: env
     # SAME_STEP autoreset as in ppo.py: the step that ends an episode already returns the next one's first obs
     envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, copy=False)
+    obs = np.frombuffer(shared_obs, np.uint8).reshape((-1,) + envs.single_observation_space.shape)[first:first + count]
     try:
-        while True:
-            cmd, data = conn.recv()
-            if cmd == "step":
-                obs, reward, terminations, truncations, infos = envs.step(buf["actions"])
-                buf["obs"][:], buf["rewards"][:] = obs, reward
-                buf["terminations"][:], buf["truncations"][:] = terminations, truncations
-                for i in np.flatnonzero(truncations):
-                    buf["final_obs"][i] = infos["final_obs"][i]
-                conn.send(None)
-            elif cmd == "reset":
-                obs, _ = envs.reset(seed=None if data is None else data + first)
-                buf["obs"][:] = obs
-                conn.send(None)
-            elif cmd == "snapshot":
+        if restored is None:
+            obs[:] = envs.reset(seed=args.seed + first)[0]
+        conn.send(None)  # ready: the first observations are in place
+        while (actions := conn.recv()) is not None:
+            if isinstance(actions, str):  # "snapshot": the envs pickled, so that a resumed run continues their episodes
                 try:
-                    conn.send(snapshot_envs(envs.envs))
-                except Exception:
+                    conn.send([pickle.dumps((env, env.unwrapped.clone_state(include_rng=True), env.unwrapped.np_random))
+                               for env in envs.envs])
+                except Exception:  # e.g. a video recorder
                     conn.send(None)
-            elif cmd == "close":
-                break
+                continue
+            obs[:], reward, term, trunc, infos = envs.step(actions)
+            conn.send((reward, term, trunc, {first + i: infos["final_obs"][i] for i in np.flatnonzero(trunc)}))
     except (EOFError, BrokenPipeError):  # the learner went away
         pass
     finally:
@@ -329,74 +206,50 @@ def env_worker(conn, env_id, first, count, capture_video, run_name, restored, ra
 
 
 class ParallelEnvs:
-    """n_e environments split over n_w worker processes (detail 1), stepped together with one call.
-
-    `step` returns (obs, rewards, terminations, truncations, final_obs) for all n_e envs; `obs` and
-    `final_obs` are views of shared memory that the next step overwrites.
-    """
+    """Detail 1: n_e envs on n_w worker processes, stepped like a gymnasium vector env; obs in shared memory."""
 
     def __init__(self, args, run_name, restored=None):
-        n, w = args.num_envs, args.num_workers
-        probe = make_env(args.env_id, -1, False, run_name)()
-        self.single_observation_space, self.single_action_space = probe.observation_space, probe.action_space
-        probe.close()
-        shape = self.single_observation_space.shape
-        layout = {"obs": (np.uint8, (n,) + shape), "final_obs": (np.uint8, (n,) + shape),
-                  "actions": (np.int64, (n,)), "rewards": (np.float64, (n,)),
-                  "terminations": (np.bool_, (n,)), "truncations": (np.bool_, (n,))}
+        n, count = args.num_envs, args.num_envs // args.num_workers  # count: the envs of one worker
+        with make_env(args.env_id) as probe:
+            self.single_observation_space, self.single_action_space = probe.observation_space, probe.action_space
         # fork starts the workers in milliseconds; they never touch torch, so its threads do not matter
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-        raw = {k: ctx.RawArray(ctypes.c_uint8, int(np.prod(s)) * np.dtype(dt).itemsize)
-               for k, (dt, s) in layout.items()}
-        self.buf = {k: np.frombuffer(raw[k], dtype=dt).reshape(s) for k, (dt, s) in layout.items()}
+        shared_obs = ctx.RawArray("B", n * int(np.prod(self.single_observation_space.shape)))
+        self.obs = np.frombuffer(shared_obs, np.uint8).reshape((n,) + self.single_observation_space.shape)
         self.pipes, self.procs = [], []
-        for k in range(w):
-            parent, child = ctx.Pipe()
-            proc = ctx.Process(target=env_worker, daemon=True, args=(
-                child, args.env_id, k * (n // w), n // w, args.capture_video, run_name,
-                None if restored is None else restored[k], raw, layout))
-            proc.start()
-            child.close()
-            self.pipes.append(parent)
-            self.procs.append(proc)
+        for first in range(0, n, count):
+            self.pipes.append((pipe := ctx.Pipe())[0])
+            self.procs.append(ctx.Process(target=env_worker, daemon=True, args=(
+                *pipe, args, run_name, first, count, restored and restored[first:first + count], shared_obs)))
+            self.procs[-1].start()
+            pipe[1].close()  # only the worker holds its end now: if it dies, recv() here fails instead of waiting
+        self._all([])  # wait until every worker is ready
 
-    def _all(self, cmd, data=None):
-        for pipe in self.pipes:
-            pipe.send((cmd, data))
+    def _all(self, messages):
         try:
+            for pipe, message in zip(self.pipes, messages):
+                pipe.send(message)
             return [pipe.recv() for pipe in self.pipes]
-        except EOFError:
+        except (EOFError, BrokenPipeError):
             raise RuntimeError(f"{SCRIPT}: an environment worker died; see its error above") from None
 
-    def reset(self, seed=None):
-        self._all("reset", seed)
-        return self.buf["obs"]
-
     def step(self, actions):
-        self.buf["actions"][:] = actions
-        self._all("step")
-        b = self.buf
-        return b["obs"], b["rewards"].copy(), b["terminations"].copy(), b["truncations"].copy(), b["final_obs"]
+        rewards, terminations, truncations, final_obs = zip(*self._all(np.split(actions, len(self.pipes))))
+        return self.obs, np.concatenate(rewards), np.concatenate(terminations), np.concatenate(truncations), \
+            {"final_obs": {i: o for worker in final_obs for i, o in worker.items()}}
 
     def snapshot(self):
-        """Each worker's sub-envs pickled, so that a resumed run continues the same episodes; None if they cannot be."""
-        states = self._all("snapshot")
-        return None if any(s is None for s in states) else states
+        states = self._all(["snapshot"] * len(self.pipes))
+        return None if None in states else [env for state in states for env in state]
 
     def close(self):
         for pipe, proc in zip(self.pipes, self.procs):
-            try:
-                pipe.send(("close", None))
-            except (BrokenPipeError, OSError):
-                pass
+            with contextlib.suppress(OSError):  # that worker may be gone already
+                pipe.send(None)
             proc.join(timeout=5)
-            if proc.is_alive():
-                proc.terminate()
-            pipe.close()
+            proc.terminate()  # a no-op if it has exited
+            proc.join()
         self.pipes, self.procs = [], []
-
-
-# ---- detail 5: the network ----------------------------------------------------------------------------
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -405,54 +258,42 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
     return layer
 
 
-def conv_trunk(arch):
-    """Detail 5: the conv layers of arch_nips or arch_nature and the flattened feature size they give on 4x84x84."""
-    if arch == "nips":
-        layers = [layer_init(nn.Conv2d(4, 16, 8, stride=4)), nn.ReLU(),
-                  layer_init(nn.Conv2d(16, 32, 4, stride=2)), nn.ReLU(), nn.Flatten()]
-        return nn.Sequential(*layers), 32 * 9 * 9
-    layers = [layer_init(nn.Conv2d(4, 32, 8, stride=4)), nn.ReLU(),
-              layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-              layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten()]
-    return nn.Sequential(*layers), 64 * 7 * 7
-
-
 class Agent(nn.Module):
     def __init__(self, n_actions, arch="nips", channels_last=False):
         super().__init__()
-        trunk, n_features = conv_trunk(arch)
-        hidden = 256 if arch == "nips" else 512
         # detail 5: one shared network, a softmax policy head and a linear value head
+        if arch == "nips":  # A3C FF: 32 * 9 * 9 = 2592 conv features on 4x84x84
+            convs, n_features, hidden = [nn.Conv2d(4, 16, 8, stride=4), nn.Conv2d(16, 32, 4, stride=2)], 32 * 9 * 9, 256
+        else:  # the Nature CNN: 64 * 7 * 7 = 3136 conv features
+            convs, n_features, hidden = [nn.Conv2d(4, 32, 8, stride=4), nn.Conv2d(32, 64, 4, stride=2),
+                                         nn.Conv2d(64, 64, 3, stride=1)], 64 * 7 * 7, 512
+        trunk = nn.Sequential(*[m for conv in convs for m in (layer_init(conv), nn.ReLU())], nn.Flatten())
         self.network = nn.Sequential(trunk, layer_init(nn.Linear(n_features, hidden)), nn.ReLU())
         self.actor = layer_init(nn.Linear(hidden, n_actions), std=0.01)
         self.critic = layer_init(nn.Linear(hidden, 1), std=1.0)
-        # a memory layout, not a change of the math (outputs agree to float rounding): weights and inputs
-        # in NHWC take oneDNN's fast convolutions on CPU
+        # a memory layout, not a change of the math: NHWC weights and inputs take oneDNN's fast CPU convolutions
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.to(memory_format=self.memory_format)
 
     def hidden(self, x):
-        return self.network(x.contiguous(memory_format=self.memory_format) / 255.0)
+        return self.network(x.contiguous(memory_format=self.memory_format).float() / 255.0)  # uint8 pixels to [0, 1]
 
     def get_value(self, x):
         return self.critic(self.hidden(x)).squeeze(-1)
 
-    def get_logits(self, x):
-        return self.actor(self.hidden(x))
-
-    def get_logits_and_value(self, x):
-        hidden = self.hidden(x)
-        return self.actor(hidden), self.critic(hidden).squeeze(-1)
-
-
-# ---- detail 6: TensorFlow's RMSProp ---------------------------------------------------------------------
+    def get_action_and_value(self, x, action=None):
+        """Sample an action, or score the given one: (action, log-prob, entropy, value).
+        The rollout and the update both call this, so an edit here applies to both."""
+        hidden = self.hidden(x)  # one CNN pass for both heads
+        logp = self.actor(hidden).log_softmax(-1)  # Categorical(logits=...) written out: a third cheaper per step
+        if action is None:
+            action = torch.multinomial(logp.exp(), 1).squeeze(-1)
+        logprob = logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+        return action, logprob, -(logp.exp() * logp).sum(-1), self.critic(hidden).squeeze(-1)
 
 
 class TFRMSprop(torch.optim.Optimizer):
-    """Detail 6: tf.train.RMSPropOptimizer without momentum, the optimizer the paper ran.
-
-    ms <- decay * ms + (1 - decay) * g^2, with ms starting at 1;  theta <- theta - lr * g / sqrt(ms + eps).
-    """
+    """Detail 6, TF's RMSProp: ms <- decay ms + (1 - decay) g^2, from ms = 1; theta <- theta - lr g / sqrt(ms + eps)."""
 
     def __init__(self, params, lr, decay=0.99, eps=0.1):
         super().__init__(params, {"lr": lr, "decay": decay, "eps": eps})
@@ -460,324 +301,238 @@ class TFRMSprop(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if not state:
-                    state["square_avg"] = torch.ones_like(p)  # TF initialises the mean square to ones
-                square_avg = state["square_avg"]
+            for p in (p for p in group["params"] if p.grad is not None):
+                if not self.state[p]:
+                    self.state[p]["square_avg"] = torch.ones_like(p)  # TF initialises the mean square to ones
+                square_avg = self.state[p]["square_avg"]
                 square_avg.mul_(group["decay"]).addcmul_(p.grad, p.grad, value=1 - group["decay"])
                 p.addcdiv_(p.grad, square_avg.add(group["eps"]).sqrt_(), value=-group["lr"])
 
 
-# ---- details 3 and 4: returns and losses ----------------------------------------------------------------
-
-
 def nstep_returns(rewards, dones, bootstrap_value, gamma):
-    """Detail 3 (Alg. 1 lines 12-15): n-step returns. Tensors [T, N]; bootstrap_value [N].
-
-    dones[t] = 1 when the transition at step t ended its episode: R_t = r_t there, and neither the
-    bootstrap nor a later episode's rewards flow back across it.
-    """
-    returns = torch.empty_like(rewards)
-    running = bootstrap_value
+    """Detail 3 (Alg. 1 lines 12-15): [T, N] n-step returns; dones[t] = 1 stops the bootstrap and later rewards."""
+    returns, running = torch.empty_like(rewards), bootstrap_value
     for t in reversed(range(rewards.shape[0])):
-        running = rewards[t] + gamma * running * (1.0 - dones[t])
-        returns[t] = running
+        running = returns[t] = rewards[t] + gamma * running * (1.0 - dones[t])
     return returns
 
 
-def sample_categorical(logits):
-    """Inverse-CDF sampling of Categorical(logits), one uniform per row (twice as fast as torch.multinomial)."""
-    u = torch.rand(logits.shape[:-1] + (1,), device=logits.device)
-    return (logits.softmax(-1).cumsum(-1) < u).sum(-1).clamp_(max=logits.shape[-1] - 1)
-
-
-def categorical_logprob_entropy(logits, actions):
-    """Log-probability of `actions` and entropy of Categorical(logits), without building a distribution."""
-    logp = logits.log_softmax(-1)
-    return logp.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), -(logp.exp() * logp).sum(-1)
-
-
-def a2c_losses(logprob, entropy, values, returns, ent_coef, vf_coef):
-    """Detail 4 (eqs. 10-11): each term a mean over the n_e * t_max transitions.
-
-    Returns (loss, pg_loss, v_loss, entropy_loss).
-    """
-    advantages = (returns - values).detach()  # the critic is fitted by v_loss only
-    pg_loss = -(advantages * logprob).mean()
-    v_loss = ((returns - values) ** 2).mean()
+def a2c_losses(newlogprob, entropy, newvalue, returns, args):
+    """Detail 4 (eqs. 10-11): means over the n_e * t_max steps. (loss, pg_loss, v_loss, entropy_loss); loss scaled."""
+    advantages = (returns - newvalue).detach()  # the critic is fitted by v_loss only
+    pg_loss = -(advantages * newlogprob).mean()
+    v_loss = ((returns - newvalue) ** 2).mean()
     entropy_loss = entropy.mean()
-    return pg_loss - ent_coef * entropy_loss + vf_coef * v_loss, pg_loss, v_loss, entropy_loss
-
-
-def linear_lr(iteration, num_iterations, lr):
-    """lr at `iteration` (1-based), reaching exactly 0 at the last iteration."""
-    return lr * (1.0 - (iteration - 1.0) / (num_iterations - 1)) if num_iterations > 1 else lr
+    return args.loss_scale * (pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss), pg_loss, v_loss, entropy_loss
 
 
 def update(agent, optimizer, b, args):
-    """The learning phase (Alg. 1 lines 12-18): one gradient step on the whole rollout `b`.
-
-    `b` holds obs [T*N, ...], next_obs [N, ...], actions/logprobs [T*N], rewards/dones [T, N].
-    Returns (losses, values [T*N], returns [T*N]); losses["logprob_max_dev"] compares the log-probs of
-    this forward with the rollout's, which must agree as nothing has changed yet.
-    """
-    n = b["actions"].shape[0]
-    # one forward for the rollout and the bootstrap observation
-    logits, values = agent.get_logits_and_value(torch.cat([b["obs"], b["next_obs"]]))
-    logits, values, bootstrap_value = logits[:n], values[:n], values[n:].detach()
-    logprob, entropy = categorical_logprob_entropy(logits, b["actions"])
-    returns = nstep_returns(b["rewards"], b["dones"], bootstrap_value, args.gamma).reshape(-1)
-    loss, pg_loss, v_loss, entropy_loss = a2c_losses(logprob, entropy, values, returns, args.ent_coef, args.vf_coef)
-    optimizer.zero_grad(set_to_none=True)
-    (args.loss_scale * loss).backward()
+    """Alg. 1 lines 16-18: one gradient step on the rollout `b` (flat tensors). Returns the losses and, as ppo.py's
+    first minibatch (here the only batch), max |ratio - 1|, which must be 0: nothing has changed since the rollout."""
+    _, newlogprob, entropy, newvalue = agent.get_action_and_value(b["obs"], b["actions"])
+    loss, pg_loss, v_loss, entropy_loss = a2c_losses(newlogprob, entropy, newvalue, b["returns"], args)
+    grad_norm = torch.tensor(math.nan)  # logged as nan if the step below no longer keeps the norm
+    optimizer.zero_grad()
+    loss.backward()
     grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # detail 7
     optimizer.step()
-    losses = {
-        "value_loss": v_loss.item(), "policy_loss": pg_loss.item(), "entropy": entropy_loss.item(),
-        "grad_norm": grad_norm.item(), "logprob_max_dev": (logprob.detach() - b["logprobs"]).abs().max().item(),
-    }
-    return losses, values.detach(), returns
+    return {"value_loss": v_loss.item(), "policy_loss": pg_loss.item(), "entropy": entropy_loss.item(), "grad_norm":
+            grad_norm.item()}, {"ratio_max_dev": (newlogprob.detach() - b["logprobs"]).exp().sub(1).abs().max().item()}
 
 
-def explained_variance(y_pred, y_true):
-    var_y = np.var(y_true)
-    return np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+def new_run_dir(name, suffix=""):
+    """Create runs/<name> (<name>-2, -3, ... if it exists: mkdir is atomic, so no two runs share one)."""
+    try:
+        os.makedirs(f"runs/{name}{suffix}")
+        return f"runs/{name}{suffix}"
+    except FileExistsError:
+        return new_run_dir(name, f"-{int(suffix[1:] or 1) + 1}")
+    except OSError as e:
+        raise ConfigError(f"cannot create runs/{name}{suffix}: {e.strerror}; run from a writable directory") from None
 
 
 def save_checkpoint(path, state):
-    """Write atomically: a crash or Ctrl-C mid-write leaves the previous checkpoint intact."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path):
-    if not os.path.isfile(path):
-        raise ConfigError(f"checkpoint {path!r} does not exist")
+    """Write atomically: a crash or Ctrl-C mid-write leaves the previous checkpoint intact and no partial file."""
     try:
+        torch.save(state, f"{path}.tmp")
+        os.replace(f"{path}.tmp", path)
+    finally:
+        if os.path.exists(f"{path}.tmp"):
+            os.remove(f"{path}.tmp")
+
+
+def load_checkpoint(path, args=None):
+    """The checkpoint at `path`; with `args` (given beside --resume) also the args to resume with: the
+    checkpoint's, with the RESUMABLE flags of `args`. Any other flag changed in `args` is refused."""
+    try:  # missing, a directory, truncated or not a checkpoint at all
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:
         raise ConfigError(f"checkpoint {path!r} could not be read ({type(e).__name__}: {e})") from None
     if not isinstance(ckpt, dict) or ckpt.get("script") != SCRIPT:
         owner = ckpt.get("script") if isinstance(ckpt, dict) else None
         raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not {SCRIPT}")
-    return ckpt
+    default, given = asdict(Args()), asdict(args or Args())
+    for k, v in given.items():
+        if k not in RESUMABLE and v != default[k] and v != ckpt["args"].get(k):
+            raise ConfigError(f"--{k.replace('_', '-')} cannot change when resuming (the checkpoint has "
+                              f"{ckpt['args'].get(k)!r}); start a new run to train with {v!r}")
+    return ckpt, Args(**{**ckpt["args"], **{k: v for k, v in given.items() if k in RESUMABLE and v != default[k]}})
 
 
-def rng_states():
-    states = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def set_rng_states(states):
-    random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
-    torch.set_rng_state(states["torch"])
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
-
-
-def pick_device(args):
-    if args.cuda and not torch.cuda.is_available():
-        print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
-    return torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
-
-
-def evaluate_agent(agent, env_id, eval_episodes=10, seed=0, device="cpu"):
-    """Raw game scores of `eval_episodes` episodes of the agent's sampling policy, seeded for repeatability."""
-    env = make_env(env_id, -1, False, "eval")()
-    generator = torch.Generator(device=device).manual_seed(seed)
-    returns = []
-    obs, _ = env.reset(seed=seed)
-    while len(returns) < eval_episodes:
-        episode_return, done = 0.0, False
-        while not done:
-            with torch.inference_mode():
-                logits = agent.get_logits(torch.as_tensor(np.asarray(obs)[None], dtype=torch.float32, device=device))[0]
-                u = torch.rand((), generator=generator, device=device)
-                action = int((logits.softmax(-1).cumsum(-1) < u).sum().clamp(max=logits.shape[-1] - 1))
-            obs, reward, terminated, truncated, _ = env.step(action)
+def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
+    """Raw game scores of `eval_episodes` episodes of a checkpoint's sampling policy, seeded for repeatability."""
+    ckpt, args = load_checkpoint(checkpoint_path)
+    check_args(Args(env_id=args.env_id, eval_episodes=eval_episodes, seed=seed))
+    env = make_env(args.env_id)
+    agent = Agent(env.action_space.n, args.arch, args.channels_last).to(device)
+    agent.load_state_dict(ckpt["model"])
+    returns, (obs, _), episode_return = [], env.reset(seed=seed), 0.0
+    with torch.random.fork_rng(), torch.inference_mode():
+        torch.manual_seed(seed)
+        while len(returns) < eval_episodes:
+            action, *_ = agent.get_action_and_value(torch.as_tensor(obs[None], device=device))
+            obs, reward, terminated, truncated, _ = env.step(action.item())
             episode_return += float(reward)
-            done = terminated or truncated
-        returns.append(episode_return)
-        obs, _ = env.reset()
+            if terminated or truncated:
+                returns.append(episode_return)
+                (obs, _), episode_return = env.reset(), 0.0
     env.close()
     return returns
 
 
-def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
-    """Load a checkpoint of this script and return the returns of `eval_episodes` episodes."""
-    ckpt = load_checkpoint(checkpoint_path)
-    env = gym.make(ckpt["args"]["env_id"])
-    agent = Agent(env.action_space.n, ckpt["args"]["arch"]).to(device)
-    env.close()
-    agent.load_state_dict(ckpt["model"])
-    return evaluate_agent(agent, ckpt["args"]["env_id"], eval_episodes, seed, device)
-
-
 def train(args: Args):
     """Train; return a dict with the per-episode returns/lengths, per-iteration losses, the agent and optimizer."""
-    ckpt = None
-    if args.resume:
-        ckpt = load_checkpoint(args.resume)
-        args = Args(**{**ckpt["args"], "resume": args.resume})
-    check_args(args)
-    if args.learning_rate is None:
-        args.learning_rate = 0.0007 * args.num_envs  # detail 6: the paper's rule, 0.0224 for n_e = 32
+    ckpt, args = load_checkpoint(args.resume, args) if args.resume else (None, args)
+    check_args(args, ckpt)
+    args.learning_rate = args.learning_rate or 0.0007 * args.num_envs  # detail 6: the paper's rule, 0.0224 for n_e = 32
     args.batch_size = args.num_envs * args.num_steps
     args.num_iterations = args.total_timesteps // args.batch_size
-    run_name = ckpt["run_name"] if ckpt else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-
+    if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
+        run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
+        run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
+        fresh = "; the checkpoint holds no env state; resuming with fresh episodes" if ckpt["envs"] is None else ""
+        print(f"{SCRIPT}: resuming {run_name} after iteration {ckpt['iteration']} in {run_dir}{fresh}", file=sys.stderr)
+    else:
+        run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+        run_name = os.path.basename(run_dir)
     if args.track:
         import wandb
-
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
                    config=asdict(args), name=run_name, save_code=True, resume="allow")
     from torch.utils.tensorboard import SummaryWriter
 
-    # a resumed run logs on into the same directory; purge_step makes TensorBoard drop what the interrupted
-    # run logged after its checkpoint, so those steps are not counted twice
-    writer = SummaryWriter(f"runs/{run_name}", purge_step=ckpt["global_step"] + 1 if ckpt else None)
+    # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
+    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None)
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
 
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    if args.torch_threads > 0:
-        torch.set_num_threads(args.torch_threads)
-    device = pick_device(args)
+    torch.set_num_threads(args.torch_threads or torch.get_num_threads())
+    if args.cuda and not torch.cuda.is_available():
+        print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
-    restored = ckpt["envs"] if ckpt else None
-    if ckpt and restored is None:
-        print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
-    envs = ParallelEnvs(args, run_name, restored)
-    try:
-        return _train_loop(args, ckpt, run_name, writer, device, envs)
-    finally:
-        envs.close()
-        writer.close()
+    with contextlib.closing(ParallelEnvs(args, run_name, ckpt and ckpt["envs"])) as envs:  # closed however it ends
+        agent = Agent(envs.single_action_space.n, args.arch, args.channels_last).to(device)
+        optimizer = TFRMSprop(agent.parameters(), lr=args.learning_rate, decay=args.rmsprop_decay, eps=args.rmsprop_eps)
+        T, N, obs_shape = args.num_steps, args.num_envs, envs.single_observation_space.shape
+        # what the envs return is stored in numpy (cheap per-step writes), what the agent returns in torch
+        obs, rewards, dones = np.zeros((T, N) + obs_shape, np.uint8), np.zeros((T, N), np.float32), np.zeros((T, N), np.float32)
+        episode_return, episode_length = np.zeros(N), np.zeros(N, dtype=np.int64)
+        history = {"episodic_return": [], "episodic_length": [], "losses": [], "first_minibatch": [], "learning_rate": [],
+                   "seconds": {"env": 0.0, "inference": 0.0, "update": 0.0}}  # where the wall time goes (Figure 2)
+        seconds, start_iteration, global_step = history["seconds"], 1, 0
+        if ckpt:
+            agent.load_state_dict(ckpt["model"])
+            optimizer.load_state_dict(ckpt["optimizer"])
+            start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
+            random.setstate(ckpt["rng"]["python"])
+            np.random.set_state(ckpt["rng"]["numpy"])
+            torch.set_rng_state(ckpt["rng"]["torch"])
+            if device.type == "cuda" and "cuda" in ckpt["rng"]:
+                torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+        next_obs = envs.obs  # the workers reset their envs (seed + index) as they started
+        if ckpt and ckpt["envs"] is not None:  # the workers continue the very same episodes
+            next_obs, episode_return, episode_length = ckpt["next_obs"], ckpt["episode_return"], ckpt["episode_length"]
 
+        gc.freeze()  # the ~300k objects made so far (mostly torch's) are never garbage: full collections skip them
+        start_time, start_step = time.time(), global_step
+        for iteration in range(start_iteration, args.num_iterations + 1):
+            if args.anneal_lr:
+                optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - (iteration - 1) / max(args.num_iterations - 1, 1))
 
-def _train_loop(args, ckpt, run_name, writer, device, envs):
-    obs_shape = envs.single_observation_space.shape
-    agent = Agent(envs.single_action_space.n, args.arch, args.channels_last).to(device)
-    optimizer = TFRMSprop(agent.parameters(), lr=args.learning_rate, decay=args.rmsprop_decay, eps=args.rmsprop_eps)
+            rollout = []  # the agent's (action, logprob, value) of each step, stacked into [T, N] tensors after it
+            for step in range(T):
+                global_step += N  # detail 9: n_e * t_max per update
+                obs[step] = next_obs
+                t0 = time.perf_counter()
+                with torch.inference_mode():  # detail 2: one batched forward for all n_e envs
+                    action, logprob, _, value = agent.get_action_and_value(torch.as_tensor(next_obs, device=device))
+                rollout.append((action, logprob, value))
+                t1 = time.perf_counter()
+                next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+                seconds["inference"] += t1 - t0
+                seconds["env"] += time.perf_counter() - t1
+                rewards[step], dones[step] = np.clip(reward, -1.0, 1.0), terminations | truncations  # detail 8
+                if args.bootstrap_truncated and (idx := np.flatnonzero(truncations & ~terminations)).size:
+                    # r + gamma * V(final obs) for frame-limit ends, so the done cut leaves the right target
+                    final = torch.as_tensor(np.stack([infos["final_obs"][i] for i in idx]), device=device)
+                    with torch.no_grad():
+                        rewards[step, idx] += args.gamma * agent.get_value(final).cpu().numpy()
 
-    T, N = args.num_steps, args.num_envs
-    # rollout storage lives in numpy: per-step writes are cheap and become tensors once per rollout
-    obs_buf = np.zeros((T, N) + obs_shape, dtype=np.uint8)
-    actions_buf = np.zeros((T, N), dtype=np.int64)
-    logprobs_buf = np.zeros((T, N), dtype=np.float32)
-    rewards_buf = np.zeros((T, N), dtype=np.float32)
-    dones_buf = np.zeros((T, N), dtype=np.float32)
-    episode_return, episode_length = np.zeros(N), np.zeros(N, dtype=np.int64)
-    history = {"episodic_return": [], "episodic_length": [], "losses": [], "learning_rate": [], "global_steps": []}
+                episode_return, episode_length = episode_return + reward, episode_length + 1  # the raw game score
+                for i in np.flatnonzero(dones[step]):
+                    writer.add_scalar("charts/episodic_return", episode_return[i], global_step)
+                    writer.add_scalar("charts/episodic_length", episode_length[i], global_step)
+                    history["episodic_return"].append(float(episode_return[i]))
+                    history["episodic_length"].append(int(episode_length[i]))
+                    episode_return[i], episode_length[i] = 0.0, 0
 
-    start_iteration, global_step = 1, 0
-    if ckpt and ckpt["envs"] is not None:  # the workers continue the very same episodes
-        next_obs = envs.buf["obs"]
-        next_obs[:] = ckpt["next_obs"]
-        episode_return, episode_length = ckpt["episode_return"], ckpt["episode_length"]
-    else:
-        next_obs = envs.reset(seed=args.seed)
-    if ckpt:
-        agent.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
-        set_rng_states(ckpt["rng"])
-
-    def checkpoint_state(iteration):
-        return {
-            "script": SCRIPT, "args": asdict(args), "run_name": run_name, "iteration": iteration,
-            "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
-            "rng": rng_states(), "next_obs": next_obs.copy(), "episode_return": episode_return.copy(),
-            "episode_length": episode_length.copy(), "envs": envs.snapshot(),
-        }
-
-    ckpt_path = f"runs/{run_name}/checkpoint.pt"
-    timers = {"env": 0.0, "act": 0.0, "learn": 0.0}  # detail 1 / Figure 2: where the wall time goes
-    start_time, start_step = time.time(), global_step
-    for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:
-            optimizer.param_groups[0]["lr"] = linear_lr(iteration, args.num_iterations, args.learning_rate)
-
-        for step in range(T):
-            global_step += N  # detail 9: n_e * t_max per update
-            obs_buf[step] = next_obs
             t0 = time.perf_counter()
-            with torch.inference_mode():  # detail 2: one batched forward for all n_e envs
-                logits = agent.get_logits(torch.as_tensor(next_obs, device=device).float())
-                action = sample_categorical(logits)
-                logprobs_buf[step] = categorical_logprob_entropy(logits, action)[0].cpu().numpy()
-                action = action.cpu().numpy()
-            actions_buf[step] = action
-            t1 = time.perf_counter()
-            next_obs, reward, terminations, truncations, final_obs = envs.step(action)
-            timers["act"] += t1 - t0
-            timers["env"] += time.perf_counter() - t1
-            done = terminations | truncations
-            rewards_buf[step] = np.clip(reward, -1.0, 1.0)  # detail 8: clipped for training only
-            dones_buf[step] = done
-
-            if args.bootstrap_truncated and truncations.any():
-                # r + gamma * V(final obs) for frame-limit ends, so the done cut leaves the right target
-                idx = np.flatnonzero(truncations & ~terminations)
-                if idx.size:
-                    with torch.inference_mode():
-                        v = agent.get_value(torch.as_tensor(final_obs[idx], device=device).float()).cpu().numpy()
-                    rewards_buf[step, idx] += args.gamma * v
-
-            episode_return += reward  # the raw game score
-            episode_length += 1
-            for i in np.flatnonzero(done):
-                writer.add_scalar("charts/episodic_return", episode_return[i], global_step)
-                writer.add_scalar("charts/episodic_length", episode_length[i], global_step)
-                history["episodic_return"].append(float(episode_return[i]))
-                history["episodic_length"].append(int(episode_length[i]))
-                episode_return[i], episode_length[i] = 0.0, 0
-
-        t0 = time.perf_counter()
-        b = {"obs": torch.as_tensor(obs_buf, device=device).reshape((-1,) + obs_shape).float(),
-             "next_obs": torch.as_tensor(next_obs, device=device).float(),
-             "actions": torch.as_tensor(actions_buf, device=device).reshape(-1),
-             "logprobs": torch.as_tensor(logprobs_buf, device=device).reshape(-1),
-             "rewards": torch.as_tensor(rewards_buf, device=device),
-             "dones": torch.as_tensor(dones_buf, device=device)}
-        losses, b_values, b_returns = update(agent, optimizer, b, args)
-        timers["learn"] += time.perf_counter() - t0
-        losses["explained_variance"] = explained_variance(b_values.cpu().numpy(), b_returns.cpu().numpy())
-        history["losses"].append(losses)
-        history["learning_rate"].append(optimizer.param_groups[0]["lr"])
-        history["global_steps"].append(global_step)
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        for k, v in losses.items():
-            if k != "logprob_max_dev":
+            actions, logprobs, values = (torch.stack(x) for x in zip(*rollout))
+            with torch.no_grad():
+                next_value = agent.get_value(torch.as_tensor(next_obs, device=device))
+                returns = nstep_returns(torch.as_tensor(rewards, device=device), torch.as_tensor(dones, device=device),
+                                        next_value, args.gamma)
+            b = {"obs": torch.as_tensor(obs, device=device).reshape((-1,) + obs_shape), "actions": actions.reshape(-1),
+                 "logprobs": logprobs.reshape(-1), "values": values.reshape(-1), "returns": returns.reshape(-1)}
+            losses, first = update(agent, optimizer, b, args)
+            seconds["update"] += time.perf_counter() - t0
+            y_pred, y_true = b["values"].cpu().numpy(), b["returns"].cpu().numpy()
+            losses["explained_variance"] = np.nan if np.var(y_true) == 0 else 1 - np.var(y_true - y_pred) / np.var(y_true)
+            history["first_minibatch"].append(first)
+            history["losses"].append(losses)
+            history["learning_rate"].append(optimizer.param_groups[0]["lr"])
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            for k, v in losses.items():
                 writer.add_scalar(f"losses/{k}", v, global_step)
-        elapsed = time.time() - start_time
-        sps = int((global_step - start_step) / elapsed)
-        writer.add_scalar("charts/SPS", sps, global_step)
-        shares = {k: v / elapsed for k, v in timers.items()}
-        for k, v in shares.items():
-            writer.add_scalar(f"charts/time_share_{k}", v, global_step)
-        if iteration % 500 == 0 or iteration == args.num_iterations:
-            recent = history["episodic_return"][-20:]
-            print(f"iter {iteration}/{args.num_iterations} step {global_step} SPS {sps} "
-                  f"time env {shares['env']:.0%} act {shares['act']:.0%} learn {shares['learn']:.0%} "
-                  f"return(last 20) {np.mean(recent) if recent else float('nan'):.1f}")
+            elapsed = time.time() - start_time
+            sps = int((global_step - start_step) / elapsed)
+            writer.add_scalar("charts/SPS", sps, global_step)
+            for k, v in seconds.items():
+                writer.add_scalar(f"charts/time_share_{k}", v / elapsed, global_step)
+            # progress with the time left: one updating line in a terminal, a line every 500 iterations in a log file
+            tty, last = sys.stdout.isatty(), iteration == args.num_iterations
+            if tty or iteration % 500 == 0 or last:
+                left = int((args.num_iterations - iteration) * args.batch_size / max(sps, 1))
+                line = (f"step {global_step}/{args.num_iterations * args.batch_size} SPS {sps} ETA {left // 3600}:{left % 3600 // 60:02d}"
+                        f":{left % 60:02d} return(last 20) {np.mean(history['episodic_return'][-20:] or np.nan):.1f}")
+                print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
 
-        if args.save_model and (iteration % args.save_every == 0 or iteration == args.num_iterations):
-            save_checkpoint(ckpt_path, checkpoint_state(iteration))
-
-    history.update(run_name=run_name, global_step=global_step, agent=agent, optimizer=optimizer,
-                   time_shares={k: v / (time.time() - start_time) for k, v in timers.items()},
-                   checkpoint=ckpt_path if args.save_model else None)
+            if args.save_model and (iteration % args.save_every == 0 or iteration == args.num_iterations):
+                rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                       **({"cuda": torch.cuda.get_rng_state_all()} if device.type == "cuda" else {})}
+                save_checkpoint(f"{run_dir}/checkpoint.pt", {
+                    "script": SCRIPT, "args": asdict(args), "run_name": run_name, "iteration": iteration,
+                    "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
+                    "rng": rng, "next_obs": next_obs.copy(), "episode_return": episode_return,
+                    "episode_length": episode_length, "envs": envs.snapshot()})
+    writer.close()
+    print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()) + f", total {time.time() - start_time:.1f}")
+    history.update(run_name=run_name, run_dir=run_dir, global_step=global_step, agent=agent, optimizer=optimizer,
+                   checkpoint=f"{run_dir}/checkpoint.pt" if args.save_model else None)
     return history
 
 

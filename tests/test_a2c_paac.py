@@ -1,19 +1,23 @@
-"""Tests of a2c_paac.py: n-step returns, losses, TF RMSProp, the networks, the parallel workers,
-the preprocessing, checkpoints and bad input (numbers refer to the details in its docstring)."""
+"""Tests of a2c_paac.py: n-step returns, losses, TF RMSProp, the networks, the worker processes, the preprocessing,
+the hack-safe idiom, checkpoints, resume and bad input (numbers refer to the details in its docstring)."""
 
+import multiprocessing
 import os
 import subprocess
 import sys
+import time
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, next_second
+from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout
 from test_ppo import (
     assert_foreign_and_corrupt_checkpoints_rejected,
     assert_rejected_before_training,
     assert_resumed_log_reads_once,
+    assert_resumes_with_fresh_episodes,
     keep_checkpoint,
     read_scalars,
     resume_later,
@@ -28,6 +32,13 @@ def tiny(**kw):
     base = dict(cuda=False, num_envs=2, num_workers=2, num_steps=5, total_timesteps=2 * 5 * 4)
     base.update(kw)
     return paac.Args(**base)
+
+
+@pytest.fixture(autouse=True)
+def no_worker_left():
+    """However a test ends (an error, an interrupt), train() leaves no worker process running."""
+    yield
+    assert multiprocessing.active_children() == []
 
 
 @pytest.fixture(scope="module")
@@ -81,19 +92,21 @@ def test_terminal_at_last_step_ignores_bootstrap():
 # ---- detail 4: losses -----------------------------------------------------------------------------
 
 
-def test_a2c_losses_by_hand():
+@pytest.mark.parametrize("loss_scale", [1.0, 5.0])
+def test_a2c_losses_by_hand(loss_scale):
     logprob = torch.tensor([-1.0, -2.0, -0.5], requires_grad=True)
     values = torch.tensor([1.0, 0.0, 2.0], requires_grad=True)
     returns, entropy = torch.tensor([2.0, -1.0, 2.0]), torch.tensor([0.3, 0.6, 0.9])
-    loss, pg, v, ent = paac.a2c_losses(logprob, entropy, values, returns, ent_coef=0.01, vf_coef=1.0)
+    args = paac.Args(ent_coef=0.01, vf_coef=1.0, loss_scale=loss_scale)
+    loss, pg, v, ent = paac.a2c_losses(logprob, entropy, values, returns, args)
     assert pg.item() == pytest.approx(-(1 * -1.0 + -1 * -2.0 + 0) / 3)
     assert v.item() == pytest.approx((1 + 1 + 0) / 3)  # (R - V)^2, no 0.5 factor
     assert ent.item() == pytest.approx(0.6)
-    assert loss.item() == pytest.approx(pg.item() - 0.006 + v.item())
+    assert loss.item() == pytest.approx(loss_scale * (pg.item() - 0.006 + v.item()))  # only the loss is scaled
     loss.backward()
     # the advantage is a constant for the policy term: values get only the value loss gradient -2(R - V)/n
-    np.testing.assert_allclose(values.grad.numpy(), [-2 / 3, 2 / 3, 0.0], atol=1e-7)
-    np.testing.assert_allclose(logprob.grad.numpy(), [-1 / 3, 1 / 3, 0.0], atol=1e-7)
+    np.testing.assert_allclose(values.grad.numpy(), loss_scale * np.array([-2 / 3, 2 / 3, 0.0]), atol=1e-6)
+    np.testing.assert_allclose(logprob.grad.numpy(), loss_scale * np.array([-1 / 3, 1 / 3, 0.0]), atol=1e-6)
 
 
 # ---- detail 6: TF RMSProp -------------------------------------------------------------------------
@@ -120,81 +133,116 @@ def test_tf_rmsprop_two_steps_by_hand():
     torch.optim.RMSprop([r], lr=0.1, alpha=0.9, eps=0.1).step()
     assert r.item() == pytest.approx(1 - 0.05 / (0.025**0.5 + 0.1), abs=1e-12)
     assert abs(r.item() - q.item()) > 0.1
+    # a parameter without a gradient is left alone, state and all
+    s = torch.nn.Parameter(torch.ones(2))
+    opt = paac.TFRMSprop([s, p], lr=0.1)
+    p.grad = torch.ones_like(p)
+    opt.step()
+    assert torch.equal(s, torch.ones(2)) and s not in opt.state
 
 
-def test_optimizer_defaults_in_training(tiny_run):
+def test_optimizer_holds_agent_parameters_and_defaults(tiny_run):
     out, _ = tiny_run
     assert isinstance(out["optimizer"], paac.TFRMSprop)
     assert out["optimizer"].defaults["decay"] == 0.99 and out["optimizer"].defaults["eps"] == 0.1
+    held = [p for group in out["optimizer"].param_groups for p in group["params"]]
+    assert len(held) == len(list(out["agent"].parameters()))
+    assert all(p is q for p, q in zip(held, out["agent"].parameters()))
     args = paac.Args()
-    defaults = (args.num_envs, args.num_workers, args.num_steps, args.max_grad_norm, args.ent_coef, args.gamma)
-    assert defaults == (32, 8, 5, 40.0, 0.01, 0.99)
+    defaults = (args.num_envs, args.num_workers, args.num_steps, args.max_grad_norm, args.ent_coef, args.gamma,
+                args.vf_coef, args.loss_scale, args.learning_rate, args.arch, args.channels_last)
+    assert defaults == (32, 8, 5, 40.0, 0.01, 0.99, 1.0, 1.0, None, "nips", True)
 
 
 # ---- detail 5: networks ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("arch, n_features, hidden", [("nips", 2592, 256), ("nature", 3136, 512)])
-def test_network_feature_sizes(arch, n_features, hidden):
-    trunk, size = paac.conv_trunk(arch)
-    assert size == n_features
-    assert trunk(torch.zeros(2, 4, 84, 84)).shape == (2, n_features)
+def test_network_feature_sizes_and_init(arch, n_features, hidden):
+    torch.manual_seed(0)
     agent = paac.Agent(6, arch)
+    assert agent.network[0](torch.zeros(2, 4, 84, 84)).shape == (2, n_features)
     assert agent.network[1].in_features == n_features and agent.network[1].out_features == hidden
-    logits, value = agent.get_logits_and_value(torch.zeros(3, 4, 84, 84))
-    assert logits.shape == (3, 6) and value.shape == (3,)
+    action, logprob, entropy, value = agent.get_action_and_value(torch.zeros(3, 4, 84, 84, dtype=torch.uint8))
+    assert action.shape == logprob.shape == entropy.shape == value.shape == (3,)
     convs = [m for m in agent.modules() if isinstance(m, torch.nn.Conv2d)]
     assert [(c.out_channels, c.kernel_size, c.stride) for c in convs] == (
         [(16, (8, 8), (4, 4)), (32, (4, 4), (2, 2))] if arch == "nips"
         else [(32, (8, 8), (4, 4)), (64, (4, 4), (2, 2)), (64, (3, 3), (1, 1))])
+    for layer, std in [(agent.network[1], 2**0.5), (agent.actor, 0.01), (agent.critic, 1.0), (convs[0], 2**0.5)]:
+        w = layer.weight.detach().reshape(layer.weight.shape[0], -1)
+        np.testing.assert_allclose(torch.linalg.svdvals(w).numpy(), std, rtol=1e-4)  # orthogonal with gain std
+        assert torch.all(layer.bias == 0)
 
 
 @pytest.mark.parametrize("arch", ["nips", "nature"])
 def test_channels_last_is_the_same_math(arch):
-    x = torch.randint(0, 256, (5, 4, 84, 84)).float()
-    assert_channels_last_is_the_same_math(lambda cl: paac.Agent(6, arch, cl), lambda a, x: a.get_logits_and_value(x), x)
-    assert paac.Args().channels_last
+    x = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
+    actions = torch.tensor([0, 1, 2, 3, 5])
+    assert_channels_last_is_the_same_math(lambda cl: paac.Agent(6, arch, cl),
+                                          lambda a, x: tuple(a.get_action_and_value(x, actions)[1:]), x)
+
+
+def test_get_action_and_value_samples_the_softmax_and_scores_it():
+    torch.manual_seed(0)
+    agent = paac.Agent(4)
+    with torch.no_grad():  # a head that makes the four probabilities clearly different
+        agent.actor.weight.zero_()
+        agent.actor.bias.copy_(torch.tensor([0.0, 1.0, 2.0, -1.0]))
+        x = torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8).repeat(2500, 1, 1, 1)
+        action, logprob, entropy, value = agent.get_action_and_value(x)
+    probs = agent.actor.bias.softmax(-1).detach()
+    np.testing.assert_allclose(torch.bincount(action, minlength=4).numpy() / 20000, probs.numpy(), atol=0.015)
+    dist = torch.distributions.Categorical(probs=probs)
+    torch.testing.assert_close(logprob, dist.log_prob(action), rtol=0, atol=1e-6)
+    torch.testing.assert_close(entropy, dist.entropy().expand(20000), rtol=0, atol=1e-6)
+    assert value.shape == (20000,)
+
+
+# ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
+
+
+def test_hack_cleanrl_update_trains(tmp_path, monkeypatch):
+    assert_cleanrl_update_trains(paac, tiny(), tmp_path, monkeypatch)
+
+
+def test_hack_temperature_changes_what_the_rollout_samples(monkeypatch):
+    # Breakout has 4 actions; a tiny learning rate keeps the fixed logits where they are during the run
+    args = tiny(num_envs=8, num_workers=2, total_timesteps=8 * 5 * 40, learning_rate=1e-9)
+    assert_temperature_changes_rollout(paac, args, monkeypatch, logits=(0.0, 1.0, 0.5, -1.0))
+
+
+def test_hack_added_layer_trains(monkeypatch):
+    # at n_e = 2's rate (0.0014) TF RMSProp's first steps on the LayerNorm (lr * g, g ~ 1e-5) are below float32's
+    # resolution at 1.0: train at the paper's 0.0224
+    assert_added_layer_trains(paac, tiny(learning_rate=0.0224), monkeypatch)
 
 
 # ---- details 2, 7, 9: the training loop -----------------------------------------------------------
 
 
-def test_global_step_grows_by_ne_tmax(tiny_run):
+def test_global_step_learning_rate_and_first_batch_on_policy(tiny_run):
     out, _ = tiny_run
-    assert out["global_steps"] == [10, 20, 30, 40] and out["global_step"] == 40
-
-
-def test_learning_rate_schedule(tiny_run):
-    out, _ = tiny_run
+    assert out["global_step"] == 40 and len(out["losses"]) == 4  # detail 9: n_e * t_max = 10 steps an update
     lrs = out["learning_rate"]
-    assert lrs[0] == pytest.approx(0.0007 * 2)  # the paper's 0.0007 * n_e
-    assert lrs[-1] == 0.0
+    assert lrs[0] == pytest.approx(0.0007 * 2) and lrs[-1] == 0.0  # the paper's 0.0007 * n_e, annealed to 0
     np.testing.assert_allclose(np.diff(lrs), -0.0014 / 3)  # linear
-    assert paac.linear_lr(1, 1, 0.0224) == 0.0224
-
-
-def test_rollout_logprobs_equal_recomputed(tiny_run):
-    out, _ = tiny_run
-    devs = [loss["logprob_max_dev"] for loss in out["losses"]]
-    assert len(devs) == 4 and max(devs) < 1e-5
+    # the update's log-probs of the rollout's actions equal the rollout's own: the same policy scored twice
+    assert len(out["first_minibatch"]) == 4 and max(f["ratio_max_dev"] for f in out["first_minibatch"]) < 1e-5
+    assert set(out["seconds"]) == {"env", "inference", "update"} and all(v > 0 for v in out["seconds"].values())
 
 
 def make_batch(n_envs=8, T=5, scale=100.0):
     torch.manual_seed(0)
     agent = paac.Agent(4, "nips")
-    obs = torch.randint(0, 256, (T * n_envs, 4, 84, 84)).float()
-    actions = torch.randint(0, 4, (T * n_envs,))
+    obs = torch.randint(0, 256, (T * n_envs, 4, 84, 84), dtype=torch.uint8)
     with torch.no_grad():
-        logprobs, _ = paac.categorical_logprob_entropy(agent.get_logits(obs), actions)
-    b = {"obs": obs, "next_obs": torch.randint(0, 256, (n_envs, 4, 84, 84)).float(), "actions": actions,
-         "logprobs": logprobs, "rewards": torch.randn(T, n_envs) * scale,
-         "dones": (torch.rand(T, n_envs) < 0.2).float()}
-    return agent, b
+        actions, logprobs, _, _ = agent.get_action_and_value(obs)
+    return agent, {"obs": obs, "actions": actions, "logprobs": logprobs, "returns": torch.randn(T * n_envs) * scale}
 
 
 def test_update_gradient_norm_clipped_at_40():
     agent, b = make_batch()
-    args = paac.Args()
     optimizer = paac.TFRMSprop(agent.parameters(), lr=0.0224)
     norms, step = [], optimizer.step
 
@@ -203,11 +251,10 @@ def test_update_gradient_norm_clipped_at_40():
         return step(*a, **k)
 
     optimizer.step = checked_step
-    losses, values, returns = paac.update(agent, optimizer, b, args)
-    assert losses["grad_norm"] > 40  # rewards of scale 100 need clipping
-    assert len(norms) == 1 and norms[0] <= 40 + 1e-3 and norms[0] > 39.9
-    assert losses["logprob_max_dev"] < 1e-5
-    assert values.shape == returns.shape == (40,)
+    losses, first = paac.update(agent, optimizer, b, paac.Args())
+    assert losses["grad_norm"] > 40  # returns of scale 100 need clipping
+    assert len(norms) == 1 and 39.9 < norms[0] <= 40 + 1e-3
+    assert first["ratio_max_dev"] < 1e-5
 
 
 def test_loss_scale_multiplies_the_gradient_not_the_logged_losses():
@@ -216,7 +263,7 @@ def test_loss_scale_multiplies_the_gradient_not_the_logged_losses():
         agent, b = make_batch(scale=1.0)
         args = paac.Args(loss_scale=scale, max_grad_norm=1e9)  # no clipping: compare raw gradients
         optimizer = torch.optim.SGD(agent.parameters(), lr=0.0)  # a step that leaves the weights as they are
-        losses, _, _ = paac.update(agent, optimizer, b, args)
+        losses, _ = paac.update(agent, optimizer, b, args)
         grads.append(torch.cat([p.grad.reshape(-1) for p in agent.parameters()]))
         logged.append(losses)
     torch.testing.assert_close(grads[1], 5.0 * grads[0], rtol=1e-4, atol=1e-6)
@@ -226,63 +273,71 @@ def test_loss_scale_multiplies_the_gradient_not_the_logged_losses():
     assert logged[1]["grad_norm"] == pytest.approx(5.0 * logged[0]["grad_norm"], rel=1e-4)
 
 
-def test_logging_keys_and_time_shares(tiny_run):
+def test_logging_keys(tiny_run):
     out, where = tiny_run
-    run_dir = os.path.join(where, "runs", out["run_name"])
-    for tag in ["charts/episodic_return", "charts/episodic_length", "charts/learning_rate", "charts/SPS",
-                "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/explained_variance",
-                "losses/grad_norm", "charts/time_share_env", "charts/time_share_act", "charts/time_share_learn"]:
-        if tag.startswith("charts/episodic_") and not out["episodic_return"]:
-            continue  # 40 steps may end no Breakout game; test_episodic_return_is_raw_score checks these keys
+    run_dir = os.path.join(where, out["run_dir"])
+    for tag in ["charts/learning_rate", "charts/SPS", "losses/value_loss", "losses/policy_loss", "losses/entropy",
+                "losses/explained_variance", "losses/grad_norm", "charts/time_share_env",
+                "charts/time_share_inference", "charts/time_share_update"]:
         values = read_scalars(run_dir, tag)
-        assert values, tag
-        assert all(np.isfinite(values)), tag
-    shares = out["time_shares"]
-    assert 0 < sum(shares.values()) <= 1.0 and all(v > 0 for v in shares.values())
+        assert values and len(values) == 4 and all(np.isfinite(values)), tag
+    shares = [read_scalars(run_dir, f"charts/time_share_{k}")[-1] for k in ("env", "inference", "update")]
+    assert 0 < sum(shares) <= 1.0 and min(shares) > 0
+
+
+def spy_returns(monkeypatch):
+    """Record the (clipped, bootstrapped) rewards each rollout hands to nstep_returns."""
+    seen, real = [], paac.nstep_returns
+    monkeypatch.setattr(paac, "nstep_returns", lambda rewards, *a: seen.append(rewards.clone()) or real(rewards, *a))
+    return seen
 
 
 def test_episodic_return_is_raw_score_and_rewards_clipped(monkeypatch):
-    seen, real_update = [], paac.update
     real_step = paac.ParallelEnvs.step
 
     def step_times_ten(self, actions):  # every reward 10x: the score must see 10, training only 1
-        obs, rew, term, trunc, final = real_step(self, actions)
-        term = term | (rew != 0)  # end an episode at each scoring step, to have some to log
-        return obs, rew * 10, term, trunc, final
+        obs, rew, term, trunc, infos = real_step(self, actions)
+        return obs, rew * 10, term | (rew != 0), trunc, infos  # an episode ends at each scoring step, to have some
 
     monkeypatch.setattr(paac.ParallelEnvs, "step", step_times_ten)
-    monkeypatch.setattr(paac, "update", lambda agent, opt, b, args: seen.append(b["rewards"].clone())
-                        or real_update(agent, opt, b, args))
+    seen = spy_returns(monkeypatch)
     out = paac.train(tiny(total_timesteps=2 * 5 * 30, seed=2))
-    rewards = torch.cat(seen)
-    assert rewards.abs().max().item() == 1.0  # detail 8: clipped to [-1, 1] for training
+    assert torch.cat(seen).abs().max().item() == 1.0  # detail 8: clipped to [-1, 1] for training
     assert out["episodic_return"] and set(out["episodic_return"]) <= {0.0, 10.0, 40.0, 70.0}
     assert 10.0 in out["episodic_return"]
-    logged = read_scalars(f"runs/{out['run_name']}", "charts/episodic_return")
-    assert sorted(logged) == sorted(out["episodic_return"])
-    lengths = read_scalars(f"runs/{out['run_name']}", "charts/episodic_length")
+    assert sorted(read_scalars(out["run_dir"], "charts/episodic_return")) == sorted(out["episodic_return"])
+    lengths = read_scalars(out["run_dir"], "charts/episodic_length")
     assert sorted(lengths) == sorted(out["episodic_length"]) and min(lengths) >= 1
 
 
 @pytest.mark.parametrize("bootstrap", [False, True])
 def test_bootstrap_truncated(monkeypatch, bootstrap):
-    seen, calls = [], []
-    real_step, real_update = paac.ParallelEnvs.step, paac.update
+    calls, real_step, agents = [], paac.ParallelEnvs.step, []
 
     def step_truncating_env0_at_step_3(self, actions):  # the ALE's frame limit, brought forward
-        obs, rew, term, trunc, final = real_step(self, actions)
+        obs, rew, term, trunc, infos = real_step(self, actions)
         calls.append(rew.copy())
         if len(calls) == 3:
-            trunc, term, final = np.array([True, False]), np.array([False, False]), np.full_like(obs, 90)
-        return obs, rew, term, trunc, final
+            term, trunc = np.array([False, False]), np.array([True, False])
+            infos = {"final_obs": {0: np.full_like(obs[0], 90)}}
+        return obs, rew, term, trunc, infos
 
-    def spy_update(agent, opt, b, args):
-        with torch.no_grad():  # before the update the agent is still the one that collected the rollout
-            seen.append((b["rewards"].clone(), agent.get_value(torch.full((1, 4, 84, 84), 90.0)).item()))
-        return real_update(agent, opt, b, args)
+    class Recorded(paac.Agent):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            agents.append(self)
+
+    real_returns, seen = paac.nstep_returns, []
+
+    def spy(rewards, *a):  # before the first update the agent is still the one that collected the rollout
+        with torch.no_grad():
+            final_value = agents[0].get_value(torch.full((1, 4, 84, 84), 90, dtype=torch.uint8)).item()
+        seen.append((rewards.clone(), final_value))
+        return real_returns(rewards, *a)
 
     monkeypatch.setattr(paac.ParallelEnvs, "step", step_truncating_env0_at_step_3)
-    monkeypatch.setattr(paac, "update", spy_update)
+    monkeypatch.setattr(paac, "Agent", Recorded)
+    monkeypatch.setattr(paac, "nstep_returns", spy)
     paac.train(tiny(total_timesteps=10, bootstrap_truncated=bootstrap))
     rewards, final_value = seen[0]
     expected = np.clip(calls[2][0], -1, 1) + (0.99 * final_value if bootstrap else 0.0)
@@ -297,19 +352,54 @@ def test_bootstrap_truncated(monkeypatch, bootstrap):
 def test_workers_are_processes_and_the_split_does_not_change_the_envs():
     results = []
     for workers in (1, 2):
-        envs = paac.ParallelEnvs(tiny(num_workers=workers), "split")
+        envs = paac.ParallelEnvs(tiny(num_workers=workers, seed=5), "split")
         try:
             assert len(envs.procs) == workers and len({p.pid for p in envs.procs} | {os.getpid()}) == workers + 1
-            obs = [envs.reset(seed=5).copy()]
-            for k in range(20):
-                o, *_ = envs.step(np.arange(2) + 1)
+            obs = [envs.obs.copy()]
+            for _ in range(20):
+                o, rew, term, trunc, infos = envs.step(np.arange(2) + 1)
+                assert rew.shape == term.shape == trunc.shape == (2,) and infos == {"final_obs": {}}
                 obs.append(o.copy())
             results.append(np.stack(obs))
         finally:
             envs.close()
+        assert not any(p.is_alive() for p in envs.procs)
     assert results[0].shape == (21, 2, 4, 84, 84) and results[0].dtype == np.uint8
     np.testing.assert_array_equal(results[0], results[1])
     assert not np.array_equal(results[0][:, 0], results[0][:, 1])  # each env has its own seed
+
+
+def test_a_dead_worker_is_an_error_not_a_hang():
+    envs = paac.ParallelEnvs(tiny(), "dead")
+    try:
+        envs.procs[1].kill()
+        envs.procs[1].join()
+        with pytest.raises(RuntimeError, match="an environment worker died"):
+            envs.step(np.zeros(2, dtype=np.int64))
+    finally:
+        envs.close()
+
+
+def test_workers_exit_when_the_learner_is_killed():
+    code = ("import a2c_paac as p, time; e = p.ParallelEnvs(p.Args(num_envs=4, num_workers=4), 'x'); "
+            "print(*[q.pid for q in e.procs], flush=True); time.sleep(60)")
+    learner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               text=True, env={**os.environ, "PYTHONPATH": ROOT})
+    pids = [int(pid) for pid in learner.stdout.readline().split()]
+    assert len(pids) == 4
+    learner.kill()  # no chance to close anything: each worker must see its pipe's learner end go
+    learner.wait()
+    def running(pid):  # an orphan that exited may stay a zombie until init reaps it
+        try:
+            return open(f"/proc/{pid}/stat").read().split()[2] != "Z"
+        except FileNotFoundError:
+            return False
+
+    for _ in range(100):
+        if not any(map(running, pids)):
+            break
+        time.sleep(0.05)
+    assert not any(map(running, pids))
 
 
 # ---- detail 8: preprocessing ----------------------------------------------------------------------
@@ -320,9 +410,6 @@ class FrameEnv(gym.Env):
 
     observation_space = gym.spaces.Box(0, 255, (210, 160, 3), np.uint8)
     action_space = gym.spaces.Discrete(2)
-
-    def get_action_meanings(self):
-        return ["NOOP", "FIRE"]
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -338,13 +425,13 @@ class FrameEnv(gym.Env):
 
 
 def test_max_and_skip_and_noop_reset():
-    env = paac.MaxAndSkip(FrameEnv(), skip=4)
+    env = paac.MaxAndSkip(FrameEnv())
     env.reset(seed=0)
     obs, reward, *_ = env.step(1)
-    assert reward == 1 + 2 + 3 + 4  # summed over the repeated frames
+    assert reward == 1 + 2 + 3 + 4  # summed over the 4 repeated frames
     assert obs[1, 1, 0] == 4 and obs[0, 0, 0] == 255  # max of frames 3 and 4 keeps the flickering sprite
 
-    noop = paac.NoopReset(FrameEnv(), noop_max=30)
+    noop = paac.NoopReset(FrameEnv())
     counts = []
     for i in range(300):
         noop.reset(seed=i if i == 0 else None)
@@ -353,7 +440,7 @@ def test_max_and_skip_and_noop_reset():
 
 
 def test_preprocessed_observation_and_frame_stack():
-    env = paac.make_env("PongNoFrameskip-v4", 1, False, "x")()
+    env = paac.make_env("PongNoFrameskip-v4")
     obs, _ = env.reset(seed=0)
     assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
     for _ in range(10):
@@ -369,50 +456,160 @@ def test_preprocessed_observation_and_frame_stack():
 
 def test_resume_matches_uninterrupted_run_and_evaluate(monkeypatch):
     keep_checkpoint(paac, monkeypatch, kept := "iteration2.pt")
-    full = paac.train(tiny(total_timesteps=2 * 5 * 6, save_model=True, save_every=2,
-                           anneal_lr=False, learning_rate=0.01))
+    full = paac.train(tiny(total_timesteps=60, save_model=True, save_every=2, anneal_lr=False, learning_rate=0.01))
     assert full["learning_rate"] == [0.01] * 6  # --no-anneal-lr keeps the rate constant
     resumed = resume_later(paac, kept)
-    assert resumed["global_steps"] == [30, 40, 50, 60]
+    assert resumed["global_step"] == 60 and len(resumed["losses"]) == 4
     assert resumed["losses"] == full["losses"][2:]  # the same episodes, parameters and RMSProp state
     n_before = len(full["episodic_return"]) - len(resumed["episodic_return"])
     assert resumed["episodic_return"] == full["episodic_return"][n_before:]
     assert_resumed_log_reads_once(full, returns=False)  # no Breakout game ends in 60 steps
 
-    # the final checkpoint evaluates like the live agent
+    ckpt, _ = paac.load_checkpoint(full["checkpoint"])
+    assert all(torch.equal(ckpt["model"][k], v) for k, v in full["agent"].state_dict().items())
     from_ckpt = paac.evaluate(full["checkpoint"], eval_episodes=1, seed=7)
-    live = paac.evaluate_agent(full["agent"], "BreakoutNoFrameskip-v4", eval_episodes=1, seed=7)
-    assert len(from_ckpt) == 1 and from_ckpt == live
+    assert len(from_ckpt) == 1 and from_ckpt == paac.evaluate(full["checkpoint"], eval_episodes=1, seed=7)
+    with pytest.raises(paac.ConfigError, match="eval-episodes must be"):
+        paac.evaluate(full["checkpoint"], eval_episodes=0)
+
+
+def test_resumes_with_fresh_episodes_when_the_envs_cannot_be_saved(monkeypatch, capsys):
+    monkeypatch.setattr(paac.ParallelEnvs, "snapshot", lambda self: None)  # as with a video recorder
+    assert_resumes_with_fresh_episodes(paac, tiny(total_timesteps=2 * 5 * 2, save_model=True, save_every=1),
+                                       capsys, monkeypatch)
+
+
+def test_interrupted_run_keeps_its_last_checkpoint_and_no_worker(monkeypatch):
+    real_update, calls = paac.update, []
+
+    def update_then_interrupt(*a):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_update(*a)
+
+    monkeypatch.setattr(paac, "update", update_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        paac.train(tiny(save_model=True, save_every=1))
+    assert multiprocessing.active_children() == []  # the workers were closed on the way out
+    (ckpt,) = [os.path.join(r, f) for r, _, fs in os.walk("runs") for f in fs if f == "checkpoint.pt"]
+    assert torch.load(ckpt, weights_only=False)["iteration"] == 2
+
+    def broken_save(obj, f):  # a crash while writing the next checkpoint leaves the previous one readable
+        open(f, "wb").write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(paac.torch, "save", broken_save)
+    with pytest.raises(OSError):
+        paac.save_checkpoint(ckpt, {"script": "x"})
+    assert torch.load(ckpt, weights_only=False)["iteration"] == 2 and not os.path.exists(f"{ckpt}.tmp")
+
+
+def test_capture_video_records_env_0():
+    out = paac.train(tiny(capture_video=True))
+    assert os.listdir(f"videos/{out['run_name']}") == ["rl-video-episode-0.mp4"]  # env 0 only
+    assert os.path.getsize(f"videos/{out['run_name']}/rl-video-episode-0.mp4") > 1000
+
+
+# ---- run identity and resume (issue 24) ------------------------------------------------------------
+
+
+def test_runs_started_in_the_same_second_get_their_own_directories(monkeypatch):
+    clock = iter(1234567890.0 + 1e-6 * np.arange(1, 10**6))  # every run starts within the same second
+    monkeypatch.setattr(paac.time, "time", lambda: next(clock))
+    runs = [paac.train(tiny(save_model=True, total_timesteps=10)) for _ in range(3)]
+    name = "runs/BreakoutNoFrameskip-v4__a2c_paac__1__1234567890"
+    assert [r["run_dir"] for r in runs] == [name, f"{name}-2", f"{name}-3"]
+    assert all(os.path.isfile(r["checkpoint"]) for r in runs)
+
+
+def test_resume_applies_a_longer_budget_and_resumable_flags_and_refuses_others(tmp_path, monkeypatch):
+    full = paac.train(tiny(save_model=True, total_timesteps=2 * 5 * 2))
+    for kw, flag in [({"num_envs": 4}, "num-envs"), ({"learning_rate": 1e-3}, "learning-rate"),
+                     ({"arch": "nature"}, "arch"), ({"loss_scale": 5.0}, "loss-scale"), ({"gamma": 0.9}, "gamma")]:
+        with pytest.raises(paac.ConfigError, match=f"--{flag} cannot change when resuming"):
+            paac.train(paac.Args(resume=full["checkpoint"], **kw))
+    with pytest.raises(paac.ConfigError, match="leaves no iteration to run"):  # the run is already finished
+        paac.train(paac.Args(resume=full["checkpoint"]))
+    # the budget and how the run is placed may change: one worker instead of two, NCHW instead of NHWC
+    next_second()
+    longer = paac.train(paac.Args(resume=full["checkpoint"], total_timesteps=2 * 5 * 3, num_workers=1,
+                                  channels_last=False))
+    assert longer["global_step"] == 30 and len(longer["losses"]) == 1 and longer["run_dir"] == full["run_dir"]
+    assert longer["first_minibatch"][0]["ratio_max_dev"] < 1e-5
+    # from another directory, the resumed run still logs into the run's own
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    next_second()
+    resumed = paac.train(paac.Args(resume=str(tmp_path / full["checkpoint"]), total_timesteps=2 * 5 * 4))
+    assert resumed["run_dir"] == str(tmp_path / full["run_dir"]) and not os.path.exists("runs")
+    assert paac.load_checkpoint(str(tmp_path / full["checkpoint"]))[0]["iteration"] == 4
 
 
 # ---- bad input ------------------------------------------------------------------------------------
 
+# a bad value of every flag in RANGES, and the other checks
+BAD_INPUT = [
+    ({"total_timesteps": 0}, "total-timesteps must be a finite number >= 1"),
+    ({"num_envs": 0}, "num-envs must be a finite number >= 1"),
+    ({"num_workers": 0}, "num-workers must be a finite number >= 1"),
+    ({"num_steps": 0}, "num-steps must be"),
+    ({"save_every": 0}, "save-every must be"),
+    ({"eval_episodes": 0}, "eval-episodes must be"),
+    ({"learning_rate": -1.0}, "learning-rate must be a finite number > 0"),
+    ({"learning_rate": float("nan")}, "learning-rate must be"),
+    ({"max_grad_norm": 0.0}, "max-grad-norm must be a finite number > 0"),
+    ({"loss_scale": 0.0}, "loss-scale must be a finite number > 0"),
+    ({"rmsprop_eps": 0.0}, "rmsprop-eps must be a finite number > 0"),
+    ({"ent_coef": -0.01}, "ent-coef must be a finite number >= 0"),
+    ({"vf_coef": float("inf")}, "vf-coef must be"),
+    ({"gamma": 1.5}, "gamma must be a finite number >= 0 and <= 1"),
+    ({"rmsprop_decay": -0.1}, "rmsprop-decay must be a finite number >= 0 and <= 1"),
+    ({"seed": -1}, "seed must be"),
+    ({"seed": 2**32}, "seed must be"),
+    ({"num_workers": 3, "num_envs": 4}, "--num-envs 4 is not divisible by --num-workers 3"),
+    ({"total_timesteps": 9}, "leaves no iteration to run"),
+    ({"arch": "resnet"}, "nips or nature"),
+    ({"env_id": "NoSuchEnv-v9"}, "unknown env id"),
+    ({"env_id": "CartPole-v1"}, "is not an Atari game"),
+    ({"env_id": "ALE/Breakout-v5"}, "NoFrameskip-v4"),
+    ({"env_id": "BreakoutNoFrameskip-v0"}, "sticky actions"),
+    ({"resume": "missing.pt"}, "could not be read.*No such file"),
+]
 
-@pytest.mark.parametrize(
-    "kw, message",
-    [
-        ({"env_id": "NoSuchEnv-v9"}, "unknown env id"),
-        ({"env_id": "CartPole-v1"}, "not an Atari"),
-        ({"env_id": "ALE/Breakout-v5"}, "NoFrameskip-v4"),
-        ({"num_workers": 3}, "not divisible by --num-workers 3"),
-        ({"num_workers": 0}, "must be positive"),
-        ({"total_timesteps": 9}, "less than one rollout"),
-        ({"arch": "resnet"}, "nips or nature"),
-        ({"learning_rate": -1.0}, "must be positive"),
-        ({"loss_scale": 0.0}, "--loss-scale must be positive"),
-        ({"resume": "missing.pt"}, "does not exist"),
-    ],
-)
+
+def test_every_ranges_flag_has_a_bad_value():
+    flags = {name for names, *_ in paac.RANGES for name in names.split()}
+    assert flags <= {k for kw, _ in BAD_INPUT for k in kw}
+
+
+@pytest.mark.parametrize("kw, message", BAD_INPUT)
 def test_bad_input_rejected_before_training(kw, message):
     assert_rejected_before_training(paac, tiny(**kw), message)
+
+
+@pytest.mark.parametrize("flag, package", [("track", "wandb"), ("capture_video", "moviepy")])
+def test_optional_packages_missing_named_before_training(monkeypatch, flag, package):
+    monkeypatch.setitem(sys.modules, package, None)  # makes `import <package>` fail
+    assert_rejected_before_training(paac, tiny(**{flag: True}), f"needs {package}.*pip install {package}")
 
 
 def test_foreign_checkpoint_rejected():
     assert_foreign_and_corrupt_checkpoints_rejected(paac, "ppo_atari.py")
 
 
-def test_cli_error_is_one_line_and_import_has_no_side_effects():
-    # one interpreter for both checks (each start imports torch and the ALE): import, then run as the CLI
+def test_unwritable_directory_is_one_line(tmp_path):
+    if os.geteuid() == 0:  # root writes anywhere: make runs/ a file instead, which no one can make a directory in
+        open("runs", "w").close()
+    else:
+        os.chmod(tmp_path, 0o500)
+    with pytest.raises(paac.ConfigError, match="cannot create runs/.*run from a writable directory"):
+        paac.train(tiny())
+
+
+def test_cli_error_help_and_import_without_side_effects():
+    # one interpreter for two checks (each start imports torch and the ALE): import, then run as the CLI
     code = ("import sys, runpy, a2c_paac; sys.argv = ['a2c_paac.py', '--num-workers', '5', '--no-cuda']; "
             "runpy.run_module('a2c_paac', run_name='__main__')")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -421,10 +618,13 @@ def test_cli_error_is_one_line_and_import_has_no_side_effects():
     assert res.stderr.strip().splitlines() == ["a2c_paac.py: error: --num-envs 32 is not divisible by "
                                                "--num-workers 5; each worker steps the same number of environments"]
     assert os.listdir(".") == []  # no runs/, no videos/
+    res = subprocess.run([sys.executable, os.path.join(ROOT, "a2c_paac.py"), "--help"], capture_output=True, text=True,
+                         env={**os.environ, "COLUMNS": "200"})
+    assert res.returncode == 0 and "n_w, the number of worker processes stepping the environments" in res.stdout
 
 
 def test_cuda_falls_back_with_notice(capsys):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present; the fallback path is not taken")
-    assert paac.pick_device(paac.Args(cuda=True)).type == "cpu"
-    assert "no CUDA device" in capsys.readouterr().err
+    out = paac.train(tiny(cuda=True, total_timesteps=10))
+    assert "no CUDA device" in capsys.readouterr().err and next(out["agent"].parameters()).device.type == "cpu"

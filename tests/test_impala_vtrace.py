@@ -1,5 +1,6 @@
-"""Tests of impala_vtrace.py: V-trace against the paper's sum, the losses, the Atari pipeline, the actor
-processes (sync mode, policy lag, shutdown after the end, a crash and Ctrl-C), checkpoints and bad input.
+"""Tests of impala_vtrace.py: V-trace against the paper's sum, the losses, the Atari pipeline, the actor processes
+(sync mode, policy lag, spawned actors, shutdown after the end, a crash, a SIGKILLed actor and Ctrl-C), truncation
+bootstrap, video, hack safety, checkpoints, run directories and bad input.
 """
 
 import os
@@ -8,10 +9,13 @@ import subprocess
 import sys
 import time
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
+import torch.nn as nn
+from conftest import ROOT, next_second
+from hacks import Scale, assert_cleanrl_update_trains, edited_agent
 from test_ppo import (
     assert_foreign_and_corrupt_checkpoints_rejected,
     assert_rejected_before_training,
@@ -29,9 +33,8 @@ SCRIPT = os.path.join(ROOT, "impala_vtrace.py")
 
 def tiny(**kw):
     """A few updates on Breakout with 2 actors and small unrolls: fast, but every code path runs."""
-    base = dict(cuda=False, num_actors=2, batch_size=4, unroll_length=10, total_timesteps=10 * 4 * 4)
-    base.update(kw)
-    return iv.Args(**base)
+    return iv.Args(**{"cuda": False, "num_actors": 2, "batch_size": 4, "unroll_length": 10,
+                      "total_timesteps": 10 * 4 * 4, **kw})
 
 
 # ---- detail 4: V-trace ----------------------------------------------------------------------------
@@ -120,34 +123,75 @@ def test_vtrace_huge_ratios_with_clip_one_equal_on_policy():
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-12)
 
 
-# ---- detail 5: losses ------------------------------------------------------------------------------
+# ---- details 5, 8 and the Agent ------------------------------------------------------------------
 
 
 def test_losses_summed_and_no_gradient_through_targets():
     g = torch.Generator().manual_seed(0)
     T, B = 6, 3
     values = torch.randn(T, B, generator=g, dtype=torch.float64, requires_grad=True)
-    logits = torch.randn(T, B, 4, generator=g, dtype=torch.float64, requires_grad=True)
-    actions = torch.randint(0, 4, (T, B), generator=g)
-    target_logp, entropy = iv.categorical_logprob_entropy(logits, actions)
+    dist = torch.distributions.Categorical(logits=torch.randn(T, B, 4, generator=g, dtype=torch.float64,
+                                                              requires_grad=True))
+    target_logp = dist.log_prob(torch.randint(0, 4, (T, B), generator=g))
     behaviour = target_logp.detach() + 0.3 * torch.randn(T, B, generator=g, dtype=torch.float64)
     vs, pg_adv = iv.vtrace(behaviour, target_logp, torch.randn(T, B, generator=g, dtype=torch.float64), values,
                            torch.randn(B, generator=g, dtype=torch.float64), torch.full((T, B), 0.99, dtype=torch.float64))
-    args = iv.Args()
-    loss, pg, baseline, ent = iv.impala_losses(target_logp, entropy, values, vs, pg_adv, args)
+    loss, pg, baseline, ent = iv.impala_losses(target_logp, dist.entropy(), values, vs, pg_adv, iv.Args())
     assert pg.item() == pytest.approx(-(pg_adv * target_logp).sum().item())
     assert baseline.item() == pytest.approx(0.5 * ((vs - values) ** 2).sum().item())
-    assert loss.item() == pytest.approx(pg.item() + 0.5 * baseline.item() - 0.01 * entropy.sum().item())
+    assert loss.item() == pytest.approx(pg.item() + 0.5 * baseline.item() - 0.01 * dist.entropy().sum().item())
     loss.backward()
     # vs is a constant target: d loss / d V = 0.5 * (V - vs) (baseline cost 0.5 on the paper's (V - vs) grad V)
     np.testing.assert_allclose(values.grad.numpy(), 0.5 * (values - vs).detach().numpy(), atol=1e-12)
+
+
+def unroll_batch(T=3, B=2, reward=1000.0):
+    return {"obs": torch.randint(0, 256, (T + 1, B, 4, 84, 84), dtype=torch.uint8),
+            "actions": torch.randint(0, 4, (T, B)), "rewards": torch.full((T, B), reward),
+            "dones": torch.zeros(T, B), "logprobs": torch.full((T, B), -1.4)}
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_update_clips_the_global_gradient_norm_at_40(deep):
+    norms, batch = {}, unroll_batch()
+    for max_grad_norm in (float("inf"), 40.0):
+        torch.manual_seed(0)
+        agent = iv.Agent(4, deep=deep)
+        optimizer = torch.optim.RMSprop(agent.parameters(), lr=6e-4, alpha=0.99, eps=0.01)
+        step = optimizer.step
+
+        def checked_step(*a, _step=step, _agent=agent, _key=max_grad_norm, **k):  # the norm the optimizer sees
+            norms[_key] = torch.norm(torch.stack([p.grad.norm() for p in _agent.parameters()])).item()
+            return _step(*a, **k)
+
+        optimizer.step = checked_step
+        before = [p.detach().clone() for p in agent.parameters()]
+        iv.update(agent, optimizer, batch, iv.Args(max_grad_norm=max_grad_norm))
+        assert all(not torch.equal(a, p) for a, p in zip(before, agent.parameters()))
+    assert norms[float("inf")] > 40 and norms[40.0] == pytest.approx(40.0, rel=1e-4)
+
+
+def test_get_action_and_value_samples_the_softmax_and_scores_it():
+    torch.manual_seed(0)
+    agent = iv.Agent(4)
+    with torch.no_grad():  # a head that makes the four probabilities clearly different
+        agent.actor.weight.zero_()
+        agent.actor.bias.copy_(torch.tensor([0.0, 1.0, 2.0, -1.0]))
+        x = torch.randint(0, 256, (1500, 4, 84, 84), dtype=torch.uint8)
+        action, logprob, entropy, value = agent.get_action_and_value(x)
+    dist = torch.distributions.Categorical(logits=agent.actor.bias.detach())
+    np.testing.assert_allclose(torch.bincount(action, minlength=4).numpy() / 1500, dist.probs.numpy(), atol=0.05)
+    torch.testing.assert_close(logprob, dist.log_prob(action), rtol=0, atol=1e-6)
+    torch.testing.assert_close(entropy, dist.entropy().expand(1500), rtol=0, atol=1e-6)
+    assert value.shape == (1500,)
+    torch.testing.assert_close(value, agent.get_value(x).detach())
 
 
 # ---- details 9 and 11: the Atari pipeline and the networks ---------------------------------------
 
 
 def test_atari_pipeline_lives_end_training_episodes_and_score_is_the_full_game():
-    env = iv.make_env("BreakoutNoFrameskip-v4", 1, False, "")()
+    env = iv.make_env("BreakoutNoFrameskip-v4")
     obs, _ = env.reset(seed=3)
     assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
     assert env.action_space.n == 4  # the minimal action set
@@ -169,8 +213,8 @@ def test_atari_pipeline_lives_end_training_episodes_and_score_is_the_full_game()
 def test_networks_shapes():
     x = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
     for deep in (False, True):
-        logits, value = iv.Agent(6, deep=deep).get_logits_and_value(x)
-        assert logits.shape == (3, 6) and value.shape == (3,)
+        action, logprob, entropy, value = iv.Agent(6, deep=deep).get_action_and_value(x)
+        assert action.shape == logprob.shape == entropy.shape == value.shape == (3,)
     deep = iv.Agent(6, deep=True)
     sections = [m for m in deep.network if isinstance(m, torch.nn.Sequential)]
     assert [s[0].out_channels for s in sections] == [16, 32, 32]
@@ -182,54 +226,53 @@ def test_networks_shapes():
 
 @pytest.mark.parametrize("deep", [False, True])
 def test_channels_last_is_the_same_math(deep):
-    x = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
-    assert_channels_last_is_the_same_math(lambda cl: iv.Agent(6, deep, cl), lambda a, x: a.get_logits_and_value(x), x)
+    x, actions = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8), torch.randint(0, 6, (5,))
+    assert_channels_last_is_the_same_math(lambda cl: iv.Agent(6, deep, cl),
+                                          lambda a, x: a.get_action_and_value(x, actions)[1:], x)
     assert iv.Args().channels_last
-
-
-@pytest.mark.parametrize("deep", [False, True])
-def test_update_clips_the_global_gradient_norm_at_40(deep):
-    torch.manual_seed(0)
-    T, B = 3, 2
-    agent = iv.Agent(4, deep=deep)
-    optimizer = torch.optim.RMSprop(agent.parameters(), lr=6e-4, alpha=0.99, eps=0.01)
-    batch = {"obs": torch.randint(0, 256, (T + 1, B, 4, 84, 84), dtype=torch.uint8),
-             "actions": torch.randint(0, 4, (T, B)), "rewards": torch.full((T, B), 1000.0),
-             "dones": torch.zeros(T, B), "logprobs": torch.full((T, B), -1.4)}
-    norms, step = [], optimizer.step
-
-    def checked_step(*a, **k):  # the global norm the optimizer actually sees
-        norms.append(torch.norm(torch.stack([p.grad.norm() for p in agent.parameters()])).item())
-        return step(*a, **k)
-
-    optimizer.step = checked_step
-    before = [p.detach().clone() for p in agent.parameters()]
-    losses = iv.update(agent, optimizer, batch, iv.Args())
-    assert losses["grad_norm"] > 40 and norms[0] == pytest.approx(40.0, rel=1e-4)
-    assert all(not torch.equal(a, p) for a, p in zip(before, agent.parameters()))
 
 
 # ---- details 1-3, 6-8: actors and learner --------------------------------------------------------
 
 
+def live_processes(field, value):
+    """Pids of the live processes whose /proc stat `field` (ppid or session) equals `value`; multiprocessing's
+    resource tracker (started by a spawn test, it lives as long as this process) does not count."""
+    column = {"ppid": 1, "session": 3}[field]
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()  # state, ppid, pgrp, session, ...
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    tracker = b"resource_tracker" in f.read()
+            except OSError:
+                continue
+            if int(fields[column]) == value and fields[0] != "Z" and not tracker:
+                pids.append(int(entry))
+    return pids
+
+
 def test_sync_mode_is_on_policy_and_logs_everything():
     out = iv.train(tiny(sync=True, unroll_length=20, total_timesteps=20 * 4 * 8))
     assert len(out["losses"]) == 8 and out["global_step"] == 640
-    assert all(lag == [0, 0, 0, 0] for lag in out["policy_lag"])
+    assert out["policy_lag"] == [0.0] * 8
     for losses in out["losses"]:  # the learner's log-probs are the actors' own: every ratio is 1
         assert losses["max_abs_logratio"] < 1e-4
     opt = out["optimizer"]
-    assert isinstance(opt, torch.optim.RMSprop)
+    assert isinstance(opt, torch.optim.RMSprop) and opt.param_groups[0]["params"] == list(out["agent"].parameters())
     assert (opt.defaults["eps"], opt.defaults["momentum"], opt.defaults["alpha"]) == (0.01, 0.0, 0.99)
     lrs = out["learning_rate"]
     assert lrs[0] == 6e-4 and lrs[-1] == 0.0
     np.testing.assert_allclose(np.diff(lrs), -6e-4 / 7)
+    assert set(out["seconds"]) == {"env", "inference", "update"} and all(v > 0 for v in out["seconds"].values())
     assert live_processes("ppid", os.getpid()) == []  # the end of training stopped every actor
     assert all(not os.path.exists(f"/proc/{pid}") for pid in out["actor_pids"])  # joined and reaped
-    run_dir = f"runs/{out['run_name']}"
+    run_dir = out["run_dir"]
     for tag in ["charts/learning_rate", "charts/SPS", "charts/policy_lag", "losses/value_loss", "losses/policy_loss",
                 "losses/entropy", "losses/old_approx_kl", "losses/approx_kl", "losses/clipfrac",
-                "losses/explained_variance"]:
+                "losses/explained_variance", "losses/max_abs_logratio"]:
         values = read_scalars(run_dir, tag)
         assert values and len(values) == 8 and all(np.isfinite(values)), tag
     assert read_scalars(run_dir, "charts/policy_lag") == [0.0] * 8
@@ -240,55 +283,145 @@ def test_async_actors_run_ahead_and_checkpoint_resume_eval(monkeypatch):
     keep_checkpoint(iv, monkeypatch, kept := "update2.pt", key="update")
     full = iv.train(tiny(total_timesteps=10 * 4 * 5, save_model=True, save_every=2))
     lags = np.array(full["policy_lag"])
-    assert lags.min() >= 0 and lags.max() >= 1  # actors kept acting with older weights during updates
-    live = iv.evaluate_agent(full["agent"], "BreakoutNoFrameskip-v4", eval_episodes=1, seed=7)
-    assert iv.evaluate(full["checkpoint"], eval_episodes=1, seed=7) == live
+    assert lags.min() >= 0 and lags.max() > 0  # actors kept acting with older weights during updates
+    ckpt, _ = iv.load_checkpoint(full["checkpoint"])
+    assert ckpt["update"] == 5 and all(torch.equal(ckpt["model"][k], v) for k, v in full["agent"].state_dict().items())
+    scores = iv.evaluate(full["checkpoint"], eval_episodes=2, seed=7)
+    assert len(scores) == 2 and scores == iv.evaluate(full["checkpoint"], eval_episodes=2, seed=7)
 
     resumed = resume_later(iv, kept)
     assert len(resumed["losses"]) == 3 and resumed["global_step"] == full["global_step"]
     assert resumed["learning_rate"] == full["learning_rate"][2:]
+    assert resumed["run_dir"] == full["run_dir"]
     assert_resumed_log_reads_once(full, returns=False)  # the actors' episodes differ: they run asynchronously
 
 
-def live_processes(field, value):
-    """Pids of the live processes whose /proc stat `field` (ppid or session) equals `value`."""
-    column = {"ppid": 1, "session": 3}[field]
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()  # state, ppid, pgrp, session, ...
-            except OSError:
-                continue
-            if int(fields[column]) == value and fields[0] != "Z":
-                pids.append(int(entry))
-    return pids
+def test_spawned_actors_sample_the_published_weights(monkeypatch):
+    # with --cuda the actors are spawned (a forked child cannot use CUDA): the same code path, run here on CPU;
+    # in sync mode every update's ratios are 1 only if the spawned actors see each update's weights
+    real = iv.mp.get_context
+    monkeypatch.setattr(iv.mp, "get_context", lambda method=None: real("spawn"))
+    out = iv.train(tiny(sync=True, total_timesteps=10 * 4 * 3))
+    assert out["policy_lag"] == [0.0] * 3 and all(losses["max_abs_logratio"] < 1e-4 for losses in out["losses"])
+    assert live_processes("ppid", os.getpid()) == []
 
 
-def test_actor_crash_stops_the_run_with_its_error():
-    with pytest.raises(iv.ActorError, match=r"(?s)actor 0 crashed:.*RuntimeError: injected failure after 2 unrolls"):
-        iv.train(tiny(total_timesteps=10**6, actor_fail_after=2))
+def test_actor_crash_stops_the_run_with_its_error(monkeypatch, capfd):
+    real = iv.actor_loop
+
+    def actor_0_fails(actor_id, *a):
+        if actor_id == 0:
+            raise RuntimeError("injected failure")
+        real(actor_id, *a)
+
+    monkeypatch.setattr(iv, "actor_loop", actor_0_fails)
+    with pytest.raises(iv.ActorError, match=r"^actor 0 \(pid \d+\) died \(exit code 1\); the run stops$"):
+        iv.train(tiny(total_timesteps=10 * 4 * 50))  # actor 1 alone would finish these 50 updates
     assert live_processes("ppid", os.getpid()) == []  # actor 1 was stopped too
+    assert "RuntimeError: injected failure" in capfd.readouterr().err
 
 
-def test_ctrl_c_stops_every_actor():
-    cmd = [sys.executable, SCRIPT, "--no-cuda", "--num-actors", "2", "--batch-size", "2", "--unroll-length", "5",
-           "--total-timesteps", "1000000"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+def run_cli(*flags):
+    return subprocess.Popen([sys.executable, SCRIPT, "--no-cuda", "--num-actors", "2", *flags], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
-    try:
-        assert proc.stdout.readline().startswith("update 10/")  # training is under way
-        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to the learner and every actor
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
+
+
+def assert_session_ends(proc):
     deadline = time.time() + 10  # the kernel may need a moment to remove the last exits
     while live_processes("session", proc.pid) and time.time() < deadline:
         time.sleep(0.2)
     assert live_processes("session", proc.pid) == []
+
+
+def test_sigkilled_actor_stops_the_run_with_one_line():
+    # issue 24: the OOM killer's SIGKILL leaves no traceback; the other actor keeps the queue busy (alone it would
+    # finish the run's 400 updates), and the run must still stop at once, naming the dead actor
+    proc = run_cli("--batch-size", "2", "--unroll-length", "5", "--total-timesteps", "4000")
+    try:
+        assert proc.stdout.readline().startswith("step 100/")  # training is under way
+        actors = sorted(live_processes("ppid", proc.pid))
+        assert len(actors) == 2
+        os.kill(actors[1], signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert_session_ends(proc)
+    assert proc.returncode == 1 and "Traceback" not in stderr and "step 4000/4000" not in stdout
+    assert stderr.rstrip().splitlines()[-1] == \
+        f"impala_vtrace.py: error: actor 1 (pid {actors[1]}) died (killed by SIGKILL); the run stops"
+
+
+def test_ctrl_c_stops_every_actor():
+    proc = run_cli("--batch-size", "2", "--unroll-length", "5", "--total-timesteps", "1000000")
+    try:
+        assert proc.stdout.readline().startswith("step 100/")  # training is under way
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to the learner and every actor
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert_session_ends(proc)
     assert proc.returncode == 1 and stderr.rstrip().endswith("interrupted; every actor has been stopped")
     assert "Traceback" not in stderr
+
+
+def record_batches(monkeypatch):
+    """Make iv.update record each batch it receives (the actions and behaviour log-probs the actors sampled)."""
+    batches, real = [], iv.update
+    monkeypatch.setattr(iv, "update", lambda agent, optimizer, b, args: batches.append(
+        {k: v.clone() for k, v in b.items()}) or real(agent, optimizer, b, args))
+    return batches
+
+
+@pytest.mark.parametrize("bootstrap", [False, True])
+def test_bootstrap_truncated_adds_the_discounted_final_value(monkeypatch, bootstrap):
+    real = iv.make_env
+    monkeypatch.setattr(iv, "make_env", lambda *a, **k: gym.wrappers.TimeLimit(real(*a, **k), 7))
+    batches = record_batches(monkeypatch)
+    iv.train(tiny(sync=True, bootstrap_truncated=bootstrap, total_timesteps=10 * 4 * 2))
+    rewards, dones = torch.cat([b["rewards"] for b in batches]), torch.cat([b["dones"] for b in batches])
+    assert dones.sum() >= 8  # every 7th step a time-limit end
+    off_grid = ~torch.isin(rewards, torch.tensor([-1.0, 0.0, 1.0]))  # a clipped reward plus gamma * V(final obs)
+    assert off_grid.sum() >= (8 if bootstrap else 0) and not (off_grid & ~dones.bool()).any()
+    assert bootstrap or not off_grid.any()
+
+
+def test_capture_video_records_actor_0():
+    out = iv.train(tiny(capture_video=True, total_timesteps=10 * 4 * 2))
+    videos = os.listdir(f"videos/{out['run_name']}")
+    assert "rl-video-episode-0.mp4" in videos and os.path.getsize(f"videos/{out['run_name']}/rl-video-episode-0.mp4") > 1000
+
+
+# ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
+
+
+def test_hack_cleanrl_update_trains(tmp_path, monkeypatch):
+    assert_cleanrl_update_trains(iv, tiny(), tmp_path, monkeypatch)
+
+
+def test_hack_temperature_changes_what_the_actors_sample(monkeypatch):
+    # hacks.assert_temperature_changes_rollout's check, local: the actors are other processes, so what they sampled
+    # is read from the unrolls the learner receives
+    logits, temperature = torch.tensor([0.0, 1.0, 0.0, 0.0]), 0.25
+    edited_agent(iv, monkeypatch, "actor", lambda agent: setattr(
+        agent, "actor", nn.Sequential(agent.actor, Scale(1 / temperature))), bias=logits)
+    batches = record_batches(monkeypatch)
+    out = iv.train(tiny(sync=True, batch_size=8, num_envs_per_actor=4, unroll_length=64, total_timesteps=64 * 8))
+    actions, logprobs = batches[0]["actions"].reshape(-1), batches[0]["logprobs"].reshape(-1)  # before any update
+    edited, unedited = (logits / temperature).log_softmax(-1), logits.log_softmax(-1)
+    torch.testing.assert_close(logprobs, edited[actions])  # the behaviour log-probs are the edited policy's
+    freq, tol = torch.bincount(actions, minlength=4) / len(actions), 4 / np.sqrt(len(actions))
+    assert (freq - edited.exp()).abs().max() < tol and (freq - unedited.exp()).abs().max() > 2 * tol
+    assert out["losses"][0]["max_abs_logratio"] < 1e-5  # the learner scores the same edited policy
+
+
+def test_hack_added_layer_trains(monkeypatch):
+    edited_agent(iv, monkeypatch, "actor", lambda agent: setattr(
+        agent, "actor", nn.Sequential(nn.LayerNorm(256), agent.actor)))
+    out = iv.train(tiny(sync=True))
+    norm = out["agent"].actor[0]
+    assert isinstance(norm, nn.LayerNorm) and (norm.weight - 1).abs().max().item() > 0
+    assert all(losses["max_abs_logratio"] < 1e-4 for losses in out["losses"])  # the actors sample the same policy
 
 
 # ---- bad input -----------------------------------------------------------------------------------
@@ -297,15 +430,27 @@ def test_ctrl_c_stops_every_actor():
 @pytest.mark.parametrize(
     "kw, message",
     [
-        ({"env_id": "NoSuchEnv-v9"}, "unknown env id"),
-        ({"env_id": "CartPole-v1"}, "not an Atari"),
-        ({"env_id": "ALE/Breakout-v5"}, "NoFrameskip-v4"),
+        ({"env_id": "NoSuchEnv-v9"}, "'NoSuchEnv-v9' is not an Atari NoFrameskip id"),
+        ({"env_id": "CartPole-v1"}, "not an Atari NoFrameskip id"),
+        ({"env_id": "ALE/Breakout-v5"}, "not an Atari NoFrameskip id such as BreakoutNoFrameskip-v4"),
         ({"batch_size": 6, "num_envs_per_actor": 4}, "not divisible"),
-        ({"num_actors": 0}, "--num-actors must be positive"),
-        ({"total_timesteps": 0}, "must be positive"),
-        ({"total_timesteps": 30}, "less than one batch"),
+        ({"num_actors": 0}, "--num-actors must be a finite number >= 1, got 0"),
+        ({"unroll_length": 0}, "--unroll-length must be a finite number >= 1"),
+        ({"total_timesteps": 0}, "--total-timesteps must be a finite number >= 1"),
+        ({"total_timesteps": 30}, "leaves no update to run"),
+        ({"learning_rate": float("nan")}, "--learning-rate must be a finite number > 0"),
+        ({"learning_rate": 0.0}, "--learning-rate must be a finite number > 0"),
+        ({"max_grad_norm": -1.0}, "--max-grad-norm must be"),
+        ({"rmsprop_eps": 0.0}, "--rmsprop-eps must be"),
+        ({"rmsprop_alpha": 1.5}, "--rmsprop-alpha must be a finite number >= 0 and <= 1"),
+        ({"gamma": float("inf")}, "--gamma must be"),
+        ({"rho_bar": 0.0}, "--rho-bar must be"),
         ({"c_bar": 2.0}, "exceeds --rho-bar"),
-        ({"resume": "missing.pt"}, "does not exist"),
+        ({"ent_coef": -0.01}, "--ent-coef must be"),
+        ({"actor_timeout": 0.0}, "--actor-timeout must be"),
+        ({"save_every": 0}, "--save-every must be"),
+        ({"seed": -1}, "--seed must be"),
+        ({"resume": "missing.pt"}, "could not be read.*No such file"),
     ],
 )
 def test_bad_input_rejected_before_training(kw, message):
@@ -321,11 +466,58 @@ def test_cli_error_is_one_line_and_import_has_no_side_effects():
     res = subprocess.run([sys.executable, SCRIPT, "--env-id", "CartPole-v1", "--no-cuda"], capture_output=True, text=True)
     assert res.returncode != 0 and res.stdout == "" and os.listdir(".") == []
     assert res.stderr.strip().splitlines() == [
-        "impala_vtrace.py: error: CartPole-v1 is not an Atari (ALE) environment; impala_vtrace.py handles Atari only"]
+        "impala_vtrace.py: error: 'CartPole-v1' is not an Atari NoFrameskip id such as BreakoutNoFrameskip-v4; "
+        "impala_vtrace.py handles Atari only and repeats each action itself (detail 9)"]
 
 
 def test_cuda_falls_back_with_notice(capsys):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present; the fallback path is not taken")
-    assert iv.pick_device(iv.Args(cuda=True)).type == "cpu"
-    assert "no CUDA device" in capsys.readouterr().err
+    out = iv.train(tiny(cuda=True, total_timesteps=10 * 4))
+    assert "no CUDA device" in capsys.readouterr().err and next(out["agent"].parameters()).device.type == "cpu"
+
+
+# ---- run identity and resume (issue 24) ------------------------------------------------------------
+
+
+def test_runs_started_in_the_same_second_get_their_own_directories(monkeypatch):
+    clock = iter(1234567890.0 + 1e-6 * np.arange(1, 10**6))  # every run starts within the same second
+    monkeypatch.setattr(iv.time, "time", lambda: next(clock))
+    runs = [iv.train(tiny(save_model=True, total_timesteps=10 * 4)) for _ in range(3)]
+    assert [r["run_dir"] for r in runs] == [
+        f"runs/BreakoutNoFrameskip-v4__impala_vtrace__1__1234567890{s}" for s in ("", "-2", "-3")]
+    assert all(os.path.isfile(r["checkpoint"]) for r in runs)
+
+
+def test_resume_applies_a_longer_budget_and_refuses_other_flags():
+    full = iv.train(tiny(save_model=True, total_timesteps=10 * 4 * 2))
+    with pytest.raises(iv.ConfigError, match="--num-envs-per-actor cannot change when resuming"):
+        iv.train(iv.Args(resume=full["checkpoint"], num_envs_per_actor=2))
+    with pytest.raises(iv.ConfigError, match="--learning-rate cannot change"):
+        iv.train(iv.Args(resume=full["checkpoint"], learning_rate=1e-3))
+    with pytest.raises(iv.ConfigError, match="leaves no update to run"):  # the run is already finished
+        iv.train(iv.Args(resume=full["checkpoint"]))
+    next_second()
+    longer = iv.train(iv.Args(resume=full["checkpoint"], total_timesteps=10 * 4 * 3, num_actors=1))
+    assert longer["global_step"] == 10 * 4 * 3 and len(longer["losses"]) == 1 and len(longer["actor_pids"]) == 1
+    assert longer["run_dir"] == full["run_dir"]  # logs on in the run's own directory
+
+
+def test_resume_from_another_directory_logs_into_the_run(tmp_path, monkeypatch):
+    full = iv.train(tiny(save_model=True, total_timesteps=10 * 4))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    next_second()
+    resumed = iv.train(iv.Args(resume=str(tmp_path / full["checkpoint"]), total_timesteps=10 * 4 * 2))
+    assert resumed["run_dir"] == str(tmp_path / full["run_dir"]) and not os.path.exists("runs")
+    assert iv.load_checkpoint(str(tmp_path / full["checkpoint"]))[0]["update"] == 2
+
+
+def test_unwritable_directory_is_one_line(tmp_path):
+    if os.geteuid() == 0:  # root writes anywhere: make runs/ a file instead, which no one can make a directory in
+        open("runs", "w").close()
+    else:
+        os.chmod(tmp_path, 0o500)
+    with pytest.raises(iv.ConfigError, match="cannot create runs/.*run from a writable directory"):
+        iv.train(tiny())
