@@ -1,57 +1,35 @@
-"""PPO for Atari games through envpool (C++ thread-pool envs), same details as ppo_atari.py.
+"""PPO for Atari games through envpool (C++ thread-pool envs), the DeepMind preprocessing and a shared Nature CNN.
 
 Run:   python ppo_atari_envpool.py --env-id Breakout-v5
 Eval:  python ppo_atari_envpool.py --eval-checkpoint runs/<run>/checkpoint.pt --eval-episodes 10
 
-The 13 core implementation details of "The 37 Implementation Details of PPO" (seed 000), as in ppo.py:
-  1. vectorized architecture: N envs stepped together by envpool, fixed-length rollouts of T steps,
-     auto-reset in envpool's own (next-step) mode, handled as described below
-  2. orthogonal init: hidden layers std sqrt(2), policy head 0.01, value head 1.0, biases 0
-  3. Adam epsilon 1e-5
-  4. learning rate annealed linearly to exactly 0 at the last iteration
-  5. GAE with value bootstrap from the observation after the rollout; returns = advantages + values
-  6. minibatch updates: each epoch shuffles the batch and splits it into disjoint minibatches
-  7. advantages normalised per minibatch
-  8. clipped surrogate objective
-  9. clipped value loss (0.5 * max(unclipped, clipped))
-  10. loss = pg_loss - ent_coef * entropy + vf_coef * v_loss, one optimizer for both heads
-  11. global gradient norm clipped to max_grad_norm
-  12. debug variables: policy_loss, value_loss, entropy, old_approx_kl, approx_kl, clipfrac,
-      explained_variance
-  (13. of ppo.py, separate MLPs, is replaced by Atari detail 8)
+The core details 1-12 of "The 37 Implementation Details of PPO" as in ppo.py (seed 000), and the 9 Atari details
+(A8 replaces 13). envpool does A1-A7 in C++ on its v5 games, with the options (make_env) that make them the v4
+pipeline of ppo_atari.py, whose wrappers did, in this order:
+  A1. NoopReset: 1..30 random no-ops after every real reset
+  A2. MaxAndSkip: each action repeated on 4 frames, rewards summed, observation = max of the last two frames
+  A3. EpisodicLife: a lost life ends the *training* episode (terminated), not the game
+  A4. FireReset: press FIRE after each reset in games that wait for it
+  A5. WarpFrame: grayscale, resized to 84x84 (cv2, INTER_AREA)
+  A6. ClipReward: rewards binned to {-1, 0, +1} by their sign
+  A7. FrameStack: the last 4 frames stacked as channels
+  A8. shared Nature CNN (32x8x8/4, 64x4x4/2, 64x3x3/1, fc512), policy head std 0.01, value head std 1
+  A9. observations scaled from [0, 255] to [0, 1] inside the network (stored as uint8: 4x less memory)
+charts/episodic_return is a whole game's raw score (all lives, before clipping), as in the published results:
+envpool's info["reward"] summed until info["terminated"] (the game, not a life, is over), as CleanRL's envpool script.
+envpool's autoreset: the step after a done only resets its env (the action is ignored, the reward is 0). It is no
+decision of the policy, so it leaves the batch before the update; no GAE crosses it (its predecessor has done=1).
 
-The 9 Atari details (seed 000). envpool's v5 games are processed as the v4 pipeline of ppo_atari.py
-by passing (see make_envs): A1 noop_max=30; A2 frame_skip=4 with the max over the last two frames;
-A3 episodic_life=True; A4 use_fire_reset=True; A5 gray_scale=True, 84x84 with INTER_AREA resize;
-A6 reward_clip=True; A7 stack_num=4; and repeat_action_probability=0 (v5 would otherwise use sticky
-actions). A8 the shared Nature CNN and A9 the /255 scaling are in the network, as in ppo_atari.py.
-
-envpool's auto-reset: the step after an episode ends only resets that env: the action is ignored, the
-reward is 0 and the observation it was given is the ended episode's last one. Such a step is not a
-decision of the policy, so it is masked out: it is removed from the batch before the update (no policy
-gradient, no value regression on a terminal observation), and as its predecessor has done=1 no
-advantage or value target flows across it.
-
-Logging: charts/episodic_return is the raw full-game score (envpool's info["reward"] is unclipped),
-summed over all lives and logged when the game is really over (info["terminated"], or a time-limit
-truncation); charts/episodic_length is the game's length in agent steps (info["elapsed_step"]).
-
-Deliberate choices (reference behaviour stays the default):
-  - the reset steps are masked out (the reference trains on them); with 8 envs and lives of hundreds of
-    steps they are ~1% of the batch, so minibatches are the remaining steps split num_minibatches ways.
-  - --bootstrap-truncated (off by default, as in the reference): a truncated episode bootstraps from
-    the value of its final observation instead of being treated as terminal.
-  - the rollout keeps each step's log-prob and value (a shared CNN makes the value head free).
-  - observations are stored as uint8 and scaled in the network (4x less rollout memory).
-  - --resume restores the agent, optimizer, RNGs and counters but starts new games: envpool's envs
-    cannot be pickled.
-  - --torch-threads 0 by default (torch's default, one thread per core), unlike ppo.py's 1: the envs step
-    between the network's calls, not beside them, and the CNN's update runs faster on every core.
-  - --channels-last (on by default; --no-channels-last turns it off): the CNN's weights and inputs in NHWC
-    memory, where oneDNN's CPU convolutions are ~1.5x faster. Same math; outputs agree to float rounding.
-  - the update computes the KL/clipfrac statistics of every minibatch after the epochs, not between steps.
+To hack: the rollout and the update both call Agent.get_action_and_value, the optimizer holds agent.parameters()
+and update() is CleanRL's loop, so an edit to the network, a head or the loop applies everywhere.
+Deliberate choices (reference behaviour stays the default): --bootstrap-truncated (off); --torch-threads 0 (one per
+core); --channels-last (on, same math, faster CPU convolutions); --resume starts new games (envpool cannot be pickled);
+the reset steps masked out of the update (the reference trains on them; ~1% of the batch).
 """
 
+import gc
+import importlib.util
+import math
 import os
 import random
 import sys
@@ -60,6 +38,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 import envpool
+import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
@@ -69,140 +48,132 @@ SCRIPT = "ppo_atari_envpool.py"
 
 @dataclass
 class Args:
-    exp_name: str = "ppo_atari_envpool"
-    """the name of this experiment (the first part of the run name)"""
-    seed: int = 1
-    """seed of python, numpy, torch and the environments"""
-    torch_deterministic: bool = True
-    """if toggled, sets `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """use CUDA when available (falls back to CPU with a notice)"""
-    torch_threads: int = 0
-    """torch intra-op threads (0 keeps torch's default, one per core: the CNN update scales with them)"""
-    channels_last: bool = True
-    """run the CNN in channels-last (NHWC) memory: the same convolutions, ~1.5x faster updates on CPU (oneDNN)"""
-    track: bool = False
-    """log to Weights & Biases (imports wandb only when set)"""
-    wandb_project_name: str = "ppo-reference"
-    """the Weights & Biases project"""
-    wandb_entity: Optional[str] = None
-    """the Weights & Biases entity (team)"""
-    capture_video: bool = False
-    """not supported with envpool (its envs render nothing); rejected with an error"""
-    save_model: bool = False
-    """write a checkpoint to `runs/<run name>/checkpoint.pt` periodically and at the end"""
-    save_every: int = 50
-    """iterations between periodic checkpoints (with --save-model)"""
-    resume: Optional[str] = None
-    """path of a checkpoint of this script to continue training from (its args are used)"""
-    eval_checkpoint: Optional[str] = None
-    """evaluate this checkpoint instead of training, and print the mean return"""
-    eval_episodes: int = 10
-    """episodes to run with --eval-checkpoint"""
+    exp_name: str = "ppo_atari_envpool"  # the name of this experiment (the first part of the run name)
+    seed: int = 1  # seed of python, numpy, torch and the environments
+    torch_deterministic: bool = True  # if toggled, sets `torch.backends.cudnn.deterministic=True`
+    cuda: bool = True  # use CUDA when available (falls back to CPU with a notice)
+    torch_threads: int = 0  # torch intra-op threads (0: torch's default, one per core: the CNN update scales)
+    channels_last: bool = True  # the CNN in channels-last (NHWC) memory: same math, oneDNN's ~1.5x faster CPU convolutions
+    track: bool = False  # log to Weights & Biases (imports wandb only when set)
+    wandb_project_name: str = "ppo-reference"  # the Weights & Biases project
+    wandb_entity: Optional[str] = None  # the Weights & Biases entity (team)
+    capture_video: bool = False  # record videos of env 0 into `videos/<run name>/` (needs moviepy)
+    save_model: bool = False  # write `runs/<run name>/checkpoint.pt` every --save-every iterations and at the end
+    save_every: int = 50  # iterations between periodic checkpoints (with --save-model)
+    resume: Optional[str] = None  # continue this checkpoint's run (flags beside it: only those in RESUMABLE)
+    eval_checkpoint: Optional[str] = None  # evaluate this checkpoint instead of training; print the mean return
+    eval_episodes: int = 10  # episodes to run with --eval-checkpoint
 
     # Algorithm specific arguments
-    env_id: str = "Breakout-v5"
-    """the id of the environment (an envpool Atari game, e.g. Breakout-v5)"""
-    total_timesteps: int = 10000000
-    """total environment steps of the experiment"""
-    learning_rate: float = 2.5e-4
-    """the learning rate of the optimizer"""
-    num_envs: int = 8
-    """the number of parallel environments"""
-    num_steps: int = 128
-    """the number of steps to run in each environment per rollout"""
-    anneal_lr: bool = True
-    """anneal the learning rate linearly to 0 (detail 4)"""
-    gamma: float = 0.99
-    """the discount factor gamma"""
-    gae_lambda: float = 0.95
-    """the lambda of generalized advantage estimation"""
-    num_minibatches: int = 4
-    """the number of minibatches per epoch"""
-    update_epochs: int = 4
-    """the number of epochs over each rollout"""
-    norm_adv: bool = True
-    """normalise advantages per minibatch (detail 7)"""
-    clip_coef: float = 0.1
-    """the surrogate clipping coefficient"""
-    clip_vloss: bool = True
-    """use the clipped value loss (detail 9)"""
-    ent_coef: float = 0.01
-    """coefficient of the entropy bonus"""
-    vf_coef: float = 0.5
-    """coefficient of the value loss"""
-    max_grad_norm: float = 0.5
-    """the maximum global norm of the gradients"""
-    target_kl: Optional[float] = None
-    """stop the epochs early when approx_kl exceeds this (off in the reference)"""
-    bootstrap_truncated: bool = False
-    """bootstrap truncated (time-limit) episodes from the value of their final observation"""
+    env_id: str = "Breakout-v5"  # the id of the environment (an envpool Atari game)
+    total_timesteps: int = 10000000  # total environment steps of the experiment
+    learning_rate: float = 2.5e-4  # the learning rate of the optimizer
+    num_envs: int = 8  # the number of parallel environments
+    num_steps: int = 128  # the number of steps to run in each environment per rollout
+    anneal_lr: bool = True  # anneal the learning rate linearly to 0 (detail 4)
+    gamma: float = 0.99  # the discount factor gamma
+    gae_lambda: float = 0.95  # the lambda of generalized advantage estimation
+    num_minibatches: int = 4  # the number of minibatches per epoch
+    update_epochs: int = 4  # the number of epochs over each rollout
+    norm_adv: bool = True  # normalise advantages per minibatch (detail 7)
+    clip_coef: float = 0.1  # the surrogate clipping coefficient
+    clip_vloss: bool = True  # use the clipped value loss (detail 9)
+    ent_coef: float = 0.01  # coefficient of the entropy bonus
+    vf_coef: float = 0.5  # coefficient of the value loss
+    max_grad_norm: float = 0.5  # the maximum global norm of the gradients
+    target_kl: Optional[float] = None  # stop the epochs early when approx_kl exceeds this (off in the reference)
+    bootstrap_truncated: bool = False  # bootstrap time-limit ends from the value of their final observation
 
     # filled in at runtime
-    batch_size: int = 0
-    """the batch size (computed: num_envs * num_steps)"""
-    minibatch_size: int = 0
-    """the minibatch size (computed: batch_size // num_minibatches)"""
-    num_iterations: int = 0
-    """the number of iterations (computed: total_timesteps // batch_size)"""
+    batch_size: int = 0  # computed: num_envs * num_steps
+    minibatch_size: int = 0  # computed: batch_size // num_minibatches
+    num_iterations: int = 0  # computed: total_timesteps // batch_size
 
 
 class ConfigError(ValueError):
     """Bad input found before training; __main__ prints it as one line."""
 
 
-def check_args(args: Args) -> None:
+# every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
+RANGES = [("total_timesteps num_envs num_steps num_minibatches update_epochs save_every eval_episodes", 1, math.inf, True),
+          ("learning_rate clip_coef max_grad_norm target_kl", 0, math.inf, False),
+          ("ent_coef vf_coef", 0, math.inf, True), ("gamma gae_lambda", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
+# the flags that may change beside --resume: the budget, and how the run is saved or placed
+RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "channels_last", "track"}
+
+
+def check_args(args: Args, ckpt=None) -> None:
     """Fail before any training with a message that names the problem and the fix."""
-    if args.total_timesteps <= 0:
-        raise ConfigError(f"--total-timesteps must be positive, got {args.total_timesteps}")
-    if args.num_envs <= 0 or args.num_steps <= 0 or args.num_minibatches <= 0:
-        raise ConfigError("--num-envs, --num-steps and --num-minibatches must be positive")
+    for names, low, high, closed in RANGES:
+        for name, v in ((name, getattr(args, name)) for name in names.split()):
+            if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
+                raise ConfigError(f"--{name.replace('_', '-')} must be a finite number {'>=' if closed else '>'} {low}"
+                                  + (f" and <= {high}" if high < math.inf else "") + f", got {v}")
     batch = args.num_envs * args.num_steps
-    if batch % args.num_minibatches != 0:
-        raise ConfigError(
-            f"num_envs * num_steps = {batch} is not divisible by --num-minibatches {args.num_minibatches}; "
-            "choose a number of minibatches that divides it"
-        )
-    if args.total_timesteps < batch:
-        raise ConfigError(f"--total-timesteps {args.total_timesteps} is less than one rollout ({batch} steps)")
+    if batch % args.num_minibatches != 0 or batch // args.num_minibatches < 2:
+        raise ConfigError(f"num_envs * num_steps = {batch} is not divisible by --num-minibatches "
+                          f"{args.num_minibatches} into minibatches of 2 or more; choose a number that divides it")
+    if args.total_timesteps < batch or (ckpt and args.total_timesteps // batch <= ckpt["iteration"]):
+        raise ConfigError(f"--total-timesteps {args.total_timesteps} leaves no iteration to run (one is {batch} "
+                          f"steps{'; the checkpoint is at iteration %d' % ckpt['iteration'] if ckpt else ''})")
+    for flag, package in (("capture_video", "moviepy"), ("track", "wandb")):
+        if getattr(args, flag) and importlib.util.find_spec(package) is None:
+            raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
     if args.env_id not in envpool.list_all_envs():
         raise ConfigError(f"unknown env id {args.env_id!r}; envpool's Atari ids look like Breakout-v5")
     if type(envpool.make_spec(args.env_id)).__name__ != "AtariEnvSpec":
         raise ConfigError(f"{args.env_id} is not an Atari game; {SCRIPT} needs one, e.g. Breakout-v5")
-    if args.capture_video:
-        raise ConfigError("--capture-video is not supported with envpool; use ppo_atari.py to record videos")
-    if args.track:
-        try:
-            import wandb  # noqa: F401
-        except ImportError:
-            raise ConfigError("--track needs wandb: pip install wandb") from None
 
 
-def make_envs(env_id, num_envs, seed):
-    """envpool's Atari, processed as the v4 pipeline of ppo_atari.py (Atari details A1-A7)."""
-    return envpool.make(
-        env_id,
-        env_type="gymnasium",
-        num_envs=num_envs,
-        seed=seed,
-        noop_max=30,  # A1
-        frame_skip=4,  # A2 (envpool max-pools the last two frames)
-        episodic_life=True,  # A3
-        use_fire_reset=True,  # A4
-        gray_scale=True,  # A5
-        img_height=84,
-        img_width=84,
-        use_inter_area_resize=True,
-        reward_clip=True,  # A6 (info["reward"] keeps the raw reward)
-        stack_num=4,  # A7
-        repeat_action_probability=0.0,  # v4 semantics: no sticky actions
-        max_episode_steps=27000,  # 108k frames, as ALE's v4 limit
-    )
+class GameStats(gym.Wrapper):
+    """Whole games over envpool's lives: their raw score and length in info["final_info"] (as gymnasium's vector
+    envs give them) when a game ends. With `video_dir`, env 0's games on RecordVideo's schedule (0, 1, 8, 27, ...,
+    1000, 2000, ...) go to `rl-video-episode-<game>.mp4` there, from envpool's renderer (envpool >= 1.0.1)."""
+
+    def __init__(self, env, video_dir=None):
+        super().__init__(env)
+        self.single_observation_space, self.single_action_space = env.observation_space, env.action_space
+        self.score, self.video_dir, self.game, self.frames = np.zeros(env.num_envs), video_dir, 0, []
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.score += info["reward"]  # unclipped: the game's own points
+        over = info["terminated"].astype(bool) | truncated  # info["terminated"]: the last life is lost
+        info["final_info"] = {"_episode": over, "episode": {"r": self.score.copy(), "l": info["elapsed_step"].copy()}}
+        self.score[over] = 0.0
+        if self.video_dir and (self.game % 1000 == 0 if self.game >= 1000 else round(self.game ** (1 / 3)) ** 3 == self.game):
+            self.frames.append(self.env.render()[0])  # env 0's 210x160 RGB screen
+        if over[0]:
+            self.write_video()
+            self.game += 1
+        return obs, reward, terminated, truncated, info
+
+    def write_video(self):
+        if self.frames:
+            from moviepy.video.io.ImageSequenceClip import ImageSequenceClip
+            os.makedirs(self.video_dir, exist_ok=True)  # 15 fps: an agent step is 4 frames of the 60 Hz game
+            ImageSequenceClip(self.frames, fps=15).write_videofile(f"{self.video_dir}/rl-video-episode-{self.game}.mp4", logger=None)
+        self.frames = []
+
+    def close(self):
+        self.write_video()  # a game cut off by the end of training is saved, as RecordVideo does
+        super().close()
 
 
-def env_snapshot(envs):
-    """None: envpool's envs cannot be pickled, so a resumed run starts new games."""
-    return None
+def make_env(env_id, num_envs=1, seed=0, video_dir=None):
+    """envpool's `num_envs` games (env i seeded seed + i) with the Atari details A1-A7, in GameStats."""
+    return GameStats(envpool.make(
+        env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, noop_max=30,  # A1
+        frame_skip=4, episodic_life=True, use_fire_reset=True,  # A2 (the max of the last two frames), A3, A4
+        gray_scale=True, img_height=84, img_width=84, use_inter_area_resize=True,  # A5
+        reward_clip=True, stack_num=4,  # A6 (info["reward"] keeps the raw reward), A7
+        repeat_action_probability=0.0, max_episode_steps=27000,  # as v4: no sticky actions, 108k frames at most
+        **({"render_mode": "rgb_array"} if video_dir else {})), video_dir)
+
+
+def make_envs(args, run_name):
+    # detail 1: the N games step in envpool's C++ threads; it resets an env on the step after its done (NEXT_STEP)
+    return make_env(args.env_id, args.num_envs, args.seed, f"videos/{run_name}" if args.capture_video else None)
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -216,21 +187,11 @@ class Agent(nn.Module):
     def __init__(self, in_channels, n_actions, channels_last=False):
         super().__init__()
         # detail A8: the Nature CNN, shared by the policy and value heads
-        self.network = nn.Sequential(
-            layer_init(nn.Conv2d(in_channels, 32, 8, stride=4)),
-            nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
-            nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
-            nn.ReLU(),
-            nn.Flatten(),
-            layer_init(nn.Linear(64 * 7 * 7, 512)),
-            nn.ReLU(),
-        )
+        self.network = nn.Sequential(layer_init(nn.Conv2d(in_channels, 32, 8, stride=4)), nn.ReLU(),
+                                     layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(), layer_init(nn.Conv2d(64, 64, 3)),
+                                     nn.ReLU(), nn.Flatten(), layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU())
         self.actor = layer_init(nn.Linear(512, n_actions), std=0.01)
         self.critic = layer_init(nn.Linear(512, 1), std=1.0)
-        # a memory layout, not a change of the math (outputs agree to float rounding): weights and inputs
-        # in NHWC take oneDNN's fast convolutions on CPU
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.to(memory_format=self.memory_format)
 
@@ -241,74 +202,44 @@ class Agent(nn.Module):
     def get_value(self, x):
         return self.critic(self.hidden(x)).squeeze(-1)
 
-    def get_logits(self, x):
-        return self.actor(self.hidden(x))
-
-    def get_logits_and_value(self, x):
-        hidden = self.hidden(x)
-        return self.actor(hidden), self.critic(hidden).squeeze(-1)
+    def get_action_and_value(self, x, action=None):
+        """Sample an action, or score the given one: (action, log-prob, entropy, value).
+        The rollout and the update both call this, so an edit here applies to both."""
+        hidden = self.hidden(x)  # one CNN pass for both heads
+        logp = self.actor(hidden).log_softmax(-1)  # Categorical(logits=...) written out: a third cheaper per step
+        if action is None:
+            action = torch.multinomial(logp.exp(), 1).squeeze(-1)
+        logprob = logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+        return action, logprob, -(logp.exp() * logp).sum(-1), self.critic(hidden).squeeze(-1)
 
 
 def compute_gae(rewards, values, dones, next_value, gamma, gae_lambda):
-    """Generalized advantage estimation (detail 5). Tensors [T, N]; next_value [N].
-
-    dones[t] = 1 when the transition at step t ended its episode, so neither the value of the next
-    step nor its advantage flows back across it. Returns (advantages, TD(lambda) returns).
-    The T-step recursion runs in numpy: on arrays of N elements a numpy op costs a fraction of a torch op.
-    """
-    r, v, d = (x.detach().cpu().numpy() for x in (rewards, values, dones))
-    next_v = next_value.detach().cpu().numpy()
+    """Generalized advantage estimation (detail 5). Tensors [T, N]; next_value [N]. Returns (advantages,
+    TD(lambda) returns). dones[t] = 1 when step t ended its episode: nothing flows back across it. The T-step
+    recursion runs in numpy: on arrays of N elements a numpy op costs a fraction of a torch op."""
+    r, v, d, next_v = (x.detach().cpu().numpy() for x in (rewards, values, dones, next_value))
     nextnonterminal = 1.0 - d
-    nextvalues = np.concatenate([v[1:], next_v[None]])
-    deltas = r + gamma * nextvalues * nextnonterminal - v  # all T TD errors at once; only the sum below recurses
-    discounts = gamma * gae_lambda * nextnonterminal
-    advantages = np.zeros_like(deltas)
-    lastgaelam = np.zeros_like(next_v)
+    deltas = r + gamma * np.concatenate([v[1:], next_v[None]]) * nextnonterminal - v
+    advantages, lastgaelam = np.zeros_like(deltas), 0.0
     for t in reversed(range(r.shape[0])):
-        lastgaelam = deltas[t] + discounts[t] * lastgaelam
-        advantages[t] = lastgaelam
+        lastgaelam = advantages[t] = deltas[t] + gamma * gae_lambda * nextnonterminal[t] * lastgaelam
     advantages = torch.as_tensor(advantages, device=rewards.device)
     return advantages, advantages + values
 
 
-def sample_categorical(logits):
-    """Inverse-CDF sampling of Categorical(logits), one uniform per row (twice as fast as torch.multinomial)."""
-    u = torch.rand(logits.shape[:-1] + (1,), device=logits.device)
-    return (logits.softmax(-1).cumsum(-1) < u).sum(-1).clamp_(max=logits.shape[-1] - 1)
-
-
-def categorical_logprob_entropy(logits, actions):
-    """Log-probability of `actions` and entropy of Categorical(logits), without building a distribution."""
-    logp = logits.log_softmax(-1)
-    return logp.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), -(logp.exp() * logp).sum(-1)
-
-
-def normalize_advantages(advantages):
-    """Detail 7: zero mean and unit std within each minibatch. Works along the last dim, so the
-    [num_minibatches, minibatch_size] advantages of an epoch are done at once, each row with its own statistics."""
-    return (advantages - advantages.mean(-1, keepdim=True)) / (advantages.std(-1, keepdim=True) + 1e-8)
-
-
 def ppo_losses(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns, entropy, args):
     """Clipped surrogate (detail 8), clipped value loss (detail 9), overall loss (detail 10).
-
-    `advantages` are used as given (update() has normalised them when --norm-adv).
-    Returns (loss, pg_loss, v_loss, entropy_loss, logratio); logratio = log(new / old) feeds ratio_stats.
-    """
+    Returns (loss, pg_loss, v_loss, entropy_loss, logratio); logratio = log(new / old) feeds ratio_stats."""
     logratio = newlogprob - oldlogprob
     ratio = logratio.exp()
     pg_loss1 = -advantages * ratio
     pg_loss2 = -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
     pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
     if args.clip_vloss:
-        v_loss_unclipped = (newvalue - returns) ** 2
         v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -args.clip_coef, args.clip_coef)
-        v_loss_clipped = (v_clipped - returns) ** 2
-        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+        v_loss = 0.5 * torch.max((newvalue - returns) ** 2, (v_clipped - returns) ** 2).mean()
     else:
         v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
-
     entropy_loss = entropy.mean()
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
     return loss, pg_loss, v_loss, entropy_loss, logratio
@@ -322,34 +253,24 @@ def ratio_stats(logratio, clip_coef):
     return (-logratio).mean(), ((ratio - 1) - logratio).mean(), ((ratio - 1).abs() > clip_coef).float().mean()
 
 
-def linear_lr(iteration, num_iterations, lr):
-    """Detail 4: lr at `iteration` (1-based), reaching exactly 0 at the last iteration."""
-    return lr * (1.0 - (iteration - 1.0) / (num_iterations - 1)) if num_iterations > 1 else lr
-
-
-def minibatch_indices(batch_size, minibatch_size, device="cpu"):
-    """Detail 6: shuffle the batch and split it into disjoint minibatches that cover all of it."""
-    return torch.randperm(batch_size, device=device).split(minibatch_size)
-
-
 def update(agent, optimizer, b, args):
-    """The learning phase: update_epochs passes over batch `b` (a dict of flat tensors, reset steps
-    already removed) in num_minibatches minibatches.
-
-    Returns the last minibatch's losses (as in the reference's logs; clipfrac: the mean over minibatches) and
-    the first minibatch's ratio/clipfrac/approx_kl, which must be exactly 1/0/0 as nothing has changed yet.
-    """
-    logratios = []
+    """update_epochs passes over batch `b` (a dict of flat tensors) in minibatches. Returns the last minibatch's
+    losses (clipfrac: the mean over minibatches) and the first minibatch's ratio/clipfrac/approx_kl, which must
+    be exactly 1/0/0 as nothing has changed yet."""
+    logratios = []  # the KL/clipfrac statistics wait until after the loop: no device sync per minibatch
     for epoch in range(args.update_epochs):
-        for mb in minibatch_indices(len(b["obs"]), -(-len(b["obs"]) // args.num_minibatches), b["obs"].device):
-            newlogits, newvalue = agent.get_logits_and_value(b["obs"][mb])
-            newlogprob, entropy = categorical_logprob_entropy(newlogits, b["actions"][mb])
-            advantages = normalize_advantages(b["advantages"][mb]) if args.norm_adv else b["advantages"][mb]
+        # detail 6: a new shuffle each epoch, split into disjoint minibatches that cover the batch
+        # the batch (reset steps removed) in num_minibatches parts, the last one smaller if it must be
+        for mb in torch.randperm(len(b["obs"]), device=b["obs"].device).split(-(-len(b["obs"]) // args.num_minibatches)):
+            _, newlogprob, entropy, newvalue = agent.get_action_and_value(b["obs"][mb], b["actions"][mb])
+            mb_advantages = b["advantages"][mb]
+            if args.norm_adv:  # detail 7
+                mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
             loss, pg_loss, v_loss, entropy_loss, logratio = ppo_losses(
-                newlogprob, b["logprobs"][mb], advantages, newvalue, b["values"][mb], b["returns"][mb], entropy, args,
-            )
-            logratios.append(logratio.detach())  # the statistics wait until after the loop: fewer ops per step
-            optimizer.zero_grad(set_to_none=True)
+                newlogprob, b["logprobs"][mb], mb_advantages, newvalue, b["values"][mb], b["returns"][mb], entropy, args)
+            logratios.append(logratio.detach())
+
+            optimizer.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # detail 11
             optimizer.step()
@@ -360,227 +281,173 @@ def update(agent, optimizer, b, args):
     first = {"ratio_max_dev": logratios[0].exp().sub(1).abs().max().item(), "clipfrac": first_clipfrac.item(),
              "approx_kl": first_kl.item()}
     clipfrac = torch.stack([ratio_stats(logratio, args.clip_coef)[2] for logratio in logratios]).mean()
-    losses = {
-        "value_loss": v_loss.item(), "policy_loss": pg_loss.item(), "entropy": entropy_loss.item(),
-        "old_approx_kl": old_approx_kl.item(), "approx_kl": approx_kl.item(), "clipfrac": clipfrac.item(),
-    }
-    return losses, first
+    return {"value_loss": v_loss.item(), "policy_loss": pg_loss.item(), "entropy": entropy_loss.item(),
+            "old_approx_kl": old_approx_kl.item(), "approx_kl": approx_kl.item(), "clipfrac": clipfrac.item()}, first
 
 
-def explained_variance(y_pred, y_true):
-    var_y = np.var(y_true)
-    return np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+def new_run_dir(name, suffix=""):
+    """Create runs/<name> (<name>-2, -3, ... if it exists: mkdir is atomic, so no two runs share one)."""
+    try:
+        os.makedirs(f"runs/{name}{suffix}")
+        return f"runs/{name}{suffix}"
+    except FileExistsError:
+        return new_run_dir(name, f"-{int(suffix[1:] or 1) + 1}")
+    except OSError as e:
+        raise ConfigError(f"cannot create runs/{name}{suffix}: {e.strerror}; run from a writable directory") from None
 
 
 def save_checkpoint(path, state):
-    """Write atomically: a crash or Ctrl-C mid-write leaves the previous checkpoint intact."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path):
-    if not os.path.isfile(path):
-        raise ConfigError(f"checkpoint {path!r} does not exist")
+    """Write atomically: a crash or Ctrl-C mid-write leaves the previous checkpoint intact and no partial file."""
     try:
+        torch.save(state, f"{path}.tmp")
+        os.replace(f"{path}.tmp", path)
+    finally:
+        if os.path.exists(f"{path}.tmp"):
+            os.remove(f"{path}.tmp")
+
+
+def load_checkpoint(path, args=None):
+    """The checkpoint at `path`; with `args` (given beside --resume) also the args to resume with: the
+    checkpoint's, with the RESUMABLE flags of `args`. Any other flag changed in `args` is refused."""
+    try:  # missing, a directory, truncated or not a checkpoint at all
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:
         raise ConfigError(f"checkpoint {path!r} could not be read ({type(e).__name__}: {e})") from None
     if not isinstance(ckpt, dict) or ckpt.get("script") != SCRIPT:
         owner = ckpt.get("script") if isinstance(ckpt, dict) else None
         raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not {SCRIPT}")
-    return ckpt
+    default, given = asdict(Args()), asdict(args or Args())
+    for k, v in given.items():
+        if k not in RESUMABLE and v != default[k] and v != ckpt["args"].get(k):
+            raise ConfigError(f"--{k.replace('_', '-')} cannot change when resuming (the checkpoint has "
+                              f"{ckpt['args'].get(k)!r}); start a new run to train with {v!r}")
+    return ckpt, Args(**{**ckpt["args"], **{k: v for k, v in given.items() if k in RESUMABLE and v != default[k]}})
 
 
-def rng_states():
-    states = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def set_rng_states(states):
-    random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
-    torch.set_rng_state(states["torch"])
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
-
-
-def pick_device(args):
-    if args.cuda and not torch.cuda.is_available():
-        print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
-    return torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
-
-
-def evaluate_agent(agent, env_id, eval_episodes=10, seed=0, device="cpu"):
-    """Raw full-game scores of `eval_episodes` games of the agent's sampling policy, seeded for repeatability.
-
-    The env is the training pipeline, so a lost life is a (continued) reset; a game counts once it is over.
-    """
-    env = make_envs(env_id, 1, seed)
-    generator = torch.Generator(device=device).manual_seed(seed)
-    returns, score = [], 0.0
-    obs, _ = env.reset()
-    while len(returns) < eval_episodes:
-        with torch.inference_mode():
-            logits = agent.get_logits(torch.as_tensor(obs, device=device))[0]
-            u = torch.rand((), generator=generator, device=device)
-            action = int((logits.softmax(-1).cumsum(-1) < u).sum().clamp(max=logits.shape[-1] - 1))
-        obs, _, _, truncated, info = env.step(np.array([action]))
-        score += float(info["reward"][0])
-        if info["terminated"][0] or truncated[0]:
-            returns.append(score)
-            score = 0.0
+def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
+    """Raw full-game scores of `eval_episodes` games of a checkpoint's sampling policy, seeded for repeatability."""
+    ckpt, args = load_checkpoint(checkpoint_path)
+    check_args(Args(env_id=args.env_id, eval_episodes=eval_episodes, seed=seed))
+    env = make_env(args.env_id, seed=seed)
+    agent = Agent(env.observation_space.shape[0], env.action_space.n, args.channels_last).to(device)
+    agent.load_state_dict(ckpt["model"])
+    returns, (obs, _) = [], env.reset()
+    with torch.random.fork_rng(), torch.inference_mode():
+        torch.manual_seed(seed)
+        while len(returns) < eval_episodes:
+            action, *_ = agent.get_action_and_value(torch.as_tensor(obs, device=device))
+            obs, _, _, _, info = env.step(action.cpu().numpy())  # envpool resets by itself
+            if info["final_info"]["_episode"][0]:  # a game, not a life, is over
+                returns.append(float(info["final_info"]["episode"]["r"][0]))
     env.close()
     return returns
 
 
-def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
-    """Load a checkpoint of this script and return the scores of `eval_episodes` games."""
-    ckpt = load_checkpoint(checkpoint_path)
-    env = make_envs(ckpt["args"]["env_id"], 1, seed)
-    agent = Agent(env.observation_space.shape[0], env.action_space.n).to(device)
-    env.close()
-    agent.load_state_dict(ckpt["model"])
-    return evaluate_agent(agent, ckpt["args"]["env_id"], eval_episodes, seed, device)
-
-
 def train(args: Args):
     """Train; return a dict with the per-episode returns/lengths, per-iteration losses, the agent and optimizer."""
-    ckpt = None
-    if args.resume:
-        ckpt = load_checkpoint(args.resume)
-        args = Args(**{**ckpt["args"], "resume": args.resume})
-    check_args(args)
+    ckpt, args = load_checkpoint(args.resume, args) if args.resume else (None, args)
+    check_args(args, ckpt)
     args.batch_size = args.num_envs * args.num_steps
     args.minibatch_size = args.batch_size // args.num_minibatches
     args.num_iterations = args.total_timesteps // args.batch_size
-    run_name = ckpt["run_name"] if ckpt else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-
+    if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
+        run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
+        run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
+        print(f"{SCRIPT}: resuming {run_name} after iteration {ckpt['iteration']} in {run_dir}", file=sys.stderr)
+    else:
+        run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+        run_name = os.path.basename(run_dir)
     if args.track:
         import wandb
-
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
                    config=asdict(args), name=run_name, save_code=True, resume="allow")
     from torch.utils.tensorboard import SummaryWriter
 
-    # a resumed run logs on into the same directory; purge_step makes TensorBoard drop what the interrupted
-    # run logged after its checkpoint, so those steps are not counted twice
-    writer = SummaryWriter(f"runs/{run_name}", purge_step=ckpt["global_step"] + 1 if ckpt else None)
+    # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
+    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None)
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
 
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    if args.torch_threads > 0:
-        torch.set_num_threads(args.torch_threads)
-    device = pick_device(args)
+    torch.set_num_threads(args.torch_threads or torch.get_num_threads())
+    if args.cuda and not torch.cuda.is_available():
+        print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
-    envs = make_envs(args.env_id, args.num_envs, args.seed)
-    obs_shape = envs.observation_space.shape
-    agent = Agent(obs_shape[0], envs.action_space.n, args.channels_last).to(device)
-    # detail 3: eps 1e-5. fused=True is the same Adam in one kernel per step (a third of the update's time)
+    envs = make_envs(args, run_name)
+    obs_shape = envs.single_observation_space.shape
+    agent = Agent(obs_shape[0], envs.single_action_space.n, args.channels_last).to(device)
+    # detail 3: eps 1e-5; fused: the same Adam in one kernel per step, on CPU and CUDA
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 
     T, N = args.num_steps, args.num_envs
-    # rollout storage lives in numpy: per-step writes are cheap and become tensors once per rollout
-    obs_buf = np.zeros((T, N) + obs_shape, dtype=np.uint8)
-    actions_buf = np.zeros((T, N), dtype=np.int64)
-    logprobs_buf = np.zeros((T, N), dtype=np.float32)
-    values_buf = np.zeros((T, N), dtype=np.float32)
-    rewards_buf = np.zeros((T, N), dtype=np.float32)
-    dones_buf = np.zeros((T, N), dtype=np.float32)
-    valid_buf = np.zeros((T, N), dtype=bool)  # False for envpool's reset steps (their action is ignored)
-    game_score = np.zeros(N)  # raw reward of the current game, over all its lives
+    # what the envs return is stored in numpy (cheap per-step writes), what the agent returns in torch
+    obs, rewards, dones = np.zeros((T, N) + obs_shape, np.uint8), np.zeros((T, N), np.float32), np.zeros((T, N), np.float32)
+    valid = np.ones((T, N), bool)  # False for envpool's reset steps
     history = {"episodic_return": [], "episodic_length": [], "losses": [], "first_minibatch": [], "learning_rate": [],
-               "masked_steps": [], "seconds": {"env": 0.0, "inference": 0.0, "update": 0.0}}
-    seconds = history["seconds"]
-
-    start_iteration, global_step = 1, 0
-    next_obs, _ = envs.reset()
-    next_valid = np.ones(N, dtype=bool)
+               "seconds": {"env": 0.0, "inference": 0.0, "update": 0.0}}  # where the wall time goes
+    seconds, start_iteration, global_step = history["seconds"], 1, 0
+    next_obs, _ = envs.reset()  # seeded by envpool.make
     if ckpt:
         agent.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
         print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
-        set_rng_states(ckpt["rng"])
+        random.setstate(ckpt["rng"]["python"])
+        np.random.set_state(ckpt["rng"]["numpy"])
+        torch.set_rng_state(ckpt["rng"]["torch"])
+        if device.type == "cuda" and "cuda" in ckpt["rng"]:
+            torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
 
-    def checkpoint_state(iteration):
-        return {
-            "script": SCRIPT, "args": asdict(args), "run_name": run_name, "iteration": iteration,
-            "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
-            "rng": rng_states(), "envs": env_snapshot(envs),
-        }
-
-    ckpt_path = f"runs/{run_name}/checkpoint.pt"
+    gc.freeze()  # the ~300k objects made so far (mostly torch's) are never garbage: full collections skip them
     start_time, start_step = time.time(), global_step
     for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:
-            optimizer.param_groups[0]["lr"] = linear_lr(iteration, args.num_iterations, args.learning_rate)
+        if args.anneal_lr:  # detail 4
+            optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - (iteration - 1) / max(args.num_iterations - 1, 1))
 
+        rollout = []  # the agent's (action, logprob, value) of each step, stacked into [T, N] tensors after it
         for step in range(T):
             global_step += N
-            obs_buf[step], valid_buf[step] = next_obs, next_valid
+            obs[step], valid[step] = next_obs, dones[step - 1] == 0  # step 0: dones[-1] is still the last rollout's
             t0 = time.perf_counter()
             with torch.inference_mode():
-                logits, value = agent.get_logits_and_value(torch.as_tensor(obs_buf[step], device=device))
-                action_t = sample_categorical(logits)
-                logprob, _ = categorical_logprob_entropy(logits, action_t)
-                action = action_t.cpu().numpy()
-            actions_buf[step], logprobs_buf[step], values_buf[step] = action, logprob.cpu().numpy(), value.cpu().numpy()
+                action, logprob, _, value = agent.get_action_and_value(
+                    torch.as_tensor(next_obs, device=device))
+            rollout.append((action, logprob, value))
             t1 = time.perf_counter()
-            # detail A3: a lost life sets terminations (done=1 for GAE) while the game itself goes on
-            next_obs, reward, terminations, truncations, infos = envs.step(action)
+            next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
             seconds["inference"] += t1 - t0
             seconds["env"] += time.perf_counter() - t1
-            done = terminations | truncations
-            rewards_buf[step] = reward
-            dones_buf[step] = done
-            # envpool resets an env on the step after its episode ended: that step is masked out
-            next_valid = ~done
-
-            if args.bootstrap_truncated and truncations.any():
+            rewards[step], dones[step] = reward, terminations | truncations
+            if args.bootstrap_truncated and (idx := np.flatnonzero(truncations & ~terminations)).size:
                 # r + gamma * V(final obs) for time-limit ends, so the done cut leaves the right target
-                idx = np.flatnonzero(truncations & ~terminations)
-                if idx.size:
-                    final = next_obs[idx]  # envpool returns the final observation itself
-                    with torch.inference_mode():
-                        v = agent.get_value(torch.as_tensor(final, device=device)).cpu().numpy()
-                    rewards_buf[step, idx] += args.gamma * v
+                final = torch.as_tensor(next_obs[idx], device=device)  # envpool returns the final observation itself
+                with torch.no_grad():
+                    rewards[step, idx] += args.gamma * agent.get_value(final).cpu().numpy()
 
-            # the raw score of a game: info["reward"] is unclipped; info["terminated"] is the real game over
-            game_score += infos["reward"]
-            for i in np.flatnonzero(infos["terminated"].astype(bool) | truncations):
-                writer.add_scalar("charts/episodic_return", game_score[i], global_step)
-                writer.add_scalar("charts/episodic_length", infos["elapsed_step"][i], global_step)
-                history["episodic_return"].append(float(game_score[i]))
-                history["episodic_length"].append(int(infos["elapsed_step"][i]))
-                game_score[i] = 0.0
+            final_info = infos.get("final_info", {})  # "episode" is there only when a game (not a life) is over
+            for i in np.flatnonzero(final_info.get("_episode", ())):
+                writer.add_scalar("charts/episodic_return", final_info["episode"]["r"][i], global_step)
+                writer.add_scalar("charts/episodic_length", final_info["episode"]["l"][i], global_step)
+                history["episodic_return"].append(float(final_info["episode"]["r"][i]))
+                history["episodic_length"].append(int(final_info["episode"]["l"][i]))
 
         t0 = time.perf_counter()
-        b_obs = torch.as_tensor(obs_buf, device=device).reshape((-1,) + obs_shape)
-        b_actions = torch.as_tensor(actions_buf, device=device).reshape(-1)
-        b_logprobs = torch.as_tensor(logprobs_buf, device=device).reshape(-1)
-        b_values = torch.as_tensor(values_buf, device=device).reshape(-1)
+        actions, logprobs, values = (torch.stack(x) for x in zip(*rollout))
         with torch.no_grad():
             next_value = agent.get_value(torch.as_tensor(next_obs, device=device))
-            advantages, returns = compute_gae(
-                torch.as_tensor(rewards_buf, device=device), b_values.reshape(T, N),
-                torch.as_tensor(dones_buf, device=device), next_value, args.gamma, args.gae_lambda,
-            )
-        b = {"obs": b_obs, "actions": b_actions, "logprobs": b_logprobs, "values": b_values,
+            advantages, returns = compute_gae(torch.as_tensor(rewards, device=device), values,
+                                              torch.as_tensor(dones, device=device), next_value, args.gamma, args.gae_lambda)
+        b = {"obs": torch.as_tensor(obs, device=device).reshape((-1,) + obs_shape), "actions": actions.reshape(-1),
+             "logprobs": logprobs.reshape(-1), "values": values.reshape(-1),
              "advantages": advantages.reshape(-1), "returns": returns.reshape(-1)}
-        # the reset steps leave the batch: their done=1 predecessors already cut GAE across them
-        valid = torch.as_tensor(valid_buf, device=device).reshape(-1)
-        b = {k: v[valid] for k, v in b.items()}
-        history["masked_steps"].append(int((~valid).sum()))
+        b = {k: v[torch.as_tensor(valid, device=device).reshape(-1)] for k, v in b.items()}  # reset steps out
         losses, first = update(agent, optimizer, b, args)
         seconds["update"] += time.perf_counter() - t0
-        losses["explained_variance"] = explained_variance(b["values"].cpu().numpy(), b["returns"].cpu().numpy())
+        y_pred, y_true = b["values"].cpu().numpy(), b["returns"].cpu().numpy()
+        losses["explained_variance"] = np.nan if np.var(y_true) == 0 else 1 - np.var(y_true - y_pred) / np.var(y_true)
         history["first_minibatch"].append(first)
         history["losses"].append(losses)
         history["learning_rate"].append(optimizer.param_groups[0]["lr"])
@@ -589,21 +456,28 @@ def train(args: Args):
             writer.add_scalar(f"losses/{k}", v, global_step)
         sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/SPS", sps, global_step)
-        if iteration % 10 == 0 or iteration == args.num_iterations:
-            recent = history["episodic_return"][-20:]
-            print(f"iter {iteration}/{args.num_iterations} step {global_step} SPS {sps} "
-                  f"return(last 20) {np.mean(recent) if recent else float('nan'):.1f}")
+        # progress with the time left: one updating line in a terminal, a line every 10 iterations in a log file
+        tty, last = sys.stdout.isatty(), iteration == args.num_iterations
+        if tty or iteration % 10 == 0 or last:
+            left = int((args.num_iterations - iteration) * args.batch_size / max(sps, 1))
+            line = (f"step {global_step}/{args.num_iterations * args.batch_size} SPS {sps} ETA {left // 3600}:{left % 3600 // 60:02d}"
+                    f":{left % 60:02d} return(last 20) {np.mean(history['episodic_return'][-20:] or np.nan):.1f}")
+            print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
 
         if args.save_model and (iteration % args.save_every == 0 or iteration == args.num_iterations):
-            save_checkpoint(ckpt_path, checkpoint_state(iteration))
+            rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                   **({"cuda": torch.cuda.get_rng_state_all()} if device.type == "cuda" else {})}
+            save_checkpoint(f"{run_dir}/checkpoint.pt", {
+                "script": SCRIPT, "args": asdict(args), "run_name": run_name, "iteration": iteration,
+                "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng,
+                "envs": None})  # envpool's games cannot be pickled: a resumed run starts new games
 
     envs.close()
     writer.close()
     print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()) + f", total {time.time() - start_time:.1f}")
-    history.update(run_name=run_name, global_step=global_step, agent=agent, optimizer=optimizer,
-                   checkpoint=ckpt_path if args.save_model else None)
+    history.update(run_name=run_name, run_dir=run_dir, global_step=global_step, agent=agent, optimizer=optimizer,
+                   checkpoint=f"{run_dir}/checkpoint.pt" if args.save_model else None)
     return history
-
 
 
 if __name__ == "__main__":
