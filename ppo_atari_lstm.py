@@ -209,10 +209,9 @@ def make_env(env_id, video_dir=None, frame_stack=1):
 
 def make_envs(args, run_name):
     # detail 1: SAME_STEP autoreset, as in the reference's gym (with A3, a life's autoreset continues the game);
-    # copy=False: the rollout copies each observation into its buffer before the next step
     return gym.vector.SyncVectorEnv(
         [lambda i=i: make_env(args.env_id, f"videos/{run_name}" if args.capture_video and i == 0 else None)
-         for i in range(args.num_envs)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, copy=False)
+         for i in range(args.num_envs)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -372,9 +371,9 @@ def load_checkpoint(path, args=None):
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:
         raise ConfigError(f"checkpoint {path!r} could not be read ({type(e).__name__}: {e})") from None
-    if not isinstance(ckpt, dict) or ckpt.get("script") != SCRIPT:
-        owner = ckpt.get("script") if isinstance(ckpt, dict) else None
-        raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not {SCRIPT}")
+    owner = ckpt.get("script") if isinstance(ckpt, dict) else None  # and another version's args do not fit Args
+    if owner != SCRIPT or not isinstance(ckpt.get("args"), dict) or set(ckpt["args"]) - set(asdict(Args())):
+        raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not by this {SCRIPT}")
     default, given = asdict(Args()), asdict(args or Args())
     for k, v in given.items():
         if k not in RESUMABLE and v != default[k] and v != ckpt["args"].get(k):

@@ -274,9 +274,9 @@ def load_checkpoint(path, args=None):
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:
         raise ConfigError(f"checkpoint {path!r} could not be read ({type(e).__name__}: {e})") from None
-    if not isinstance(ckpt, dict) or ckpt.get("script") != SCRIPT:
-        owner = ckpt.get("script") if isinstance(ckpt, dict) else None
-        raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not {SCRIPT}")
+    owner = ckpt.get("script") if isinstance(ckpt, dict) else None  # and another version's args do not fit Args
+    if owner != SCRIPT or not isinstance(ckpt.get("args"), dict) or set(ckpt["args"]) - set(asdict(Args())):
+        raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not by this {SCRIPT}")
     default, given = asdict(Args()), asdict(args or Args())
     for k, v in given.items():
         if k not in RESUMABLE and v != default[k] and v != ckpt["args"].get(k):

@@ -3,6 +3,7 @@
 Most tests run against both scripts (they must agree everywhere but the network).
 """
 
+import dataclasses
 import importlib
 import math
 import os
@@ -496,6 +497,14 @@ def assert_foreign_and_corrupt_checkpoints_rejected(mod, owner):
     open("garbage.pt", "w").write("not a checkpoint")
     with pytest.raises(mod.ConfigError, match="could not be read"):
         mod.evaluate("garbage.pt")
+    # an older version's checkpoint of this very script (its args name a flag that is gone): one line, no TypeError
+    older = {**dataclasses.asdict(mod.Args()), "numpy_rollout": True}
+    torch.save({"script": f"{mod.__name__}.py", "args": older, "model": {}}, "older.pt")
+    with pytest.raises(mod.ConfigError, match=f"not by this {mod.__name__}.py"):
+        mod.train(mod.Args(resume="older.pt"))
+    torch.save({"script": f"{mod.__name__}.py"}, "forged.pt")  # no args at all
+    with pytest.raises(mod.ConfigError, match="not by this"):
+        mod.evaluate("forged.pt")
 
 
 # bad input every PPO script refuses with the same words; each test file adds its own cases
