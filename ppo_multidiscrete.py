@@ -1,62 +1,26 @@
-"""PPO with a MultiDiscrete action space, on Gym-μRTS (the MultiDiscrete detail of seed 000).
+"""PPO with a MultiDiscrete action space on Gym-μRTS (gym-microrts 0.4.3) and the blog's shared CNN.
 
-Run:   python ppo_multidiscrete.py --env-id MicrortsMining-v1
+Run:   python ppo_multidiscrete.py --env-id MicrortsMining-v1  (first: bash scripts/install_extras.sh microrts)
 Eval:  python ppo_multidiscrete.py --eval-checkpoint runs/<run>/checkpoint.pt --eval-episodes 10
-Needs: bash scripts/install_extras.sh microrts: gym-microrts 0.4.3 (installed with --no-deps: it
-       pins gym>=0.18.3,<0.19, a 2021 release, and uses only gym.spaces, which gym 0.26.2 provides),
-       JPype1, and a Java runtime (OpenJDK 17 tested; the script installs Debian's if none is found).
 
-The 13 core implementation details of ppo.py (seed 000), with the Atari hyperparameters the blog
-used for Gym-μRTS (8 envs x 128 steps, 4 minibatches, 4 epochs, lr 2.5e-4 annealed, clip 0.1):
-  1. vectorized architecture: 8 games in one Gym-μRTS vector env (a Java simulator), rollouts of
-     128 steps; the simulator resets a finished game itself, so `next_obs` after a done is already
-     the new episode's first obs (SAME_STEP autoreset, as ppo.py sets explicitly)
-  2. orthogonal init: hidden layers std sqrt(2), policy head 0.01, value head 1.0, biases 0
-  3. Adam epsilon 1e-5
-  4. learning rate annealed linearly to exactly 0 at the last iteration
-  5. GAE with value bootstrap from the observation after the rollout; returns = advantages + values
-  6. minibatch updates: each epoch shuffles the batch and splits it into disjoint minibatches
-  7. advantages normalised per minibatch
-  8. clipped surrogate objective
-  9. clipped value loss (0.5 * max(unclipped, clipped))
-  10. loss = pg_loss - ent_coef * entropy + vf_coef * v_loss, one optimizer for the shared network
-  11. global gradient norm clipped to max_grad_norm
-  12. debug variables as in ppo.py
-  13. one shared network with a policy head and a value head (the blog's Gym-μRTS CNN:
-      conv 16 3x3/2 -> conv 32 2x2 -> dense 128, on the map's 27 binary feature planes)
-MultiDiscrete detail:
-  M1. independent action components: one Categorical per component; the log-probability of an
-      action is the sum of its components' log-probabilities, and the entropy the sum of theirs
+The core details 1-12 of "The 37 Implementation Details of PPO" as in ppo.py (seed 000) with the blog's Atari
+hyperparameters, 13 as the blog's Gym-μRTS CNN (conv 16 3x3/2, conv 32 2x2, fc128 on 27 binary feature planes), and
+  M1. MultiDiscrete: one Categorical per action component; their log-probabilities and entropies add up
+The env: the reference's MicrortsMining-v1 (10x10 map, passive opponent, reward for harvesting, 2000 ticks a game) in
+gym-microrts 0.4.3, where each of the 100 cells chooses [6, 4, 4, 4, 4, 7, 49] every tick (0.2.0: one unit a step); the
+simulator acts only for cells with a unit of ours that can act (its action mask) and is deterministic.
 
-The environment, as close to the reference's MicrortsMining-v1 (gym-microrts 0.2.0) as gym-microrts
-0.4.3 allows: the same 10x10 map with one base and one worker a side, an opponent that does
-nothing (passiveAI), reward only for harvesting (ResourceGatherRewardFunction), 2M steps.
-What differs, because 0.4.3 no longer has the reference's env class:
-  - the reference's agent chose one unit per step (MultiDiscrete [100, 6, 4, 4, 4, 4, 7, 100]) with
-    9 game ticks per step and 200 steps per episode; 0.4.3's grid mode (MicroRTSGridModeVecEnv)
-    gives every map cell its own components [6, 4, 4, 4, 4, 7, 49] (action type, move, harvest,
-    return, produce direction, produce type, attack target) each tick. An episode here is the same
-    2000 game ticks (--max-steps), which are 2000 agent steps.
-  - the simulator executes only the actions of cells that hold a unit of ours able to act (it reads
-    which from its action mask); the policy still chooses, and is trained on, all 100 cells.
-    ppo_multidiscrete_mask.py shows the policy the full mask.
-  - the games are deterministic given the actions (the opponent is passive), so --seed seeds the
-    policy only.
-
-Deliberate choices (reference behaviour stays the default):
-  - the policy and value of each step come from the rollout's forward pass (the network is shared,
-    so a second pass over the rollout, as ppo.py does, would repeat the same work).
-  - sampling is Gumbel-max (argmax of logits + Gumbel noise), exact for any logits; the masked
-    sibling needs it (inverse-CDF sampling can land on a probability-0 action at u = 0).
-  - episodes end only at the time limit or a win, which the simulator does not tell apart, so
-    there is no --bootstrap-truncated; no --capture-video (the simulator renders only to a window).
-  - the update does per epoch what needs no gradient: one gather per tensor, the advantage normalisation of
-    all minibatches at once (each with its own statistics) and, after the epochs, the KL/clipfrac statistics
-    of every minibatch.
+To hack: the rollout and the update both call Agent.get_action_and_value, the optimizer holds agent.parameters()
+and update() is CleanRL's loop, so an edit to the network, a head or the loop applies everywhere.
+Deliberate choices (reference behaviour stays the default): --torch-threads 1; observations stored as uint8 (0/1);
+sampling by Gumbel-max (argmax of log-probabilities + Gumbel noise: exact, and twice as fast as 7 multinomials);
+--resume starts new games (the Java games cannot be saved); no --bootstrap-truncated, no --capture-video.
 """
 
 import contextlib
-import io
+import gc
+import importlib.util
+import math
 import os
 import random
 import sys
@@ -70,178 +34,124 @@ import torch
 import torch.nn as nn
 
 SCRIPT = "ppo_multidiscrete.py"
-
-MICRORTS_TASKS = {
-    # the reference's MicrortsMining-v1: reward weights follow gym-microrts' reward functions
-    # [win-loss, resource gathering, produce worker, produce building, attack, produce combat unit]
-    "MicrortsMining-v1": dict(map_path="maps/10x10/basesWorkers10x10.xml", opponent="passiveAI",
-                              reward_weight=(0.0, 1.0, 0.0, 0.0, 0.0, 0.0)),
-}
+# the reference's task: map, opponent, weights of [win-loss, harvest, produce worker, building, attack, combat unit]
+MICRORTS_TASKS = {"MicrortsMining-v1": ("maps/10x10/basesWorkers10x10.xml", "passiveAI", (0.0, 1.0, 0.0, 0.0, 0.0, 0.0))}
 
 
 @dataclass
 class Args:
-    exp_name: str = "ppo_multidiscrete"
-    """the name of this experiment (the first part of the run name)"""
-    seed: int = 1
-    """seed of python, numpy and torch (the games are deterministic)"""
-    torch_deterministic: bool = True
-    """if toggled, sets `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """use CUDA when available (falls back to CPU with a notice)"""
-    torch_threads: int = 1
-    """torch intra-op threads (0 keeps torch's default); 1 is fastest for this small network"""
-    track: bool = False
-    """log to Weights & Biases (imports wandb only when set)"""
-    wandb_project_name: str = "ppo-reference"
-    """the Weights & Biases project"""
-    wandb_entity: Optional[str] = None
-    """the Weights & Biases entity (team)"""
-    save_model: bool = False
-    """write a checkpoint to `runs/<run name>/checkpoint.pt` periodically and at the end"""
-    save_every: int = 50
-    """iterations between periodic checkpoints (with --save-model)"""
-    resume: Optional[str] = None
-    """path of a checkpoint of this script to continue training from (its args are used)"""
-    eval_checkpoint: Optional[str] = None
-    """evaluate this checkpoint instead of training, and print the mean return"""
-    eval_episodes: int = 10
-    """episodes to run with --eval-checkpoint"""
+    exp_name: str = "ppo_multidiscrete"  # the name of this experiment (the first part of the run name)
+    seed: int = 1  # seed of python, numpy and torch (the games are deterministic given the actions)
+    torch_deterministic: bool = True  # if toggled, sets `torch.backends.cudnn.deterministic=True`
+    cuda: bool = True  # use CUDA when available (falls back to CPU with a notice)
+    torch_threads: int = 1  # torch intra-op threads (0: torch's default); 1 is fastest for this small network
+    track: bool = False  # log to Weights & Biases (imports wandb only when set)
+    wandb_project_name: str = "ppo-reference"  # the Weights & Biases project
+    wandb_entity: Optional[str] = None  # the Weights & Biases entity (team)
+    save_model: bool = False  # write `runs/<run name>/checkpoint.pt` every --save-every iterations and at the end
+    save_every: int = 50  # iterations between periodic checkpoints (with --save-model)
+    resume: Optional[str] = None  # continue this checkpoint's run (flags beside it: only those in RESUMABLE)
+    eval_checkpoint: Optional[str] = None  # evaluate this checkpoint instead of training; print the mean return
+    eval_episodes: int = 10  # episodes to run with --eval-checkpoint
 
     # Algorithm specific arguments
-    env_id: str = "MicrortsMining-v1"
-    """the Gym-μRTS task (map, opponent and reward weights in MICRORTS_TASKS)"""
-    max_steps: int = 2000
-    """game ticks (= agent steps) per episode"""
-    total_timesteps: int = 2000000
-    """total environment steps of the experiment"""
-    learning_rate: float = 2.5e-4
-    """the learning rate of the optimizer"""
-    num_envs: int = 8
-    """the number of parallel environments"""
-    num_steps: int = 128
-    """the number of steps to run in each environment per rollout"""
-    anneal_lr: bool = True
-    """anneal the learning rate linearly to 0 (detail 4)"""
-    gamma: float = 0.99
-    """the discount factor gamma"""
-    gae_lambda: float = 0.95
-    """the lambda of generalized advantage estimation"""
-    num_minibatches: int = 4
-    """the number of minibatches per epoch"""
-    update_epochs: int = 4
-    """the number of epochs over each rollout"""
-    norm_adv: bool = True
-    """normalise advantages per minibatch (detail 7)"""
-    clip_coef: float = 0.1
-    """the surrogate clipping coefficient"""
-    clip_vloss: bool = True
-    """use the clipped value loss (detail 9)"""
-    ent_coef: float = 0.01
-    """coefficient of the entropy bonus"""
-    vf_coef: float = 0.5
-    """coefficient of the value loss"""
-    max_grad_norm: float = 0.5
-    """the maximum global norm of the gradients"""
-    target_kl: Optional[float] = None
-    """stop the epochs early when approx_kl exceeds this (off in the reference)"""
+    env_id: str = "MicrortsMining-v1"  # the Gym-μRTS task (map, opponent and reward weights in MICRORTS_TASKS)
+    max_steps: int = 2000  # game ticks (= agent steps) per episode
+    total_timesteps: int = 2000000  # total environment steps of the experiment
+    learning_rate: float = 2.5e-4  # the learning rate of the optimizer
+    num_envs: int = 8  # the number of parallel environments
+    num_steps: int = 128  # the number of steps to run in each environment per rollout
+    anneal_lr: bool = True  # anneal the learning rate linearly to 0 (detail 4)
+    gamma: float = 0.99  # the discount factor gamma
+    gae_lambda: float = 0.95  # the lambda of generalized advantage estimation
+    num_minibatches: int = 4  # the number of minibatches per epoch
+    update_epochs: int = 4  # the number of epochs over each rollout
+    norm_adv: bool = True  # normalise advantages per minibatch (detail 7)
+    clip_coef: float = 0.1  # the surrogate clipping coefficient
+    clip_vloss: bool = True  # use the clipped value loss (detail 9)
+    ent_coef: float = 0.01  # coefficient of the entropy bonus
+    vf_coef: float = 0.5  # coefficient of the value loss
+    max_grad_norm: float = 0.5  # the maximum global norm of the gradients
+    target_kl: Optional[float] = None  # stop the epochs early when approx_kl exceeds this (off in the reference)
 
     # filled in at runtime
-    batch_size: int = 0
-    """the batch size (computed: num_envs * num_steps)"""
-    minibatch_size: int = 0
-    """the minibatch size (computed: batch_size // num_minibatches)"""
-    num_iterations: int = 0
-    """the number of iterations (computed: total_timesteps // batch_size)"""
+    batch_size: int = 0  # computed: num_envs * num_steps
+    minibatch_size: int = 0  # computed: batch_size // num_minibatches
+    num_iterations: int = 0  # computed: total_timesteps // batch_size
 
 
 class ConfigError(ValueError):
     """Bad input found before training; __main__ prints it as one line."""
 
 
-def check_args(args: Args) -> None:
+# every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
+RANGES = [("total_timesteps num_envs num_steps num_minibatches update_epochs save_every eval_episodes max_steps", 1, math.inf, True),
+          ("learning_rate clip_coef max_grad_norm target_kl", 0, math.inf, False),
+          ("ent_coef vf_coef", 0, math.inf, True), ("gamma gae_lambda", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
+# the flags that may change beside --resume: the budget, and how the run is saved or placed
+RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "track"}
+
+
+def check_args(args: Args, ckpt=None) -> None:
     """Fail before any training with a message that names the problem and the fix."""
-    if args.total_timesteps <= 0:
-        raise ConfigError(f"--total-timesteps must be positive, got {args.total_timesteps}")
-    if args.num_envs <= 0 or args.num_steps <= 0 or args.num_minibatches <= 0:
-        raise ConfigError("--num-envs, --num-steps and --num-minibatches must be positive")
+    for names, low, high, closed in RANGES:
+        for name, v in ((name, getattr(args, name)) for name in names.split()):
+            if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
+                raise ConfigError(f"--{name.replace('_', '-')} must be a finite number {'>=' if closed else '>'} {low}"
+                                  + (f" and <= {high}" if high < math.inf else "") + f", got {v}")
     batch = args.num_envs * args.num_steps
-    if batch % args.num_minibatches != 0:
-        raise ConfigError(
-            f"num_envs * num_steps = {batch} is not divisible by --num-minibatches {args.num_minibatches}; "
-            "choose a number of minibatches that divides it"
-        )
-    if args.total_timesteps < batch:
-        raise ConfigError(f"--total-timesteps {args.total_timesteps} is less than one rollout ({batch} steps)")
+    if batch % args.num_minibatches != 0 or batch // args.num_minibatches < 2:
+        raise ConfigError(f"num_envs * num_steps = {batch} is not divisible by --num-minibatches "
+                          f"{args.num_minibatches} into minibatches of 2 or more; choose a number that divides it")
+    if args.total_timesteps < batch or (ckpt and args.total_timesteps // batch <= ckpt["iteration"]):
+        raise ConfigError(f"--total-timesteps {args.total_timesteps} leaves no iteration to run (one is {batch} "
+                          f"steps{'; the checkpoint is at iteration %d' % ckpt['iteration'] if ckpt else ''})")
+    for flag, package in (("track", "wandb"),):
+        if getattr(args, flag) and importlib.util.find_spec(package) is None:
+            raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
     if args.env_id not in MICRORTS_TASKS:
         raise ConfigError(f"unknown Gym-μRTS task {args.env_id!r}; choose one of {', '.join(MICRORTS_TASKS)}")
-    if args.max_steps <= 0:
-        raise ConfigError(f"--max-steps must be positive, got {args.max_steps}")
+    if importlib.util.find_spec("gym_microrts") is None or importlib.util.find_spec("jpype") is None:
+        raise ConfigError("Gym-μRTS is not installed: run `bash scripts/install_extras.sh microrts`")
     try:
-        import gym_microrts  # noqa: F401
-        import jpype
-    except ImportError:
-        raise ConfigError("Gym-μRTS is not installed: run `bash scripts/install_extras.sh microrts`") from None
-    try:
-        jpype.getDefaultJVMPath()
-    except jpype.JVMNotFoundException:
-        raise ConfigError("Gym-μRTS needs a Java runtime and none was found (set JAVA_HOME, or run "
-                          "`bash scripts/install_extras.sh microrts`)") from None
-    if args.track:
-        try:
-            import wandb  # noqa: F401
-        except ImportError:
-            raise ConfigError("--track needs wandb: pip install wandb") from None
+        __import__("jpype").getDefaultJVMPath()
+    except Exception:  # jpype.JVMNotFoundException
+        raise ConfigError("Gym-μRTS needs a Java runtime and none was found: set JAVA_HOME, or run "
+                          "`bash scripts/install_extras.sh microrts`") from None
 
 
 class MicrortsVecEnv:
-    """Gym-μRTS's grid-mode vector env behind the gymnasium vector API that ppo.py uses.
-
-    The simulator resets a finished game itself (detail 1: SAME_STEP autoreset): the step that ends
-    an episode returns its reward, done=True and the next game's first observation.
-    """
-
-    metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
-
-    def __init__(self, args, num_envs=None):
-        np.int = int  # gym-microrts 0.4.3 still uses numpy's `np.int` alias, removed in numpy 1.24
-        with contextlib.redirect_stderr(io.StringIO()):  # gym's deprecation notice; only gym.spaces is used
+    """Gym-μRTS's grid-mode vector env (a Java simulator) behind the gymnasium vector API. Detail 1: the simulator
+    starts the next game itself, so the step that ends one returns the next one's first observation (SAME_STEP)."""
+    def __init__(self, args, num_envs):
+        np.int = int  # gym-microrts 0.4.3 still uses numpy's `np.int`, removed in numpy 1.24
+        with open(os.devnull, "w") as null, contextlib.redirect_stderr(null):  # gym's notice: only gym.spaces is used
             from gym_microrts import microrts_ai
             from gym_microrts.envs.new_vec_env import MicroRTSGridModeVecEnv
-        task = MICRORTS_TASKS[args.env_id]
-        self.num_envs = num_envs or args.num_envs
-        self.env = MicroRTSGridModeVecEnv(
-            num_selfplay_envs=0, num_bot_envs=self.num_envs, max_steps=args.max_steps,
-            ai2s=[getattr(microrts_ai, task["opponent"])] * self.num_envs, map_path=task["map_path"],
-            reward_weight=np.array(task["reward_weight"]),
-        )
-        h, w, planes = self.env.observation_space.shape
-        self.nvec = self.env.action_plane_space.nvec  # one cell's components: [6, 4, 4, 4, 4, 7, 49]
-        self.single_observation_space = gym.spaces.Box(0.0, 1.0, (h, w, planes), np.float32)
-        self.single_action_space = gym.spaces.MultiDiscrete(np.tile(self.nvec, (h * w, 1)))
+        map_path, opponent, reward_weight = MICRORTS_TASKS[args.env_id]
+        self.env = MicroRTSGridModeVecEnv(0, num_envs, max_steps=args.max_steps, ai2s=[getattr(microrts_ai, opponent)] * num_envs,
+                                          map_path=map_path, reward_weight=np.array(reward_weight))
+        self.single_observation_space = gym.spaces.Box(0, 1, self.env.observation_space.shape, np.uint8)
+        self.nvec = self.env.action_plane_space.nvec.tolist()  # one cell's action components [6, 4, 4, 4, 4, 7, 49]
+        self.returns, self.lengths = np.zeros(num_envs), np.zeros(num_envs, np.int64)
 
     def reset(self, seed=None):
-        return self.env.reset().astype(np.float32), {}
+        return self.env.reset().astype(np.uint8), {}
 
     def step(self, actions):
-        # the simulator takes actions only from cells holding a unit that can act, and reads those
-        # cells from the mask it computes here; the policy never sees the mask
-        self.env.get_action_mask()
-        obs, reward, done, _ = self.env.step(np.asarray(actions))
-        return obs.astype(np.float32), reward.astype(np.float32), done.astype(bool), np.zeros_like(done, bool), {}
+        self.env.get_action_mask()  # the simulator reads from it which cells hold a unit that can act
+        obs, reward, done, _ = self.env.step(actions)
+        done, self.returns, self.lengths = done.astype(bool), self.returns + reward, self.lengths + 1
+        info = {"final_info": {"episode": {"r": self.returns, "l": self.lengths}, "_episode": done}}  # as gymnasium's
+        self.returns, self.lengths = self.returns * ~done, self.lengths * ~done
+        return obs.astype(np.uint8), reward.astype(np.float32), done, np.zeros_like(done), info
 
-    def close(self):
-        # not self.env.close(): that shuts the JVM down, and JPype cannot start one again in this process
+    def close(self):  # not self.env.close(): that stops the JVM, which JPype cannot start again in this process
         self.env.vec_client.close()
 
 
-def make_envs(args, run_name, restored=None):
-    return MicrortsVecEnv(args)
-
-
-def env_snapshot(envs):
-    """None: the Java games cannot be saved, so a resumed run starts fresh episodes."""
-    return None
+def make_envs(args, run_name):
+    return MicrortsVecEnv(args, args.num_envs)
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -254,115 +164,59 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
 class Agent(nn.Module):
     def __init__(self, obs_shape, nvec):
         super().__init__()
-        h, w, planes = obs_shape
-        self.nvec = [int(n) for n in nvec]  # one cell's action components
-        # detail 13: the blog's Gym-μRTS network, one trunk for both heads
-        self.network = nn.Sequential(
-            layer_init(nn.Conv2d(planes, 16, kernel_size=3, stride=2)),
-            nn.ReLU(),
-            layer_init(nn.Conv2d(16, 32, kernel_size=2)),
-            nn.ReLU(),
-            nn.Flatten(),
-        )
-        with torch.no_grad():
-            flat = self.network(torch.zeros(1, planes, h, w)).shape[1]  # 32 * 3 * 3 on a 10x10 map
-        self.network.append(layer_init(nn.Linear(flat, 128)))
-        self.network.append(nn.ReLU())
+        (h, w, planes), self.nvec = obs_shape, list(nvec)  # nvec: one cell's action components
+        # detail 13: the blog's Gym-μRTS CNN, shared by the policy and value heads
+        self.network = nn.Sequential(layer_init(nn.Conv2d(planes, 16, 3, stride=2)), nn.ReLU(), layer_init(nn.Conv2d(16, 32, 2)),
+                                     nn.ReLU(), nn.Flatten(), layer_init(nn.Linear(32 * ((h - 3) // 2) * ((w - 3) // 2), 128)), nn.ReLU())
         self.actor = layer_init(nn.Linear(128, h * w * sum(self.nvec)), std=0.01)  # every cell's components
         self.critic = layer_init(nn.Linear(128, 1), std=1.0)
 
     def hidden(self, x):
-        return self.network(x.permute(0, 3, 1, 2))  # NHWC feature planes -> NCHW
+        return self.network(x.permute(0, 3, 1, 2).float())  # [B, H, W, planes] uint8 to NCHW floats
 
     def get_value(self, x):
         return self.critic(self.hidden(x)).squeeze(-1)
 
-    def get_logits(self, x):
-        return self.actor(self.hidden(x))
-
-    def get_logits_and_value(self, x):
-        hidden = self.hidden(x)
-        return self.actor(hidden), self.critic(hidden).squeeze(-1)
+    def get_action_and_value(self, x, action=None):
+        """Sample an action, or score the given one: (action, log-prob, entropy, value).
+        The rollout and the update both call this, so an edit here applies to both."""
+        hidden = self.hidden(x)  # one CNN pass for both heads
+        # detail M1: one Categorical(logits=...) per component of each cell, written out: [B, cells, n] log-probs
+        logps = [l.log_softmax(-1) for l in self.actor(hidden).reshape(len(x), -1, sum(self.nvec)).split(self.nvec, -1)]
+        if action is None:
+            action = torch.stack([(lp - torch.rand_like(lp).clamp_(min=1e-38).log_().neg_().log_()).argmax(-1) for lp in logps], -1)
+        # summed in float64: a float32 sum of 700 log-probs rounds at 1e-4, and the first minibatch's ratio would not be 1
+        logprob = sum(lp.gather(-1, action[..., i, None].long()).double().sum((1, 2)) for i, lp in enumerate(logps))
+        return action, logprob, sum(-(lp.exp() * lp).sum((1, 2)) for lp in logps), self.critic(hidden).squeeze(-1)
 
 
 def compute_gae(rewards, values, dones, next_value, gamma, gae_lambda):
-    """Generalized advantage estimation (detail 5). Tensors [T, N]; next_value [N].
-
-    dones[t] = 1 when the transition at step t ended its episode, so neither the value of the next
-    step nor its advantage flows back across it. Returns (advantages, TD(lambda) returns).
-    The T-step recursion runs in numpy: on arrays of N elements a numpy op costs a fraction of a torch op.
-    """
-    r, v, d = (x.detach().cpu().numpy() for x in (rewards, values, dones))
-    next_v = next_value.detach().cpu().numpy()
+    """Generalized advantage estimation (detail 5). Tensors [T, N]; next_value [N]. Returns (advantages,
+    TD(lambda) returns). dones[t] = 1 when step t ended its episode: nothing flows back across it. The T-step
+    recursion runs in numpy: on arrays of N elements a numpy op costs a fraction of a torch op."""
+    r, v, d, next_v = (x.detach().cpu().numpy() for x in (rewards, values, dones, next_value))
     nextnonterminal = 1.0 - d
-    nextvalues = np.concatenate([v[1:], next_v[None]])
-    deltas = r + gamma * nextvalues * nextnonterminal - v  # all T TD errors at once; only the sum below recurses
-    discounts = gamma * gae_lambda * nextnonterminal
-    advantages = np.zeros_like(deltas)
-    lastgaelam = np.zeros_like(next_v)
+    deltas = r + gamma * np.concatenate([v[1:], next_v[None]]) * nextnonterminal - v
+    advantages, lastgaelam = np.zeros_like(deltas), 0.0
     for t in reversed(range(r.shape[0])):
-        lastgaelam = deltas[t] + discounts[t] * lastgaelam
-        advantages[t] = lastgaelam
+        lastgaelam = advantages[t] = deltas[t] + gamma * gae_lambda * nextnonterminal[t] * lastgaelam
     advantages = torch.as_tensor(advantages, device=rewards.device)
     return advantages, advantages + values
 
 
-def sample_categorical(logits):
-    """Gumbel-max sampling of Categorical(logits) along the last dim: exact for any finite logits."""
-    u = torch.rand_like(logits).clamp_(min=torch.finfo(logits.dtype).tiny)
-    return (logits - (-u.log()).log()).argmax(-1)
-
-
-def categorical_logprob_entropy(logits, actions):
-    """Log-probability of `actions` and entropy of Categorical(logits), without building a distribution."""
-    logp = logits.log_softmax(-1)
-    return logp.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), -(logp.exp() * logp).sum(-1)
-
-
-def split_logits(logits, nvec):
-    """[B, cells * sum(nvec)] logits -> one [B, cells, n] tensor per component of a cell's action."""
-    return logits.reshape(logits.shape[0], -1, int(sum(nvec))).split([int(n) for n in nvec], dim=-1)
-
-
-def sample_multidiscrete(logits, nvec):
-    """Actions [B, cells, len(nvec)]: each component sampled from its own Categorical (detail M1)."""
-    return torch.stack([sample_categorical(l) for l in split_logits(logits, nvec)], dim=-1)
-
-
-def multidiscrete_logprob_entropy(logits, actions, nvec):
-    """Detail M1: the components are independent, so the action's log-probability is the sum of the
-    components' log-probabilities and its entropy the sum of their entropies. actions [B, cells, len(nvec)]."""
-    parts = enumerate(split_logits(logits, nvec))
-    logps, entropies = zip(*(categorical_logprob_entropy(l, actions[..., i]) for i, l in parts))
-    return torch.stack(logps, -1).sum((-2, -1)), torch.stack(entropies, -1).sum((-2, -1))
-
-
-def normalize_advantages(advantages):
-    """Detail 7: zero mean and unit std within each minibatch. Works along the last dim, so the
-    [num_minibatches, minibatch_size] advantages of an epoch are done at once, each row with its own statistics."""
-    return (advantages - advantages.mean(-1, keepdim=True)) / (advantages.std(-1, keepdim=True) + 1e-8)
-
-
 def ppo_losses(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns, entropy, args):
     """Clipped surrogate (detail 8), clipped value loss (detail 9), overall loss (detail 10).
-
-    `advantages` are used as given (update() has normalised them when --norm-adv).
-    Returns (loss, pg_loss, v_loss, entropy_loss, logratio); logratio = log(new / old) feeds ratio_stats.
-    """
+    Returns (loss, pg_loss, v_loss, entropy_loss, logratio); logratio = log(new / old) feeds ratio_stats."""
     logratio = newlogprob - oldlogprob
     ratio = logratio.exp()
     pg_loss1 = -advantages * ratio
     pg_loss2 = -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
     pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
     if args.clip_vloss:
-        v_loss_unclipped = (newvalue - returns) ** 2
         v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -args.clip_coef, args.clip_coef)
-        v_loss_clipped = (v_clipped - returns) ** 2
-        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+        v_loss = 0.5 * torch.max((newvalue - returns) ** 2, (v_clipped - returns) ** 2).mean()
     else:
         v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
-
     entropy_loss = entropy.mean()
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
     return loss, pg_loss, v_loss, entropy_loss, logratio
@@ -376,38 +230,23 @@ def ratio_stats(logratio, clip_coef):
     return (-logratio).mean(), ((ratio - 1) - logratio).mean(), ((ratio - 1).abs() > clip_coef).float().mean()
 
 
-def linear_lr(iteration, num_iterations, lr):
-    """Detail 4: lr at `iteration` (1-based), reaching exactly 0 at the last iteration."""
-    return lr * (1.0 - (iteration - 1.0) / (num_iterations - 1)) if num_iterations > 1 else lr
-
-
-def minibatch_indices(batch_size, minibatch_size, device="cpu"):
-    """Detail 6: shuffle the batch and split it into disjoint minibatches that cover all of it: row i of the
-    returned [batch_size // minibatch_size, minibatch_size] tensor indexes minibatch i."""
-    return torch.randperm(batch_size, device=device).view(-1, minibatch_size)
-
-
 def update(agent, optimizer, b, args):
-    """The learning phase: update_epochs passes over batch `b` (a dict of flat tensors) in minibatches.
-
-    Returns the last minibatch's losses (as in the reference's logs; clipfrac: the mean over minibatches) and
-    the first minibatch's ratio/clipfrac/approx_kl, which must be exactly 1/0/0 as nothing has changed yet.
-    """
-    logratios = []
+    """update_epochs passes over batch `b` (a dict of flat tensors) in minibatches. Returns the last minibatch's
+    losses (clipfrac: the mean over minibatches) and the first minibatch's ratio/clipfrac/approx_kl, which must
+    be exactly 1/0/0 as nothing has changed yet."""
+    logratios = []  # the KL/clipfrac statistics wait until after the loop: no device sync per minibatch
     for epoch in range(args.update_epochs):
-        idx = minibatch_indices(args.batch_size, args.minibatch_size, b["obs"].device)
-        shuffled = {k: v[idx] for k, v in b.items()}  # one gather per tensor per epoch; minibatch i is row i
-        if args.norm_adv:
-            shuffled["advantages"] = normalize_advantages(shuffled["advantages"])
-        for i in range(args.num_minibatches):
-            mb = {k: v[i] for k, v in shuffled.items()}
-            newlogits, newvalue = agent.get_logits_and_value(mb["obs"])
-            newlogprob, entropy = multidiscrete_logprob_entropy(newlogits, mb["actions"], agent.nvec)
+        # detail 6: a new shuffle each epoch, split into disjoint minibatches that cover the batch
+        for mb in torch.randperm(args.batch_size, device=b["obs"].device).view(-1, args.minibatch_size):
+            _, newlogprob, entropy, newvalue = agent.get_action_and_value(b["obs"][mb], b["actions"][mb])
+            mb_advantages = b["advantages"][mb]
+            if args.norm_adv:  # detail 7
+                mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
             loss, pg_loss, v_loss, entropy_loss, logratio = ppo_losses(
-                newlogprob, mb["logprobs"], mb["advantages"], newvalue, mb["values"], mb["returns"], entropy, args,
-            )
-            logratios.append(logratio.detach())  # the statistics wait until after the loop: fewer ops per step
-            optimizer.zero_grad(set_to_none=True)
+                newlogprob, b["logprobs"][mb], mb_advantages, newvalue, b["values"][mb], b["returns"][mb], entropy, args)
+            logratios.append(logratio.detach())
+
+            optimizer.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # detail 11
             optimizer.step()
@@ -418,198 +257,166 @@ def update(agent, optimizer, b, args):
     first = {"ratio_max_dev": logratios[0].exp().sub(1).abs().max().item(), "clipfrac": first_clipfrac.item(),
              "approx_kl": first_kl.item()}
     clipfrac = torch.stack([ratio_stats(logratio, args.clip_coef)[2] for logratio in logratios]).mean()
-    losses = {
-        "value_loss": v_loss.item(), "policy_loss": pg_loss.item(), "entropy": entropy_loss.item(),
-        "old_approx_kl": old_approx_kl.item(), "approx_kl": approx_kl.item(), "clipfrac": clipfrac.item(),
-    }
-    return losses, first
+    return {"value_loss": v_loss.item(), "policy_loss": pg_loss.item(), "entropy": entropy_loss.item(),
+            "old_approx_kl": old_approx_kl.item(), "approx_kl": approx_kl.item(), "clipfrac": clipfrac.item()}, first
 
 
-def explained_variance(y_pred, y_true):
-    var_y = np.var(y_true)
-    return np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+def new_run_dir(name, suffix=""):
+    """Create runs/<name> (<name>-2, -3, ... if it exists: mkdir is atomic, so no two runs share one)."""
+    try:
+        os.makedirs(f"runs/{name}{suffix}")
+        return f"runs/{name}{suffix}"
+    except FileExistsError:
+        return new_run_dir(name, f"-{int(suffix[1:] or 1) + 1}")
+    except OSError as e:
+        raise ConfigError(f"cannot create runs/{name}{suffix}: {e.strerror}; run from a writable directory") from None
 
 
 def save_checkpoint(path, state):
-    """Write atomically: a crash or Ctrl-C mid-write leaves the previous checkpoint intact."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path):
-    if not os.path.isfile(path):
-        raise ConfigError(f"checkpoint {path!r} does not exist")
+    """Write atomically: a crash or Ctrl-C mid-write leaves the previous checkpoint intact and no partial file."""
     try:
+        torch.save(state, f"{path}.tmp")
+        os.replace(f"{path}.tmp", path)
+    finally:
+        if os.path.exists(f"{path}.tmp"):
+            os.remove(f"{path}.tmp")
+
+
+def load_checkpoint(path, args=None):
+    """The checkpoint at `path`; with `args` (given beside --resume) also the args to resume with: the
+    checkpoint's, with the RESUMABLE flags of `args`. Any other flag changed in `args` is refused."""
+    try:  # missing, a directory, truncated or not a checkpoint at all
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:
         raise ConfigError(f"checkpoint {path!r} could not be read ({type(e).__name__}: {e})") from None
-    if not isinstance(ckpt, dict) or ckpt.get("script") != SCRIPT:
-        owner = ckpt.get("script") if isinstance(ckpt, dict) else None
-        raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not {SCRIPT}")
-    return ckpt
+    owner = ckpt.get("script") if isinstance(ckpt, dict) else None  # and another version's args do not fit Args
+    if owner != SCRIPT or not isinstance(ckpt.get("args"), dict) or set(ckpt["args"]) - set(asdict(Args())):
+        raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not by this {SCRIPT}")
+    default, given = asdict(Args()), asdict(args or Args())
+    for k, v in given.items():
+        if k not in RESUMABLE and v != default[k] and v != ckpt["args"].get(k):
+            raise ConfigError(f"--{k.replace('_', '-')} cannot change when resuming (the checkpoint has "
+                              f"{ckpt['args'].get(k)!r}); start a new run to train with {v!r}")
+    return ckpt, Args(**{**ckpt["args"], **{k: v for k, v in given.items() if k in RESUMABLE and v != default[k]}})
 
 
-def rng_states():
-    states = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def set_rng_states(states):
-    random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
-    torch.set_rng_state(states["torch"])
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
-
-
-def pick_device(args):
-    if args.cuda and not torch.cuda.is_available():
-        print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
-    return torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
-
-
-def evaluate_agent(agent, args, eval_episodes=10, seed=0, device="cpu"):
-    """Returns of `eval_episodes` episodes of the agent's sampling policy in one game of `args`'s task,
-    seeded for repeatability."""
+def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
+    """Raw full-game scores of `eval_episodes` games of a checkpoint's sampling policy, seeded for repeatability."""
+    ckpt, args = load_checkpoint(checkpoint_path)
+    check_args(Args(env_id=args.env_id, eval_episodes=eval_episodes, seed=seed))
     env = MicrortsVecEnv(args, num_envs=1)
-    generator = torch.Generator(device=device).manual_seed(seed)
-    returns, episode_return = [], 0.0
-    obs, _ = env.reset()
-    while len(returns) < eval_episodes:
-        with torch.inference_mode():
-            logits = agent.get_logits(torch.as_tensor(obs, device=device))
-            parts = split_logits(logits, agent.nvec)
-            u = [torch.rand(p.shape, generator=generator, device=device).clamp_(min=1e-38) for p in parts]
-            action = torch.stack([(p - (-x.log()).log()).argmax(-1) for p, x in zip(parts, u)], -1)
-        obs, reward, done, _, _ = env.step(action.cpu().numpy())
-        episode_return += float(reward[0])
-        if done[0]:
-            returns.append(episode_return)
-            episode_return = 0.0
+    agent = Agent(env.single_observation_space.shape, env.nvec).to(device)
+    agent.load_state_dict(ckpt["model"])
+    returns, (obs, _) = [], env.reset(seed=seed)
+    with torch.random.fork_rng(), torch.inference_mode():
+        torch.manual_seed(seed)
+        while len(returns) < eval_episodes:
+            action, *_ = agent.get_action_and_value(torch.as_tensor(obs, device=device))
+            obs, _, terminated, truncated, info = env.step(action.cpu().numpy())  # the simulator starts the next game
+            if terminated or truncated:
+                returns.append(float(info["final_info"]["episode"]["r"][0]))
     env.close()
     return returns
 
 
-def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
-    """Load a checkpoint of this script and return the returns of `eval_episodes` episodes."""
-    ckpt = load_checkpoint(checkpoint_path)
-    args = Args(**ckpt["args"])
-    agent = Agent(tuple(ckpt["obs_shape"]), ckpt["nvec"]).to(device)
-    agent.load_state_dict(ckpt["model"])
-    return evaluate_agent(agent, args, eval_episodes, seed, device)
-
-
 def train(args: Args):
     """Train; return a dict with the per-episode returns/lengths, per-iteration losses, the agent and optimizer."""
-    ckpt = None
-    if args.resume:
-        ckpt = load_checkpoint(args.resume)
-        args = Args(**{**ckpt["args"], "resume": args.resume})
-    check_args(args)
+    ckpt, args = load_checkpoint(args.resume, args) if args.resume else (None, args)
+    check_args(args, ckpt)
     args.batch_size = args.num_envs * args.num_steps
     args.minibatch_size = args.batch_size // args.num_minibatches
     args.num_iterations = args.total_timesteps // args.batch_size
-    run_name = ckpt["run_name"] if ckpt else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-
+    if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
+        run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
+        run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
+        print(f"{SCRIPT}: resuming {run_name} after iteration {ckpt['iteration']} in {run_dir}", file=sys.stderr)
+    else:
+        run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+        run_name = os.path.basename(run_dir)
     if args.track:
         import wandb
-
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
                    config=asdict(args), name=run_name, save_code=True, resume="allow")
     from torch.utils.tensorboard import SummaryWriter
 
-    # a resumed run logs on into the same directory; purge_step makes TensorBoard drop what the interrupted
-    # run logged after its checkpoint, so those steps are not counted twice
-    writer = SummaryWriter(f"runs/{run_name}", purge_step=ckpt["global_step"] + 1 if ckpt else None)
+    # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
+    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None)
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
 
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    if args.torch_threads > 0:
-        torch.set_num_threads(args.torch_threads)
-    device = pick_device(args)
+    torch.set_num_threads(args.torch_threads or torch.get_num_threads())
+    if args.cuda and not torch.cuda.is_available():
+        print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
     envs = make_envs(args, run_name)
-    obs_shape, action_shape = envs.single_observation_space.shape, envs.single_action_space.shape
+    obs_shape = envs.single_observation_space.shape
     agent = Agent(obs_shape, envs.nvec).to(device)
-    # detail 3: eps 1e-5. fused=True is the same Adam in one kernel per step
+    # detail 3: eps 1e-5; fused: the same Adam in one kernel per step, on CPU and CUDA
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 
     T, N = args.num_steps, args.num_envs
-    obs_buf = np.zeros((T, N) + obs_shape, dtype=np.float32)
-    actions_buf = np.zeros((T, N) + action_shape, dtype=np.int64)
-    logprobs_buf = torch.zeros((T, N), device=device)
-    values_buf = torch.zeros((T, N), device=device)
-    rewards_buf = np.zeros((T, N), dtype=np.float32)
-    dones_buf = np.zeros((T, N), dtype=np.float32)
-    episode_return, episode_length = np.zeros(N), np.zeros(N, dtype=np.int64)
-    history = {"episodic_return": [], "episodic_length": [], "losses": [], "first_minibatch": [], "learning_rate": []}
-
-    start_iteration, global_step = 1, 0
+    # what the envs return is stored in numpy (cheap per-step writes), what the agent returns in torch
+    obs, rewards, dones = np.zeros((T, N) + obs_shape, np.uint8), np.zeros((T, N), np.float32), np.zeros((T, N), np.float32)
+    history = {"episodic_return": [], "episodic_length": [], "losses": [], "first_minibatch": [], "learning_rate": [],
+               "seconds": {"env": 0.0, "inference": 0.0, "update": 0.0}}  # where the wall time goes
+    seconds, start_iteration, global_step = history["seconds"], 1, 0
     next_obs, _ = envs.reset(seed=args.seed)
     if ckpt:
         agent.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
-        print(f"{SCRIPT}: the Java games cannot be checkpointed; resuming with fresh episodes", file=sys.stderr)
-        set_rng_states(ckpt["rng"])
+        print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
+        random.setstate(ckpt["rng"]["python"])
+        np.random.set_state(ckpt["rng"]["numpy"])
+        torch.set_rng_state(ckpt["rng"]["torch"])
+        if device.type == "cuda" and "cuda" in ckpt["rng"]:
+            torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
 
-    def checkpoint_state(iteration):
-        return {
-            "script": SCRIPT, "args": asdict(args), "run_name": run_name, "iteration": iteration,
-            "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
-            "rng": rng_states(), "next_obs": next_obs, "episode_return": episode_return.copy(),
-            "episode_length": episode_length.copy(), "envs": env_snapshot(envs),
-            "obs_shape": obs_shape, "nvec": agent.nvec,
-        }
-
-    ckpt_path = f"runs/{run_name}/checkpoint.pt"
+    gc.freeze()  # the ~300k objects made so far (mostly torch's) are never garbage: full collections skip them
     start_time, start_step = time.time(), global_step
     for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:
-            optimizer.param_groups[0]["lr"] = linear_lr(iteration, args.num_iterations, args.learning_rate)
+        if args.anneal_lr:  # detail 4
+            optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - (iteration - 1) / max(args.num_iterations - 1, 1))
 
+        rollout = []  # the agent's (action, logprob, value) of each step, stacked into [T, N] tensors after it
         for step in range(T):
             global_step += N
-            obs_buf[step] = next_obs
+            obs[step] = next_obs
+            t0 = time.perf_counter()
             with torch.inference_mode():
-                logits, value = agent.get_logits_and_value(torch.as_tensor(next_obs, device=device))
-                action = sample_multidiscrete(logits, agent.nvec)
-                logprobs_buf[step], _ = multidiscrete_logprob_entropy(logits, action, agent.nvec)
-                values_buf[step] = value
-            action = action.cpu().numpy()
-            actions_buf[step] = action
-            next_obs, reward, done, _, _ = envs.step(action)
-            rewards_buf[step] = reward
-            dones_buf[step] = done
+                action, logprob, _, value = agent.get_action_and_value(
+                    torch.as_tensor(next_obs, device=device))
+            rollout.append((action, logprob, value))
+            t1 = time.perf_counter()
+            next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+            seconds["inference"] += t1 - t0
+            seconds["env"] += time.perf_counter() - t1
+            rewards[step], dones[step] = reward, terminations | truncations
 
-            episode_return += reward
-            episode_length += 1
-            for i in np.flatnonzero(done):
-                writer.add_scalar("charts/episodic_return", episode_return[i], global_step)
-                writer.add_scalar("charts/episodic_length", episode_length[i], global_step)
-                history["episodic_return"].append(float(episode_return[i]))
-                history["episodic_length"].append(int(episode_length[i]))
-                episode_return[i], episode_length[i] = 0.0, 0
+            final_info = infos.get("final_info", {})  # "_episode" marks the games that are over
+            for i in np.flatnonzero(final_info.get("_episode", ())):
+                writer.add_scalar("charts/episodic_return", final_info["episode"]["r"][i], global_step)
+                writer.add_scalar("charts/episodic_length", final_info["episode"]["l"][i], global_step)
+                history["episodic_return"].append(float(final_info["episode"]["r"][i]))
+                history["episodic_length"].append(int(final_info["episode"]["l"][i]))
 
-        b_obs = torch.as_tensor(obs_buf, device=device).reshape((-1,) + obs_shape)
+        t0 = time.perf_counter()
+        actions, logprobs, values = (torch.stack(x) for x in zip(*rollout))
         with torch.no_grad():
             next_value = agent.get_value(torch.as_tensor(next_obs, device=device))
-            advantages, returns = compute_gae(
-                torch.as_tensor(rewards_buf, device=device), values_buf,
-                torch.as_tensor(dones_buf, device=device), next_value, args.gamma, args.gae_lambda,
-            )
-        b = {"obs": b_obs, "actions": torch.as_tensor(actions_buf, device=device).reshape((-1,) + action_shape),
-             "logprobs": logprobs_buf.reshape(-1), "values": values_buf.reshape(-1),
+            advantages, returns = compute_gae(torch.as_tensor(rewards, device=device), values,
+                                              torch.as_tensor(dones, device=device), next_value, args.gamma, args.gae_lambda)
+        b = {"obs": torch.as_tensor(obs, device=device).reshape((-1,) + obs_shape), "actions": actions.flatten(0, 1),
+             "logprobs": logprobs.reshape(-1), "values": values.reshape(-1),
              "advantages": advantages.reshape(-1), "returns": returns.reshape(-1)}
         losses, first = update(agent, optimizer, b, args)
-        losses["explained_variance"] = explained_variance(b["values"].cpu().numpy(), b["returns"].cpu().numpy())
+        seconds["update"] += time.perf_counter() - t0
+        y_pred, y_true = b["values"].cpu().numpy(), b["returns"].cpu().numpy()
+        losses["explained_variance"] = np.nan if np.var(y_true) == 0 else 1 - np.var(y_true - y_pred) / np.var(y_true)
         history["first_minibatch"].append(first)
         history["losses"].append(losses)
         history["learning_rate"].append(optimizer.param_groups[0]["lr"])
@@ -618,18 +425,27 @@ def train(args: Args):
             writer.add_scalar(f"losses/{k}", v, global_step)
         sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/SPS", sps, global_step)
-        if iteration % 10 == 0 or iteration == args.num_iterations:
-            recent = history["episodic_return"][-20:]
-            print(f"iter {iteration}/{args.num_iterations} step {global_step} SPS {sps} "
-                  f"return(last 20) {np.mean(recent) if recent else float('nan'):.1f}")
+        # progress with the time left: one updating line in a terminal, a line every 10 iterations in a log file
+        tty, last = sys.stdout.isatty(), iteration == args.num_iterations
+        if tty or iteration % 10 == 0 or last:
+            left = int((args.num_iterations - iteration) * args.batch_size / max(sps, 1))
+            line = (f"step {global_step}/{args.num_iterations * args.batch_size} SPS {sps} ETA {left // 3600}:{left % 3600 // 60:02d}"
+                    f":{left % 60:02d} return(last 20) {np.mean(history['episodic_return'][-20:] or np.nan):.1f}")
+            print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
 
         if args.save_model and (iteration % args.save_every == 0 or iteration == args.num_iterations):
-            save_checkpoint(ckpt_path, checkpoint_state(iteration))
+            rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                   **({"cuda": torch.cuda.get_rng_state_all()} if device.type == "cuda" else {})}
+            save_checkpoint(f"{run_dir}/checkpoint.pt", {
+                "script": SCRIPT, "args": asdict(args), "run_name": run_name, "iteration": iteration,
+                "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng,
+                "envs": None})  # the Java games cannot be saved: a resumed run starts new games
 
     envs.close()
     writer.close()
-    history.update(run_name=run_name, global_step=global_step, agent=agent, optimizer=optimizer,
-                   checkpoint=ckpt_path if args.save_model else None)
+    print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()) + f", total {time.time() - start_time:.1f}")
+    history.update(run_name=run_name, run_dir=run_dir, global_step=global_step, agent=agent, optimizer=optimizer,
+                   checkpoint=f"{run_dir}/checkpoint.pt" if args.save_model else None)
     return history
 
 

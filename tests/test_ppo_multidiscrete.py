@@ -1,5 +1,5 @@
 """Tests of ppo_multidiscrete.py, and of what it shares with ppo_multidiscrete_mask.py (the `mod` fixture
-runs a test against both): detail M1, GAE, the network, a real Gym-μRTS run, checkpoints and bad input.
+runs a test against both): detail M1, the network, a real Gym-μRTS run, checkpoints, bad input and hack safety.
 
 The tests marked `needs_microrts` run the Java simulator; they are skipped only when gym-microrts or
 JPype is not installed at all (an installed but broken Gym-μRTS, or a missing Java, fails them).
@@ -14,11 +14,11 @@ import sys
 import numpy as np
 import pytest
 import torch
+import torch.nn as nn
 from conftest import ROOT
-from test_ppo import (PPO_BAD_INPUT, assert_rejected_before_training, assert_resumes_with_fresh_episodes,
-                      read_scalars)
-
-import ppo_multidiscrete
+from hacks import Scale, assert_added_layer_trains, assert_cleanrl_update_trains, edited_agent
+from test_ppo import (PPO_BAD_INPUT, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
+                      assert_resumes_with_fresh_episodes, read_scalars)
 
 _microrts_missing = pytest.mark.skipif(
     importlib.util.find_spec("gym_microrts") is None or importlib.util.find_spec("jpype") is None,
@@ -30,7 +30,10 @@ def needs_microrts(test):
     """Runs the test in a forked child (pytest-forked): the JVM it starts cannot be stopped and restarted
     in one process, and a test worker hosting one crashes when a later test creates procgen envs."""
     return _microrts_missing(pytest.mark.forked(test))
+
+
 NVEC = [6, 4, 4, 4, 4, 7, 49]  # one map cell's action components in Gym-μRTS's grid mode
+OBS = (10, 10, 27)  # the 10x10 map's 27 feature planes
 
 
 @pytest.fixture(params=["ppo_multidiscrete", "ppo_multidiscrete_mask"])
@@ -45,57 +48,87 @@ def tiny(mod, **kw):
     return mod.Args(**base)
 
 
-# ---- detail M1: independent action components ----------------------------------------------------
+def act(mod, agent, x, action=None):
+    """agent.get_action_and_value(x, action); the mask script gets a mask with every choice valid."""
+    if mod.__name__.endswith("_mask"):
+        return agent.get_action_and_value(x, torch.ones(len(x), 100, sum(NVEC), dtype=torch.bool), action)
+    return agent.get_action_and_value(x, action)
 
 
-def test_logprob_and_entropy_are_sums_over_components():
-    g = torch.Generator().manual_seed(0)
-    nvec, cells, B = [3, 2, 5], 4, 6
-    logits = torch.randn(B, cells * sum(nvec), generator=g, dtype=torch.float64) * 2
-    actions = torch.stack([torch.randint(0, n, (B, cells), generator=g) for n in nvec], -1)
-    logprob, entropy = ppo_multidiscrete.multidiscrete_logprob_entropy(logits, actions, nvec)
-    assert logprob.shape == (B,) and entropy.shape == (B,)
-    expected_lp, expected_ent = torch.zeros(B, dtype=torch.float64), torch.zeros(B, dtype=torch.float64)
-    per_cell = logits.reshape(B, cells, sum(nvec))
-    for c in range(cells):
-        start = 0
-        for i, n in enumerate(nvec):  # one torch Categorical per component of each cell
-            dist = torch.distributions.Categorical(logits=per_cell[:, c, start:start + n])
-            expected_lp += dist.log_prob(actions[:, c, i])
-            expected_ent += dist.entropy()
-            start += n
-    torch.testing.assert_close(logprob, expected_lp)
-    torch.testing.assert_close(entropy, expected_ent)
-    # the product of the components' probabilities, as a joint probability
-    p = torch.softmax(per_cell[0, 0, :3], -1)[actions[0, 0, 0]] * torch.softmax(per_cell[0, 0, 3:5], -1)[actions[0, 0, 1]]
-    p = p * torch.softmax(per_cell[0, 0, 5:], -1)[actions[0, 0, 2]]
-    one_cell, _ = ppo_multidiscrete.multidiscrete_logprob_entropy(per_cell[:1, 0], actions[:1, :1], nvec)
-    assert one_cell.exp().item() == pytest.approx(p.item())
+class FixedLogits(nn.Module):
+    """A policy head that ignores its input and returns `logits` (a parameter, to read its gradient)."""
+
+    def __init__(self, logits):
+        super().__init__()
+        self.logits = nn.Parameter(logits)
+
+    def forward(self, hidden):
+        return self.logits
 
 
-def test_sampled_components_follow_their_softmax():
+# ---- detail M1: independent action components, one Categorical each ------------------------------
+
+
+def test_logprob_entropy_and_value_are_sums_over_components(mod):
     torch.manual_seed(0)
-    nvec, n = [3, 2], 100000
-    row = torch.tensor([0.0, 1.0, -1.0, 2.0, 0.5])
-    actions = ppo_multidiscrete.sample_multidiscrete(row.repeat(n, 1), nvec)
-    assert actions.shape == (n, 1, 2)
-    for i, (lo, hi) in enumerate([(0, 3), (3, 5)]):
-        freq = torch.bincount(actions[:, 0, i], minlength=hi - lo).double() / n
-        np.testing.assert_allclose(freq.numpy(), row[lo:hi].softmax(-1).numpy(), atol=5e-3)
+    agent = mod.Agent(OBS, NVEC)
+    B = 4
+    agent.actor = FixedLogits(torch.randn(B, 100 * sum(NVEC)) * 2)
+    x = torch.randint(0, 2, (B,) + OBS, dtype=torch.uint8)
+    actions = torch.stack([torch.randint(0, n, (B, 100)) for n in NVEC], -1)
+    _, logprob, entropy, value = act(mod, agent, x, actions)
+    assert logprob.shape == entropy.shape == value.shape == (B,)
+    expected_lp, expected_ent = torch.zeros(B, dtype=torch.float64), torch.zeros(B, dtype=torch.float64)
+    per_cell = agent.actor.logits.detach().double().reshape(B, 100, sum(NVEC))
+    for i, part in enumerate(per_cell.split(NVEC, -1)):  # torch's Categorical per component of each cell
+        dist = torch.distributions.Categorical(logits=part)
+        expected_lp += dist.log_prob(actions[..., i]).sum(-1)
+        expected_ent += dist.entropy().sum(-1)
+    torch.testing.assert_close(logprob.double(), expected_lp, rtol=1e-6, atol=1e-4)
+    torch.testing.assert_close(entropy.double(), expected_ent, rtol=1e-6, atol=1e-3)
+    h = agent.network(x.permute(0, 3, 1, 2).float())  # both heads read one CNN pass over the NCHW planes
+    torch.testing.assert_close(value, agent.critic(h).squeeze(-1))
+    torch.testing.assert_close(agent.get_value(x), value)
 
 
-# ---- shared by both scripts ----------------------------------------------------------------------
+def test_sampled_components_follow_their_softmax(mod):
+    torch.manual_seed(0)
+    agent = mod.Agent(OBS, NVEC)
+    cell = torch.randn(sum(NVEC))
+    agent.actor = FixedLogits(cell.repeat(500, 100))  # every cell of every row: the same logits
+    with torch.no_grad():
+        actions, logprob, _, _ = act(mod, agent, torch.zeros((500,) + OBS, dtype=torch.uint8))
+    assert actions.shape == (500, 100, len(NVEC))
+    start = 0
+    for i, n in enumerate(NVEC):
+        freq = torch.bincount(actions[..., i].reshape(-1), minlength=n).double() / actions[..., i].numel()
+        np.testing.assert_allclose(freq.numpy(), cell[start:start + n].softmax(-1).numpy(), atol=0.01)
+        start += n
+    assert logprob.dtype == torch.float64  # 700 log-probs summed without float32 rounding (ratio 1 on-policy)
 
 
 def test_network_shapes_and_init(mod):
     torch.manual_seed(0)
-    agent = mod.Agent((10, 10, 27), NVEC)
-    linears = [m for m in agent.network if isinstance(m, torch.nn.Linear)]
-    assert [(l.in_features, l.out_features) for l in linears] == [(32 * 3 * 3, 128)]
-    logits, value = agent.get_logits_and_value(torch.rand(3, 10, 10, 27))
-    assert logits.shape == (3, 100 * 78) and value.shape == (3,)
-    for head, std in [(agent.actor, 0.01), (agent.critic, 1.0)]:
-        np.testing.assert_allclose(torch.linalg.svdvals(head.weight.detach()).numpy(), std, rtol=1e-4)
+    agent = mod.Agent(OBS, NVEC)
+    layers = {n: m for n, m in agent.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))}
+    shapes = {n: tuple(m.weight.shape) for n, m in layers.items()}
+    assert shapes == {"network.0": (16, 27, 3, 3), "network.2": (32, 16, 2, 2), "network.5": (128, 32 * 3 * 3),
+                      "actor": (100 * 78, 128), "critic": (1, 128)}
+    assert agent.network[0].stride == (2, 2)
+    for name, std in {"network.0": 2**0.5, "network.2": 2**0.5, "network.5": 2**0.5, "actor": 0.01, "critic": 1.0}.items():
+        w = layers[name].weight.detach().reshape(layers[name].weight.shape[0], -1)
+        np.testing.assert_allclose(torch.linalg.svdvals(w).numpy(), std, rtol=1e-4)
+        assert torch.all(layers[name].bias == 0)
+
+
+def test_reference_defaults(mod):
+    a = mod.Args()
+    assert (a.env_id, a.max_steps, a.num_envs, a.num_steps, a.num_minibatches, a.update_epochs) == ("MicrortsMining-v1", 2000, 8, 128, 4, 4)
+    assert (a.clip_coef, a.ent_coef, a.learning_rate, a.anneal_lr, a.total_timesteps, a.torch_threads) == (0.1, 0.01, 2.5e-4, True, 2_000_000, 1)
+    assert mod.MICRORTS_TASKS["MicrortsMining-v1"] == ("maps/10x10/basesWorkers10x10.xml", "passiveAI", (0.0, 1.0, 0.0, 0.0, 0.0, 0.0))
+
+
+# ---- the real game -------------------------------------------------------------------------------
 
 
 @needs_microrts
@@ -106,9 +139,9 @@ def test_training_end_to_end(mod):
     assert all(r >= 0 for r in out["episodic_return"])
     assert out["learning_rate"][0] == 2.5e-4 and out["learning_rate"][-1] == 0.0  # detail 4
     for first in out["first_minibatch"]:
-        # log-probs sum 700 components (about -1400 unmasked): float32 rounding alone is ~1e-4 there
-        assert first["ratio_max_dev"] < 1e-3 and first["clipfrac"] == 0.0
-    run_dir = f"runs/{out['run_name']}"
+        # the update scores the actions the rollout sampled under the same policy (and, masked, the same masks)
+        assert first["ratio_max_dev"] < 1e-5 and first["clipfrac"] == 0.0
+    run_dir = out["run_dir"]
     for tag in ["charts/episodic_return", "charts/episodic_length", "charts/learning_rate", "charts/SPS",
                 "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/approx_kl",
                 "losses/clipfrac", "losses/explained_variance"]:
@@ -120,25 +153,34 @@ def test_training_end_to_end(mod):
 def test_env_spaces_and_evaluation_of_a_checkpoint(mod):
     envs = mod.make_envs(tiny(mod), "x")
     obs, _ = envs.reset()
-    assert obs.shape == (2, 10, 10, 27) and set(np.unique(obs)) <= {0.0, 1.0}
-    assert envs.single_action_space.shape == (100, 7) and list(envs.nvec) == NVEC
+    assert obs.shape == (2,) + OBS and obs.dtype == np.uint8 and set(np.unique(obs)) == {0, 1}
+    assert envs.single_observation_space.shape == OBS and envs.nvec == NVEC
     envs.close()
     out = mod.train(tiny(mod, save_model=True))
-    from_ckpt = mod.evaluate(out["checkpoint"], eval_episodes=2, seed=3)
-    live = mod.evaluate_agent(out["agent"], tiny(mod), eval_episodes=2, seed=3)
-    assert len(from_ckpt) == 2 and from_ckpt == live
+    ckpt, _ = mod.load_checkpoint(out["checkpoint"])
+    assert all(torch.equal(ckpt["model"][k], v) for k, v in out["agent"].state_dict().items())
+    scores = mod.evaluate(out["checkpoint"], eval_episodes=2, seed=3)
+    assert len(scores) == 2 and scores == mod.evaluate(out["checkpoint"], eval_episodes=2, seed=3)  # seeded
+    with pytest.raises(mod.ConfigError, match="eval-episodes must be"):
+        mod.evaluate(out["checkpoint"], eval_episodes=0)
 
 
 @needs_microrts
 def test_resume_continues_with_fresh_episodes(mod, capfd, monkeypatch):
-    assert_resumes_with_fresh_episodes(mod, tiny(mod, save_model=True, save_every=1), capfd, monkeypatch)
+    args = tiny(mod, save_model=True, save_every=1)
+    full, resumed = assert_resumes_with_fresh_episodes(mod, args, capfd, monkeypatch)  # the JVM's games do not pickle
+    assert resumed["learning_rate"] == [0.0]  # the schedule continued to its end, not restarted
+
+
+# ---- bad input -----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     "kw, message",
     [
         ({"env_id": "MicrortsAttack-v9"}, "unknown Gym-μRTS task 'MicrortsAttack-v9'"),
-        ({"max_steps": 0}, "--max-steps must be positive"),
+        ({"max_steps": 0}, "--max-steps must be a finite number >= 1"),
+        ({"total_timesteps": 10}, "leaves no iteration to run"),
     ] + PPO_BAD_INPUT,
 )
 def test_bad_input_rejected_before_training(mod, kw, message):
@@ -146,12 +188,12 @@ def test_bad_input_rejected_before_training(mod, kw, message):
 
 
 def test_missing_microrts_is_a_config_error(mod, monkeypatch):
-    monkeypatch.setitem(sys.modules, "gym_microrts", None)  # makes `import gym_microrts` fail
+    monkeypatch.setitem(sys.modules, "gym_microrts", None)  # as if it were not installed
     with pytest.raises(mod.ConfigError, match="Gym-μRTS is not installed"):
         mod.check_args(tiny(mod))
 
 
-@needs_microrts
+@_microrts_missing
 def test_missing_java_is_a_config_error(mod, monkeypatch):
     import jpype
 
@@ -164,9 +206,7 @@ def test_missing_java_is_a_config_error(mod, monkeypatch):
 
 
 def test_foreign_checkpoint_rejected(mod):
-    torch.save({"script": "ppo_procgen.py", "model": {}}, "other.pt")
-    with pytest.raises(mod.ConfigError, match="written by ppo_procgen.py"):
-        mod.train(mod.Args(resume="other.pt"))
+    assert_foreign_and_corrupt_checkpoints_rejected(mod, "ppo_procgen.py")
 
 
 def test_cli_error_is_one_line_and_import_is_silent(mod):
@@ -174,5 +214,48 @@ def test_cli_error_is_one_line_and_import_is_silent(mod):
     res = subprocess.run([sys.executable, os.path.join(ROOT, f"{name}.py"), "--max-steps", "0", "--no-cuda"],
                          capture_output=True, text=True)
     assert res.returncode != 0 and "Traceback" not in res.stderr
-    assert res.stderr.strip().splitlines() == [f"{name}.py: error: --max-steps must be positive, got 0"]
+    assert res.stderr.strip().splitlines() == [f"{name}.py: error: --max-steps must be a finite number >= 1, got 0"]
     assert res.stdout == "" and os.listdir(".") == []  # loading the module printed and wrote nothing
+
+
+# ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
+
+
+@needs_microrts
+def test_hack_cleanrl_update_trains(mod, tmp_path, monkeypatch):
+    assert_cleanrl_update_trains(mod, tiny(mod), tmp_path, monkeypatch)
+
+
+@needs_microrts
+def test_hack_temperature_changes_what_the_rollout_samples(mod, monkeypatch):
+    """tests/hacks.py's check (b) for a MultiDiscrete head: the head fixed so that component 0 (the action type) of
+    every cell has logits (0, 1, 0, 0, 0, 0), a temperature dividing them in the policy head; the rollout's component-0
+    choices follow softmax(logits / temperature), not softmax(logits), and the update scores the same policy.
+    The mask script gets component 0 all valid (its other components stay masked)."""
+    logits, temperature = torch.tensor([0.0, 1.0, 0.0, 0.0, 0.0, 0.0], dtype=torch.float64), 0.25
+    bias = torch.zeros(100, sum(NVEC))
+    bias[:, :6] = logits
+    sampled = edited_agent(mod, monkeypatch, "actor", lambda agent: setattr(
+        agent, "actor", nn.Sequential(agent.actor, Scale(1 / temperature))), bias=bias.reshape(-1))
+    if hasattr(mod.MicrortsVecEnv, "action_mask"):
+        real_mask = mod.MicrortsVecEnv.action_mask
+
+        def action_type_all_valid(self):
+            mask = real_mask(self)
+            mask[..., :6] = True
+            return mask
+
+        monkeypatch.setattr(mod.MicrortsVecEnv, "action_mask", action_type_all_valid)
+    out = mod.train(tiny(mod))
+    actions = torch.cat([a[..., 0].reshape(-1) for a in sampled]).long()
+    assert len(actions) == 2 * 16 * 2 * 100  # every rollout step sampled through Agent.get_action_and_value
+    freq = torch.bincount(actions, minlength=6).double() / len(actions)
+    edited, unedited = ((logits / t).softmax(-1) for t in (temperature, 1.0))
+    tol = 4 / np.sqrt(len(actions))
+    assert (freq - edited).abs().max() < tol and (freq - unedited).abs().max() > 2 * tol, (freq, edited, unedited)
+    assert all(f["ratio_max_dev"] < 1e-5 for f in out["first_minibatch"])
+
+
+@needs_microrts
+def test_hack_added_layer_trains(mod, monkeypatch):
+    assert_added_layer_trains(mod, tiny(mod), monkeypatch)
