@@ -100,7 +100,7 @@ class ConfigError(ValueError):
 # every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
 RANGES = [("total_timesteps num_envs num_workers num_steps save_every eval_episodes", 1, math.inf, True),
           ("learning_rate max_grad_norm loss_scale rmsprop_eps", 0, math.inf, False),
-          ("ent_coef vf_coef", 0, math.inf, True), ("gamma rmsprop_decay", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
+          ("ent_coef vf_coef torch_threads", 0, math.inf, True), ("gamma rmsprop_decay", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
 # the flags that may change beside --resume: the budget, and how the run is saved or placed
 RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "track", "channels_last",
              "num_workers"}
@@ -235,7 +235,7 @@ class ParallelEnvs:
 
     def step(self, actions):
         rewards, terminations, truncations, final_obs = zip(*self._all(np.split(actions, len(self.pipes))))
-        return self.obs, np.concatenate(rewards), np.concatenate(terminations), np.concatenate(truncations), \
+        return self.obs.copy(), np.concatenate(rewards), np.concatenate(terminations), np.concatenate(truncations), \
             {"final_obs": {i: o for worker in final_obs for i, o in worker.items()}}
 
     def snapshot(self):

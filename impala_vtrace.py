@@ -105,7 +105,7 @@ class ActorError(RuntimeError):
 # every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
 RANGES = [("total_timesteps num_actors num_envs_per_actor unroll_length batch_size save_every eval_episodes",
            1, math.inf, True), ("learning_rate max_grad_norm rho_bar c_bar rmsprop_eps actor_timeout", 0, math.inf, False),
-          ("ent_coef vf_coef", 0, math.inf, True), ("gamma rmsprop_alpha", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
+          ("ent_coef vf_coef torch_threads", 0, math.inf, True), ("gamma rmsprop_alpha", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
 # the flags that may change beside --resume: the budget, and how the run is saved or placed
 RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "channels_last", "track",
              "num_actors", "actor_timeout"}

@@ -97,7 +97,7 @@ class ConfigError(ValueError):
 # every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
 RANGES = [("total_timesteps num_envs num_steps num_minibatches update_epochs save_every eval_episodes", 1, math.inf, True),
           ("learning_rate clip_coef max_grad_norm target_kl", 0, math.inf, False),
-          ("ent_coef vf_coef", 0, math.inf, True), ("gamma gae_lambda", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
+          ("ent_coef vf_coef torch_threads", 0, math.inf, True), ("gamma gae_lambda", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
 # the flags that may change beside --resume: the budget, and how the run is saved or placed
 RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "channels_last", "track"}
 

@@ -103,7 +103,7 @@ class ConfigError(ValueError):
 # every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
 RANGES = [("total_timesteps num_envs num_steps num_minibatches update_epochs save_every eval_episodes", 1, math.inf, True),
           ("learning_rate clip_coef max_grad_norm target_kl", 0, math.inf, False),
-          ("ent_coef vf_coef", 0, math.inf, True), ("gamma gae_lambda", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
+          ("ent_coef vf_coef torch_threads", 0, math.inf, True), ("gamma gae_lambda", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
 # the flags that may change beside --resume: the budget, and how the run is saved or placed
 RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "channels_last", "track"}
 
@@ -237,14 +237,14 @@ class Agent(nn.Module):
         self.to(memory_format=self.memory_format)
 
     def initial_state(self, num_envs, device=None):  # detail L2: zero hidden and cell states
-        return tuple(torch.zeros(1, num_envs, self.lstm.hidden_size, device=device) for _ in range(2))
+        return tuple(torch.zeros(self.lstm.num_layers, num_envs, self.lstm.hidden_size, device=device) for _ in range(2))
 
     def hidden(self, x, lstm_state, done):
         """x: [T * N, ...] time-major; done: [T * N], 1 where x begins an episode; lstm_state: two [1, N, 128].
         Returns the LSTM outputs [T * N, 128] and the state after the last step."""
         # detail A9: uint8 pixels to [0, 1]; without it the first update's KL explodes (seed 000)
         hidden = self.network(x.contiguous(memory_format=self.memory_format).float() / 255.0)
-        hidden, done = hidden.view(-1, lstm_state[0].shape[1], 512), done.view(-1, lstm_state[0].shape[1])
+        hidden, done = hidden.view(-1, lstm_state[0].shape[1], hidden.shape[-1]), done.view(-1, lstm_state[0].shape[1])
         # one LSTM call per stretch of steps in which no env begins an episode: the state is zeroed only at a
         # stretch's first step, so this is the step-by-step recursion in ~T / episode length calls, not T
         cuts = [0, *(done[1:].any(1).nonzero().flatten() + 1).tolist(), len(done)] if len(done) > 1 else [0, 1]

@@ -109,7 +109,7 @@ class ConfigError(ValueError):
 # every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
 RANGES = [("total_timesteps num_envs num_steps num_minibatches update_epochs save_every eval_episodes", 1, math.inf, True),
           ("learning_rate clip_coef max_grad_norm target_kl clip_obs clip_reward", 0, math.inf, False),
-          ("ent_coef vf_coef", 0, math.inf, True), ("gamma gae_lambda", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
+          ("ent_coef vf_coef torch_threads", 0, math.inf, True), ("gamma gae_lambda", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
 # the flags that may change beside --resume: the budget, and how the run is saved or placed
 RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "track"}
 
@@ -250,13 +250,13 @@ class Agent(nn.Module):
     def get_action_and_value(self, x, action=None):
         """Sample an action, or score the given one: (action, log-prob, entropy, value).
         The rollout and the update both call this, so an edit here applies to both."""
-        mean, std = self.actor_mean(x), self.actor_logstd.exp()  # detail C2: one std for every state
+        mean = self.actor_mean(x)
+        logstd = self.actor_logstd.expand_as(mean)  # detail C2: one std for every state (edit here for more)
         if action is None:  # unbounded: the env gets it clipped to its bounds (detail C5)
-            action = mean + std * torch.randn_like(mean)
+            action = mean + logstd.exp() * torch.randn_like(mean)
         # Normal(mean, std) written out, cheaper per step; detail C3: sums over the independent action components
-        log_norm = self.actor_logstd.sum() + 0.5 * math.log(2 * math.pi) * mean.shape[-1]
-        logprob = -0.5 * ((action - mean) / std).square().sum(-1) - log_norm
-        return action, logprob, (log_norm + 0.5 * mean.shape[-1]).expand_as(logprob), self.get_value(x)
+        logprob = (-0.5 * ((action - mean) / logstd.exp()).square() - logstd - 0.5 * math.log(2 * math.pi)).sum(-1)
+        return action, logprob, (0.5 + 0.5 * math.log(2 * math.pi) + logstd).sum(-1), self.get_value(x)
 
 
 def compute_gae(rewards, values, dones, next_value, gamma, gae_lambda):

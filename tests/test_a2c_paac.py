@@ -568,6 +568,7 @@ BAD_INPUT = [
     ({"rmsprop_decay": -0.1}, "rmsprop-decay must be a finite number >= 0 and <= 1"),
     ({"seed": -1}, "seed must be"),
     ({"seed": 2**32}, "seed must be"),
+    ({"torch_threads": -1}, "torch-threads must be a finite number >= 0"),
     ({"num_workers": 3, "num_envs": 4}, "--num-envs 4 is not divisible by --num-workers 3"),
     ({"total_timesteps": 9}, "leaves no iteration to run"),
     ({"arch": "resnet"}, "nips or nature"),

@@ -450,6 +450,7 @@ def test_hack_added_layer_trains(monkeypatch):
         ({"actor_timeout": 0.0}, "--actor-timeout must be"),
         ({"save_every": 0}, "--save-every must be"),
         ({"seed": -1}, "--seed must be"),
+        ({"torch_threads": -1}, "--torch-threads must be a finite number >= 0"),
         ({"resume": "missing.pt"}, "could not be read.*No such file"),
     ],
 )

@@ -522,6 +522,7 @@ PPO_BAD_INPUT = [
     ({"gae_lambda": float("nan")}, "gae-lambda must be"),
     ({"seed": -1}, "seed must be"),
     ({"seed": 2**32}, "seed must be"),
+    ({"torch_threads": -1}, "torch-threads must be a finite number >= 0"),
     ({"num_envs": 1, "num_steps": 4, "num_minibatches": 4}, "minibatches of 2 or more"),
 ]
 
