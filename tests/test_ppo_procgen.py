@@ -1,4 +1,5 @@
-"""Tests of ppo_procgen.py: the IMPALA CNN, reward scaling, GAE, a real Procgen run, checkpoints and bad input.
+"""Tests of ppo_procgen.py: the IMPALA CNN, the reward scaling and episode statistics of the Procgen env, a real
+Procgen run, checkpoints (the same games after a resume), bad input and the hack-safety checks.
 
 The tests marked `needs_procgen` run the real games; they are skipped only when the procgen package is
 not installed at all (an installed but broken Procgen fails them).
@@ -13,21 +14,17 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from test_ppo import (
-    PPO_BAD_INPUT,
-    assert_foreign_and_corrupt_checkpoints_rejected,
-    assert_rejected_before_training,
-    assert_resumed_log_reads_once,
-    keep_checkpoint,
-    read_scalars,
-    resume_later,
-)
+from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout
+from test_ppo import (PPO_BAD_INPUT, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
+                      assert_resumed_log_reads_once, keep_checkpoint, read_scalars, resume_later)
 from test_ppo_atari import assert_channels_last_is_the_same_math
 
 import ppo_procgen as mod
 
 needs_procgen = pytest.mark.skipif(
-    importlib.util.find_spec("procgen") is None, reason="procgen not installed (bash scripts/install_extras.sh procgen)"
+    importlib.util.find_spec("procgen") is None,
+    reason="procgen not installed (bash scripts/install_extras.sh procgen)" if sys.version_info < (3, 13)
+    else "procgen-mirror has no wheel for Python 3.13: Procgen runs on Python 3.11 and 3.12",
 )
 
 
@@ -40,60 +37,97 @@ def tiny(**kw):
 # ---- detail P1: the IMPALA CNN -------------------------------------------------------------------
 
 
-def test_impala_cnn_shapes_and_init():
+def test_impala_cnn_shapes_init_and_pixel_scaling():
     torch.manual_seed(0)
-    agent = mod.Agent((64, 64, 3), 15)
-    stages = [m for m in agent.network if isinstance(m, mod.ConvSequence)]
-    assert [s.get_output_shape() for s in stages] == [(16, 32, 32), (32, 16, 16), (32, 8, 8)]
-    x = torch.randint(0, 256, (5, 64, 64, 3), dtype=torch.uint8)
-    h = x.permute(0, 3, 1, 2).float() / 255
-    for stage in stages:  # each stage's real output has the shape it reports
+    agent = mod.Agent(3, 15)
+    stages = list(agent.network)[:3]
+    h = torch.rand(5, 3, 64, 64)
+    for stage, shape in zip(stages, [(16, 32, 32), (32, 16, 16), (32, 8, 8)]):  # each stage halves height and width
         h = stage(h)
-        assert h.shape[1:] == stage.get_output_shape()
-    assert len([m for m in agent.modules() if isinstance(m, mod.ResidualBlock)]) == 6  # two per stage
+        assert h.shape[1:] == shape
+        assert [type(m) for m in stage] == [torch.nn.Conv2d, torch.nn.MaxPool2d, mod.Residual, mod.Residual]
     dense = [m for m in agent.network if isinstance(m, torch.nn.Linear)]
     assert [(d.in_features, d.out_features) for d in dense] == [(32 * 8 * 8, 256)]
-    logits, value = agent.get_logits_and_value(x)
-    assert logits.shape == (5, 15) and value.shape == (5,)
-    assert torch.allclose(agent.get_value(x), value) and torch.allclose(agent.get_logits(x), logits)
     for head, std in [(agent.actor, 0.01), (agent.critic, 1.0)]:  # detail 2: only the heads are orthogonal
         np.testing.assert_allclose(torch.linalg.svdvals(head.weight.detach()).numpy(), std, rtol=1e-4)
+        assert torch.all(head.bias == 0)
+    trunk = [m for m in agent.network.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    assert len(trunk) == 3 * 5 + 1 and all((m.bias != 0).all() for m in trunk)  # PyTorch's default init, not layer_init
     # a residual block adds to its input: zeroing its last conv makes it the identity
-    block = mod.ResidualBlock(4)
-    torch.nn.init.zeros_(block.conv1.weight), torch.nn.init.zeros_(block.conv1.bias)
-    z = torch.randn(2, 4, 6, 6)
+    block = stages[0][2]
+    torch.nn.init.zeros_(block[3].weight), torch.nn.init.zeros_(block[3].bias)
+    z = torch.randn(2, 16, 6, 6)
     assert torch.equal(block(z), z)
-
-
-# ---- reward scaling and clipping -----------------------------------------------------------------
+    # detail A9: uint8 frames give the outputs of the float frames already scaled to [0, 1]; one trunk for both heads
+    x, actions = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8), torch.tensor([0, 14])
+    _, logprob, entropy, value = agent.get_action_and_value(x, actions)
+    hidden = agent.network(x.float() / 255.0)
+    dist = torch.distributions.Categorical(logits=agent.actor(hidden))
+    torch.testing.assert_close(logprob, dist.log_prob(actions))
+    torch.testing.assert_close(entropy, dist.entropy())
+    torch.testing.assert_close(value, agent.critic(hidden).squeeze(-1))
+    torch.testing.assert_close(agent.get_value(x), value)
 
 
 def test_channels_last_is_the_same_math():
-    x = torch.randint(0, 256, (3, 64, 64, 3), dtype=torch.uint8)
-    assert_channels_last_is_the_same_math(lambda cl: mod.Agent((64, 64, 3), 15, cl), lambda a, x: a.get_logits_and_value(x), x)
+    x = torch.randint(0, 256, (3, 3, 64, 64), dtype=torch.uint8)
+    assert_channels_last_is_the_same_math(lambda cl: mod.Agent(3, 15, cl), lambda a, x: a.get_action_and_value(x, torch.arange(3))[1:], x)
     assert mod.Args().channels_last
 
 
-def test_reward_scaler_matches_running_std_of_discounted_returns():
+def test_reference_defaults():
+    a = mod.Args()  # CleanRL's ppo_procgen.py (openai/train-procgen's settings, easy distribution, all levels)
+    assert (a.env_id, a.distribution_mode, a.num_levels, a.start_level) == ("starpilot", "easy", 0, 0)
+    assert (a.num_envs, a.num_steps, a.num_minibatches, a.update_epochs, a.total_timesteps) == (64, 256, 8, 3, 25_000_000)
+    assert (a.learning_rate, a.anneal_lr, a.gamma, a.gae_lambda, a.clip_coef, a.ent_coef) == (5e-4, False, 0.999, 0.95, 0.2, 0.01)
+    assert (a.norm_reward, a.reward_norm_gamma, a.clip_reward) == (True, None, 10.0)
+
+
+# ---- the env: episode statistics and reward scaling ------------------------------------------------
+
+
+class ScriptedGames:
+    """Stands in for the gym3 games: each act() is followed by the next scripted (rewards, dones)."""
+
+    def __init__(self, script):
+        self.script, self.t = script, -1
+
+    def act(self, actions):
+        self.t += 1
+
+    def observe(self):
+        rewards, dones = self.script[self.t] if self.t >= 0 else (np.zeros(3), np.zeros(3, bool))
+        return rewards.astype(np.float32), {"rgb": np.zeros((3, 64, 64, 3), np.uint8)}, dones
+
+
+@needs_procgen
+@pytest.mark.parametrize("norm_reward", [True, False])
+def test_reward_scaling_and_raw_scores(norm_reward):
     g = np.random.default_rng(0)
-    scaler = mod.RewardScaler(3, gamma=0.9, clip=10.0)
-    ret, seen = np.zeros(3), []
-    for t in range(40):
-        r = g.normal(size=3) * 2
-        d = g.random(3) < 0.2
-        out = scaler(r, d)
-        ret = ret * 0.9 + r
+    script = [(g.normal(size=3) * 2, g.random(3) < 0.2) for _ in range(40)]
+    env = mod.ProcgenVecEnv(mod.Args(gamma=0.9, norm_reward=norm_reward), 3, 0)
+    env.env = ScriptedGames(script)
+    ret, seen, score, finished, logged = np.zeros(3), [], np.zeros(3), [], []
+    for r, d in script:
+        obs, out, done, truncated, info = env.step(np.zeros(3))
+        assert obs.shape == (3, 3, 64, 64) and out.dtype == np.float32 and np.array_equal(done, d) and not truncated.any()
+        r = r.astype(np.float32)
+        ret, score = ret * 0.9 + r, score + r
         seen.extend(ret)
-        # the running statistics start from mean 0, var 1 with weight 1e-4; merged exactly with all returns
+        # VecNormalize: the running statistics start from mean 0, var 1 with weight 1e-4, merged with all returns
         x, c0 = np.array(seen), 1e-4
         mean = x.sum() / (c0 + x.size)
         var = (c0 * 1.0 + c0 * mean**2 + ((x - mean) ** 2).sum()) / (c0 + x.size)
-        np.testing.assert_allclose(out, np.clip(r / np.sqrt(var + 1e-8), -10, 10), rtol=1e-5)
-        ret[d] = 0.0
-    assert out.dtype == np.float32
-    np.testing.assert_allclose(scaler.returns, ret)
-    clipped = mod.RewardScaler(1, gamma=0.99, clip=1.0)(np.array([1e3]), np.array([False]))
-    assert clipped.tolist() == [1.0]
+        np.testing.assert_allclose(out, np.clip(r / np.sqrt(var + 1e-8), -10, 10) if norm_reward else r, rtol=1e-5)
+        finished.extend(score[d])
+        if "final_info" in info:
+            fi = info["final_info"]
+            logged.extend(fi["episode"]["r"][fi["_episode"]])
+        ret[d], score[d] = 0.0, 0.0
+    assert len(finished) > 5 and logged == pytest.approx(finished)  # raw scores, before the scaling
+    env = mod.ProcgenVecEnv(mod.Args(clip_reward=1.0), 3, 0)
+    env.env = ScriptedGames([(np.array([1e3, -1e3, 0.0]), np.zeros(3, bool))])
+    assert env.step(np.zeros(3))[1].tolist() == [1.0, -1.0, 0.0]  # clipped to +-clip_reward
 
 
 # ---- a real Procgen run --------------------------------------------------------------------------
@@ -103,11 +137,13 @@ def test_reward_scaler_matches_running_std_of_discounted_returns():
 def test_procgen_env_steps_and_resets_in_place():
     envs = mod.make_envs(tiny(env_id="starpilot"), "x")
     obs, _ = envs.reset()
-    assert obs.shape == (2, 64, 64, 3) and obs.dtype == np.uint8 and envs.single_action_space.n == 15
+    assert obs.shape == (2, 3, 64, 64) and obs.dtype == np.uint8 and envs.single_action_space.n == 15
+    assert envs.single_observation_space.shape == obs.shape[1:]
     obs2, reward, done, trunc, _ = envs.step(np.array([0, 1]))
     assert obs2.shape == obs.shape and reward.shape == (2,) and done.dtype == bool and not trunc.any()
     a, b = mod.make_envs(tiny(seed=5), "x"), mod.make_envs(tiny(seed=5), "x")
     assert np.array_equal(a.reset()[0], b.reset()[0])  # the seed fixes the levels
+    assert not np.array_equal(a.reset()[0], mod.make_envs(tiny(seed=6), "x").reset()[0])
 
 
 @needs_procgen
@@ -116,13 +152,19 @@ def test_training_end_to_end_logs_and_keeps_lr_constant():
     assert out["global_step"] == 96 and len(out["losses"]) == 3
     assert out["learning_rate"] == [5e-4] * 3  # detail 4: not annealed for procgen
     assert out["optimizer"].defaults["eps"] == 1e-5
-    for first in out["first_minibatch"]:  # stored rollout log-probs equal the update's recomputation
+    for first in out["first_minibatch"]:  # the rollout's log-probs equal the update's recomputation
         assert first["ratio_max_dev"] < 1e-5 and first["clipfrac"] == 0.0
-    run_dir = f"runs/{out['run_name']}"
     for tag in ["charts/learning_rate", "charts/SPS", "losses/value_loss", "losses/policy_loss", "losses/entropy",
                 "losses/old_approx_kl", "losses/approx_kl", "losses/clipfrac", "losses/explained_variance"]:
-        values = read_scalars(run_dir, tag)
-        assert values and all(np.isfinite(values)), tag
+        values = read_scalars(out["run_dir"], tag)
+        assert len(values) == 3 and all(np.isfinite(values)), tag
+
+
+@needs_procgen
+def test_logged_returns_are_raw_game_scores():
+    out = mod.train(tiny(env_id="bossfight", num_steps=64, total_timesteps=2 * 64 * 2))
+    assert len(out["episodic_return"]) >= 2 and all(length > 0 for length in out["episodic_length"])
+    np.testing.assert_allclose(read_scalars(out["run_dir"], "charts/episodic_return"), out["episodic_return"])
 
 
 @needs_procgen
@@ -131,16 +173,39 @@ def test_resume_matches_uninterrupted_run(monkeypatch):
     full = mod.train(tiny(num_steps=8, total_timesteps=2 * 8 * 4, save_model=True, save_every=2))
     resumed = resume_later(mod, kept)
     assert resumed["losses"] == full["losses"][2:]  # the games' states were restored, not restarted
-    assert resumed["global_step"] == full["global_step"]
+    assert resumed["global_step"] == full["global_step"] and resumed["run_dir"] == full["run_dir"]
     assert_resumed_log_reads_once(full, returns=False)  # no starpilot game ends in 64 steps
 
 
 @needs_procgen
-def test_evaluate_checkpoint_matches_live_agent():
+def test_resume_continues_the_scores_and_reward_statistics(monkeypatch):
+    keep_checkpoint(mod, monkeypatch, kept := "iteration1.pt", at=1)
+    args = tiny(env_id="dodgeball", num_steps=48, total_timesteps=2 * 48 * 2, save_model=True, save_every=1)
+    full = mod.train(args)
+    assert mod.load_checkpoint(kept)[0]["envs"]["count"] == pytest.approx(1e-4 + 2 * 48)  # the running moments are saved
+    resumed = resume_later(mod, kept)
+    assert resumed["losses"] == full["losses"][1:]
+    n_before = len(full["episodic_return"]) - len(resumed["episodic_return"])
+    assert resumed["episodic_return"] == full["episodic_return"][n_before:]  # games that spanned the resume included
+    # a game that began before the checkpoint and ended after it: its length counts from its real start
+    assert resumed["episodic_length"] == full["episodic_length"][n_before:] and max(resumed["episodic_length"]) > 48
+
+
+@needs_procgen
+def test_evaluate_checkpoint():
     out = mod.train(tiny(env_id="bossfight", save_model=True))
-    from_ckpt = mod.evaluate(out["checkpoint"], eval_episodes=1, seed=3)
-    live = mod.evaluate_agent(out["agent"], tiny(env_id="bossfight"), eval_episodes=1, seed=3)
-    assert len(from_ckpt) == 1 and from_ckpt == live
+    ckpt, _ = mod.load_checkpoint(out["checkpoint"])
+    assert all(torch.equal(ckpt["model"][k], v) for k, v in out["agent"].state_dict().items())
+    scores = mod.evaluate(out["checkpoint"], eval_episodes=2, seed=3)
+    assert len(scores) == 2 and scores == mod.evaluate(out["checkpoint"], eval_episodes=2, seed=3)  # seeded
+    with pytest.raises(mod.ConfigError, match="eval-episodes must be"):
+        mod.evaluate(out["checkpoint"], eval_episodes=0)
+
+
+@needs_procgen
+def test_capture_video_records_env_0_games():
+    out = mod.train(tiny(env_id="bossfight", num_steps=32, capture_video=True))
+    assert os.path.getsize(f"videos/{out['run_name']}/00000.mp4") > 1000
 
 
 # ---- bad input -----------------------------------------------------------------------------------
@@ -150,17 +215,24 @@ def test_evaluate_checkpoint_matches_live_agent():
     "kw, message",
     [
         ({"env_id": "pong"}, "unknown Procgen game 'pong'"),
-        ({"distribution_mode": "easiest"}, "--distribution-mode must be one of"),
+        ({"distribution_mode": "easiest"}, "--distribution-mode must be one of easy, hard"),
+        ({"num_levels": -1}, "--num-levels must be a finite number >= 0"),
+        ({"start_level": 2**31}, "--start-level must be"),
+        ({"seed": 2**31}, "--seed must be a finite number >= 0 and <= 2147483647"),
+        ({"clip_reward": 0.0}, "--clip-reward must be a finite number > 0"),
+        ({"reward_norm_gamma": 1.5}, "--reward-norm-gamma must be"),
+        ({"total_timesteps": 10}, "leaves no iteration to run"),
     ] + PPO_BAD_INPUT,
 )
 def test_bad_input_rejected_before_training(kw, message):
     assert_rejected_before_training(mod, tiny(**kw), message)
 
 
-def test_missing_procgen_is_a_config_error(monkeypatch):
-    monkeypatch.setitem(sys.modules, "procgen", None)  # makes `import procgen` fail
-    with pytest.raises(mod.ConfigError, match="Procgen is not installed"):
-        mod.check_args(tiny())
+@pytest.mark.parametrize("package, message", [("procgen", "Procgen is not installed"), ("imageio_ffmpeg", "needs imageio_ffmpeg")])
+def test_missing_packages_are_config_errors(monkeypatch, package, message):
+    monkeypatch.setitem(sys.modules, package, None)  # makes `import <package>` fail
+    with pytest.raises(mod.ConfigError, match=message):
+        mod.check_args(tiny(capture_video=True))
 
 
 def test_foreign_checkpoint_rejected():
@@ -175,3 +247,22 @@ def test_cli_error_is_one_line_and_import_is_silent():
         "ppo_procgen.py: error: unknown Procgen game 'pong'; choose one of " + ", ".join(mod.PROCGEN_GAMES)
     ]
     assert res.stdout == "" and os.listdir(".") == []  # loading the module printed and wrote nothing
+
+
+# ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
+
+
+@needs_procgen
+def test_hack_cleanrl_update_trains(tmp_path, monkeypatch):
+    assert_cleanrl_update_trains(mod, tiny(), tmp_path, monkeypatch)
+
+
+@needs_procgen
+def test_hack_temperature_changes_what_the_rollout_samples(monkeypatch):
+    args = tiny(num_envs=4, num_steps=128, num_minibatches=1, total_timesteps=512)
+    assert_temperature_changes_rollout(mod, args, monkeypatch, logits=(0.0, 1.0) + (0.0,) * 13)
+
+
+@needs_procgen
+def test_hack_added_layer_trains(monkeypatch):
+    assert_added_layer_trains(mod, tiny(), monkeypatch)
