@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT, CountingEnv, next_second
-from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout
+from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout, edited_agent
 
 SCRIPTS = ["ppo", "ppo_shared"]
 
@@ -282,6 +282,21 @@ def test_hack_cleanrl_update_trains(mod, tmp_path, monkeypatch):
 
 def test_hack_temperature_changes_what_the_rollout_samples(mod, monkeypatch):
     assert_temperature_changes_rollout(mod, tiny(mod, num_envs=8, num_steps=256, total_timesteps=2048), monkeypatch)
+
+
+class MaskFirstAction(torch.nn.Module):
+    def forward(self, logits):  # the way a researcher masks an action: its logit to -inf
+        return logits.masked_fill(torch.arange(logits.shape[-1]) == 0, float("-inf"))
+
+
+def test_hack_minus_inf_mask_in_the_head_trains(mod, monkeypatch):
+    sampled = edited_agent(mod, monkeypatch, "actor",
+                           lambda agent: setattr(agent, "actor", torch.nn.Sequential(agent.actor, MaskFirstAction())))
+    out = mod.train(tiny(mod))
+    actions = torch.cat([a.reshape(-1) for a in sampled])
+    assert len(actions) == 2 * 16 * 4 and not (actions == 0).any()  # the masked action is never taken
+    assert all(np.isfinite(v) for losses in out["losses"] for v in losses.values())  # entropy 0, not nan, for it
+    assert all(np.isfinite(p.detach()).all() for p in out["agent"].parameters())
 
 
 def test_hack_added_layer_trains(mod, monkeypatch):
