@@ -7,6 +7,7 @@ import dataclasses
 import importlib
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -641,3 +642,33 @@ def test_unwritable_directory_is_one_line(mod, tmp_path, monkeypatch):
         os.chmod(tmp_path, 0o500)
     with pytest.raises(mod.ConfigError, match="cannot create runs/.*run from a writable directory"):
         mod.train(tiny(mod))
+
+
+# ---- progress on long runs (issue 22) ----------------------------------------------------------------
+
+
+def test_progress_plain_lines_in_a_pipe_and_one_updating_line_in_a_terminal(mod):
+    import pty
+
+    script = os.path.join(ROOT, f"{mod.__name__}.py")
+    cmd = [sys.executable, script, "--no-cuda", "--num-envs", "2", "--num-steps", "16", "--total-timesteps", str(2 * 16 * 12)]
+    piped = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    lines = [line for line in piped.splitlines() if line.startswith("step ")]
+    # a file or pipe: a plain line every 10 iterations and at the end, with steps done / total, steps/s, ETA, return
+    assert [line.split()[1] for line in lines] == ["320/384", "384/384"] and "\r" not in piped and "\033" not in piped
+    assert re.fullmatch(r"step 384/384 SPS \d+ ETA 0:00:00 return\(last 20\) [\d.]+", lines[-1])
+    pid, fd = pty.fork()
+    if pid == 0:  # a terminal: the same line rewritten in place after every iteration
+        os.execv(sys.executable, cmd)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.waitpid(pid, 0)
+    text = out.decode()
+    assert text.count("\rstep ") == 12 and "\rstep 384/384" in text and text.count("\n") <= 3
