@@ -130,3 +130,18 @@ def assert_added_layer_trains(mod, args, monkeypatch, head="actor"):
     assert isinstance(norm, nn.LayerNorm) and (norm.weight - 1).abs().max().item() > 0
     assert all(f["ratio_max_dev"] < 1e-5 for f in out["first_minibatch"])
     return out
+
+
+def hack_safety_tests(mod, args, temperature_args, logits=(0.0, 1.0)):
+    """The three checks above as pytest tests for a script with a Categorical head named `actor`; a test module
+    assigns the returned functions to names starting with test_ (pytest collects them there)."""
+    def test_hack_cleanrl_update_trains(tmp_path, monkeypatch):
+        assert_cleanrl_update_trains(mod, args, tmp_path, monkeypatch)
+
+    def test_hack_temperature_changes_what_the_rollout_samples(monkeypatch):
+        assert_temperature_changes_rollout(mod, temperature_args, monkeypatch, logits=logits)
+
+    def test_hack_added_layer_trains(monkeypatch):
+        assert_added_layer_trains(mod, args, monkeypatch)
+
+    return test_hack_cleanrl_update_trains, test_hack_temperature_changes_what_the_rollout_samples, test_hack_added_layer_trains

@@ -558,6 +558,13 @@ def test_foreign_checkpoint_rejected(mod):
     assert_foreign_and_corrupt_checkpoints_rejected(mod, "ppo_atari.py")
 
 
+def assert_cli_error_is_one_line(script, flags, expected):
+    """`python <script> <flags>` stops with exit 1 and exactly the line `expected` on stderr, no traceback."""
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, script), *flags], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert [line for line in proc.stderr.splitlines() if line.startswith(script)] == [expected]
+
+
 def test_cli_error_is_one_line_without_traceback(mod):
     script = os.path.join(ROOT, f"{mod.__name__}.py")
     res = subprocess.run([sys.executable, script, "--env-id", "Pendulum-v1", "--no-cuda"], capture_output=True, text=True)

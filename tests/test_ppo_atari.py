@@ -3,17 +3,14 @@ game score, checkpoints and bad input. The core PPO math is tested in test_ppo.p
 """
 
 import os
-import subprocess
-import sys
 
 import ale_py
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
-from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout
-from test_ppo import (PPO_BAD_INPUT, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
+from hacks import hack_safety_tests
+from test_ppo import (PPO_BAD_INPUT, assert_cli_error_is_one_line, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
                       assert_resumes_with_fresh_episodes, read_scalars)
 
 import ppo_atari
@@ -289,26 +286,13 @@ def test_foreign_checkpoint_rejected():
 # ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
 
 
-def test_hack_cleanrl_update_trains(tmp_path, monkeypatch):
-    assert_cleanrl_update_trains(ppo_atari, tiny(), tmp_path, monkeypatch)
-
-
-def test_hack_temperature_changes_what_the_rollout_samples(monkeypatch):
-    args = tiny(env_id="BreakoutNoFrameskip-v4", num_envs=4, num_steps=128, total_timesteps=512)
-    assert_temperature_changes_rollout(ppo_atari, args, monkeypatch, logits=(0.0, 1.0, 0.0, 0.0))
-
-
-def test_hack_added_layer_trains(monkeypatch):
-    assert_added_layer_trains(ppo_atari, tiny(), monkeypatch)
+test_hack_cleanrl_update_trains, test_hack_temperature_changes_what_the_rollout_samples, test_hack_added_layer_trains = hack_safety_tests(
+    ppo_atari, tiny(), tiny(env_id="BreakoutNoFrameskip-v4", num_envs=4, num_steps=128, total_timesteps=512), logits=(0.0, 1.0, 0.0, 0.0))
 
 
 def test_cli_error_is_one_line_without_traceback():
-    proc = subprocess.run([sys.executable, f"{ROOT}/ppo_atari.py", "--env-id", "CartPole-v1"],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1
-    lines = [l for l in proc.stderr.splitlines() if l.startswith("ppo_atari.py")]
-    assert lines == ["ppo_atari.py: error: CartPole-v1 is not an Atari (ALE) game; ppo_atari.py needs one, e.g. BreakoutNoFrameskip-v4"]
-    assert "Traceback" not in proc.stderr
+    assert_cli_error_is_one_line("ppo_atari.py", ["--env-id", "CartPole-v1"], (
+        "ppo_atari.py: error: CartPole-v1 is not an Atari (ALE) game; ppo_atari.py needs one, e.g. BreakoutNoFrameskip-v4"))
 
 
 def test_capture_video_records_env_0_games():

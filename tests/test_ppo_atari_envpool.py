@@ -4,16 +4,13 @@ and the PPO math are the ones of ppo_atari.py (tested there and in test_ppo.py).
 """
 
 import os
-import subprocess
-import sys
 
 import imageio
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
-from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout
-from test_ppo import (PPO_BAD_INPUT, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
+from hacks import hack_safety_tests
+from test_ppo import (PPO_BAD_INPUT, assert_cli_error_is_one_line, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
                       assert_resumes_with_fresh_episodes, read_scalars)
 from test_ppo_atari import assert_channels_last_is_the_same_math, skip_updates
 
@@ -205,22 +202,10 @@ def test_foreign_checkpoint_rejected():
 # ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
 
 
-def test_hack_cleanrl_update_trains(tmp_path, monkeypatch):
-    assert_cleanrl_update_trains(pool, tiny(), tmp_path, monkeypatch)
-
-
-def test_hack_temperature_changes_what_the_rollout_samples(monkeypatch):
-    args = tiny(env_id="Breakout-v5", num_envs=4, num_steps=128, total_timesteps=512)
-    assert_temperature_changes_rollout(pool, args, monkeypatch, logits=(0.0, 1.0, 0.0, 0.0))
-
-
-def test_hack_added_layer_trains(monkeypatch):
-    assert_added_layer_trains(pool, tiny(), monkeypatch)
+test_hack_cleanrl_update_trains, test_hack_temperature_changes_what_the_rollout_samples, test_hack_added_layer_trains = hack_safety_tests(
+    pool, tiny(), tiny(env_id="Breakout-v5", num_envs=4, num_steps=128, total_timesteps=512), logits=(0.0, 1.0, 0.0, 0.0))
 
 
 def test_cli_error_is_one_line_without_traceback():
-    proc = subprocess.run([sys.executable, f"{ROOT}/ppo_atari_envpool.py", "--env-id", "CartPole-v1"],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines() == [
-        "ppo_atari_envpool.py: error: CartPole-v1 is not an Atari game; ppo_atari_envpool.py needs one, e.g. Breakout-v5"]
+    assert_cli_error_is_one_line("ppo_atari_envpool.py", ["--env-id", "CartPole-v1"], (
+        "ppo_atari_envpool.py: error: CartPole-v1 is not an Atari game; ppo_atari_envpool.py needs one, e.g. Breakout-v5"))

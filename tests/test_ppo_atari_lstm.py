@@ -2,16 +2,13 @@
 wrappers it shares with ppo_atari.py are tested in test_ppo_atari.py; here only that it uses one frame.
 """
 
-import subprocess
-import sys
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
-from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout
-from test_ppo import (PPO_BAD_INPUT, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
+from hacks import hack_safety_tests
+from test_ppo import (PPO_BAD_INPUT, assert_cli_error_is_one_line, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
                       assert_resumes_with_fresh_episodes)
 from test_ppo_atari import assert_channels_last_is_the_same_math
 
@@ -297,23 +294,11 @@ def test_foreign_checkpoint_rejected():
 # ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
 
 
-def test_hack_cleanrl_update_trains(tmp_path, monkeypatch):
-    assert_cleanrl_update_trains(lstm_mod, tiny(), tmp_path, monkeypatch)
-
-
-def test_hack_temperature_changes_what_the_rollout_samples(monkeypatch):
-    args = tiny(env_id="BreakoutNoFrameskip-v4", num_envs=4, num_steps=128, total_timesteps=512)
-    assert_temperature_changes_rollout(lstm_mod, args, monkeypatch, logits=(0.0, 1.0, 0.0, 0.0))
-
-
-def test_hack_added_layer_trains(monkeypatch):
-    assert_added_layer_trains(lstm_mod, tiny(), monkeypatch)
+test_hack_cleanrl_update_trains, test_hack_temperature_changes_what_the_rollout_samples, test_hack_added_layer_trains = hack_safety_tests(
+    lstm_mod, tiny(), tiny(env_id="BreakoutNoFrameskip-v4", num_envs=4, num_steps=128, total_timesteps=512), logits=(0.0, 1.0, 0.0, 0.0))
 
 
 def test_cli_error_is_one_line_without_traceback():
-    proc = subprocess.run([sys.executable, f"{ROOT}/ppo_atari_lstm.py", "--num-envs", "6"],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert [l for l in proc.stderr.splitlines() if l.startswith("ppo_atari_lstm.py")] == [
+    assert_cli_error_is_one_line("ppo_atari_lstm.py", ["--num-envs", "6"], (
         "ppo_atari_lstm.py: error: --num-envs 6 is not divisible by --num-minibatches 4; each minibatch holds "
-        "whole environments' sequences"]
+        "whole environments' sequences"))
