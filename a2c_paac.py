@@ -60,6 +60,7 @@ class Args:
     cuda: bool = True  # use CUDA when available (falls back to CPU with a notice)
     torch_threads: int = 1  # torch intra-op threads of the learner (0: torch's default); the workers use the rest
     channels_last: bool = True  # run the CNN in channels-last (NHWC) memory: same math, faster on CPU (oneDNN)
+    bf16: bool = False  # the CNN's forward passes under bfloat16 autocast (experimental; heads, losses, RMSProp stay fp32)
     track: bool = False  # log to Weights & Biases (imports wandb only when set)
     wandb_project_name: str = "ppo-reference"  # the Weights & Biases project
     wandb_entity: Optional[str] = None  # the Weights & Biases entity (team)
@@ -102,7 +103,7 @@ RANGES = [("total_timesteps num_envs num_workers num_steps save_every eval_episo
           ("learning_rate max_grad_norm loss_scale rmsprop_eps", 0, math.inf, False),
           ("ent_coef vf_coef torch_threads", 0, math.inf, True), ("gamma rmsprop_decay", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
 # the flags that may change beside --resume: the budget, and how the run is saved or placed
-RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "track", "channels_last",
+RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "track", "channels_last", "bf16",
              "num_workers"}
 
 
@@ -125,6 +126,10 @@ def check_args(args: Args, ckpt=None) -> None:
     for flag, package in (("capture_video", "moviepy"), ("track", "wandb")):
         if getattr(args, flag) and importlib.util.find_spec(package) is None:
             raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
+    if args.bf16 and not (torch.cuda.is_bf16_supported() if args.cuda and torch.cuda.is_available()
+                          else torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+        raise ConfigError("--bf16 needs bfloat16 kernels (a CPU with AVX512 or AMX, a GPU of compute capability 8.0+), "
+                          "which this machine lacks; run without --bf16")
     if (spec := gym.envs.registry.get(args.env_id)) is None:
         raise ConfigError(f"unknown env id {args.env_id!r}; see gymnasium.pprint_registry() for the ids")
     if spec.kwargs.get("frameskip") != 1 or spec.kwargs.get("repeat_action_probability") != 0.0:  # ALE's own kwargs
@@ -259,7 +264,7 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
 
 
 class Agent(nn.Module):
-    def __init__(self, n_actions, arch="nips", channels_last=False):
+    def __init__(self, n_actions, arch="nips", channels_last=False, bf16=False):
         super().__init__()
         # detail 5: one shared network, a softmax policy head and a linear value head
         if arch == "nips":  # A3C FF: 32 * 9 * 9 = 2592 conv features on 4x84x84
@@ -272,11 +277,13 @@ class Agent(nn.Module):
         self.actor = layer_init(nn.Linear(hidden, n_actions), std=0.01)
         self.critic = layer_init(nn.Linear(hidden, 1), std=1.0)
         # a memory layout, not a change of the math: NHWC weights and inputs take oneDNN's fast CPU convolutions
-        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.memory_format, self.bf16 = torch.channels_last if channels_last else torch.contiguous_format, bf16
         self.to(memory_format=self.memory_format)
 
-    def hidden(self, x):
-        return self.network(x.contiguous(memory_format=self.memory_format).float() / 255.0)  # uint8 pixels to [0, 1]
+    def hidden(self, x):  # uint8 pixels to [0, 1]
+        x = x.contiguous(memory_format=self.memory_format).to(torch.bfloat16 if self.bf16 else torch.float32) / 255.0
+        with torch.autocast(x.device.type, torch.bfloat16, enabled=self.bf16):  # --bf16: the CNN; the heads stay fp32
+            return self.network(x).float()
 
     def get_value(self, x):
         return self.critic(self.hidden(x)).squeeze(-1)
@@ -384,7 +391,7 @@ def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
     ckpt, args = load_checkpoint(checkpoint_path)
     check_args(Args(env_id=args.env_id, eval_episodes=eval_episodes, seed=seed))
     env = make_env(args.env_id)
-    agent = Agent(env.action_space.n, args.arch, args.channels_last).to(device)
+    agent = Agent(env.action_space.n, args.arch, args.channels_last, args.bf16).to(device)
     agent.load_state_dict(ckpt["model"])
     returns, (obs, _), episode_return = [], env.reset(seed=seed), 0.0
     with torch.random.fork_rng(), torch.inference_mode():
@@ -435,7 +442,7 @@ def train(args: Args):
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
     with contextlib.closing(ParallelEnvs(args, run_name, ckpt and ckpt["envs"])) as envs:  # closed however it ends
-        agent = Agent(envs.single_action_space.n, args.arch, args.channels_last).to(device)
+        agent = Agent(envs.single_action_space.n, args.arch, args.channels_last, args.bf16).to(device)
         optimizer = TFRMSprop(agent.parameters(), lr=args.learning_rate, decay=args.rmsprop_decay, eps=args.rmsprop_eps)
         T, N, obs_shape = args.num_steps, args.num_envs, envs.single_observation_space.shape
         # what the envs return is stored in numpy (cheap per-step writes), what the agent returns in torch

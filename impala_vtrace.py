@@ -61,6 +61,7 @@ class Args:
     cuda: bool = True  # run the learner on CUDA when available (falls back to CPU with a notice); actors stay on CPU
     torch_threads: int = 1  # torch intra-op threads of the learner (0: torch's default); actors always use 1
     channels_last: bool = True  # run the CNN in channels-last (NHWC) memory: the same convolutions, faster on CPU
+    bf16: bool = False  # the CNN's forward passes under bfloat16 autocast (experimental; heads, losses, RMSProp stay fp32)
     track: bool = False  # log to Weights & Biases (imports wandb only when set)
     wandb_project_name: str = "ppo-reference"  # the Weights & Biases project
     wandb_entity: Optional[str] = None  # the Weights & Biases entity (team)
@@ -107,7 +108,7 @@ RANGES = [("total_timesteps num_actors num_envs_per_actor unroll_length batch_si
            1, math.inf, True), ("learning_rate max_grad_norm rho_bar c_bar rmsprop_eps actor_timeout", 0, math.inf, False),
           ("ent_coef vf_coef torch_threads", 0, math.inf, True), ("gamma rmsprop_alpha", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
 # the flags that may change beside --resume: the budget, and how the run is saved or placed
-RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "channels_last", "track",
+RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "channels_last", "bf16", "track",
              "num_actors", "actor_timeout"}
 
 
@@ -130,6 +131,10 @@ def check_args(args: Args, ckpt=None) -> None:
     for flag, package in (("capture_video", "moviepy"), ("track", "wandb")):
         if getattr(args, flag) and importlib.util.find_spec(package) is None:
             raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
+    if args.bf16 and not (torch.cuda.is_bf16_supported() if args.cuda and torch.cuda.is_available()
+                          else torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+        raise ConfigError("--bf16 needs bfloat16 kernels (a CPU with AVX512 or AMX, a GPU of compute capability 8.0+), "
+                          "which this machine lacks; run without --bf16")
     spec = gym.registry.get(args.env_id)
     if spec is None or not str(spec.entry_point).startswith("ale_py") or spec.kwargs.get("frameskip") != 1:
         raise ConfigError(f"{args.env_id!r} is not an Atari NoFrameskip id such as BreakoutNoFrameskip-v4; {SCRIPT} "
@@ -199,7 +204,7 @@ def conv_section(in_channels, out_channels):
 
 
 class Agent(nn.Module):
-    def __init__(self, n_actions, deep=False, channels_last=False):
+    def __init__(self, n_actions, deep=False, channels_last=False, bf16=False):
         super().__init__()
         if deep:  # detail 11: 84 -> 42 -> 21 -> 11 through the three sections
             self.network = nn.Sequential(conv_section(4, 16), conv_section(16, 32), conv_section(32, 32), nn.ReLU(),
@@ -211,11 +216,13 @@ class Agent(nn.Module):
         self.actor = layer_init(nn.Linear(256, n_actions), std=0.01)
         self.critic = layer_init(nn.Linear(256, 1), std=1.0)
         # a memory layout, not a change of the math: NHWC weights and inputs take oneDNN's fast CPU convolutions
-        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.memory_format, self.bf16 = torch.channels_last if channels_last else torch.contiguous_format, bf16
         self.to(memory_format=self.memory_format)
 
     def hidden(self, x):
-        return self.network(x.contiguous(memory_format=self.memory_format).float() / 255.0)
+        x = x.contiguous(memory_format=self.memory_format).to(torch.bfloat16 if self.bf16 else torch.float32) / 255.0
+        with torch.autocast(x.device.type, torch.bfloat16, enabled=self.bf16):  # --bf16: the CNN; the heads stay fp32
+            return self.network(x).float()
 
     def get_value(self, x):
         return self.critic(self.hidden(x)).squeeze(-1)
@@ -390,7 +397,7 @@ def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
     ckpt, args = load_checkpoint(checkpoint_path)
     check_args(Args(env_id=args.env_id, eval_episodes=eval_episodes, seed=seed))
     env = make_env(args.env_id, episodic_life=False)
-    agent = Agent(env.action_space.n, args.deep).to(device)
+    agent = Agent(env.action_space.n, args.deep, args.channels_last, args.bf16).to(device)
     agent.load_state_dict(ckpt["model"])
     returns, (obs, _), episode_return = [], env.reset(seed=seed), 0.0
     with torch.random.fork_rng(), torch.inference_mode():
@@ -440,7 +447,7 @@ def train(args: Args):
         print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
-    agent = Agent(gym.make(args.env_id).action_space.n, args.deep, args.channels_last).to(device)
+    agent = Agent(gym.make(args.env_id).action_space.n, args.deep, args.channels_last, args.bf16).to(device)
     optimizer = torch.optim.RMSprop(agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha,
                                     eps=args.rmsprop_eps, momentum=0.0)  # detail 6: epsilon 0.01, no momentum
     start_update, global_step = 1, 0

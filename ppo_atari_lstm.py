@@ -60,6 +60,7 @@ class Args:
     cuda: bool = True  # use CUDA when available (falls back to CPU with a notice)
     torch_threads: int = 0  # torch intra-op threads (0: torch's default, one per core: the CNN update scales)
     channels_last: bool = True  # the CNN in channels-last (NHWC) memory: same math, oneDNN's ~1.5x faster CPU convolutions
+    bf16: bool = False  # the CNN's forward passes under bfloat16 autocast (experimental; heads, losses, Adam stay fp32)
     track: bool = False  # log to Weights & Biases (imports wandb only when set)
     wandb_project_name: str = "ppo-reference"  # the Weights & Biases project
     wandb_entity: Optional[str] = None  # the Weights & Biases entity (team)
@@ -105,7 +106,7 @@ RANGES = [("total_timesteps num_envs num_steps num_minibatches update_epochs sav
           ("learning_rate clip_coef max_grad_norm target_kl", 0, math.inf, False),
           ("ent_coef vf_coef torch_threads", 0, math.inf, True), ("gamma gae_lambda", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
 # the flags that may change beside --resume: the budget, and how the run is saved or placed
-RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "channels_last", "track"}
+RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "channels_last", "bf16", "track"}
 
 
 def check_args(args: Args, ckpt=None) -> None:
@@ -128,6 +129,10 @@ def check_args(args: Args, ckpt=None) -> None:
     for flag, package in (("capture_video", "moviepy"), ("track", "wandb")):
         if getattr(args, flag) and importlib.util.find_spec(package) is None:
             raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
+    if args.bf16 and not (torch.cuda.is_bf16_supported() if args.cuda and torch.cuda.is_available()
+                          else torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+        raise ConfigError("--bf16 needs bfloat16 kernels (a CPU with AVX512 or AMX, a GPU of compute capability 8.0+), "
+                          "which this machine lacks; run without --bf16")
     try:
         spec = gym.spec(args.env_id)
     except gym.error.Error:
@@ -222,7 +227,7 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
 
 
 class Agent(nn.Module):
-    def __init__(self, in_channels, n_actions, channels_last=False):
+    def __init__(self, in_channels, n_actions, channels_last=False, bf16=False):
         super().__init__()
         # detail A8: the Nature CNN, shared by the policy and value heads
         self.network = nn.Sequential(layer_init(nn.Conv2d(in_channels, 32, 8, stride=4)), nn.ReLU(),
@@ -233,7 +238,7 @@ class Agent(nn.Module):
             nn.init.constant_(param, 0) if "bias" in name else nn.init.orthogonal_(param, 1.0)
         self.actor = layer_init(nn.Linear(128, n_actions), std=0.01)
         self.critic = layer_init(nn.Linear(128, 1), std=1.0)
-        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.memory_format, self.bf16 = torch.channels_last if channels_last else torch.contiguous_format, bf16
         self.to(memory_format=self.memory_format)
 
     def initial_state(self, num_envs, device=None):  # detail L2: zero hidden and cell states
@@ -243,7 +248,9 @@ class Agent(nn.Module):
         """x: [T * N, ...] time-major; done: [T * N], 1 where x begins an episode; lstm_state: two [1, N, 128].
         Returns the LSTM outputs [T * N, 128] and the state after the last step."""
         # detail A9: uint8 pixels to [0, 1]; without it the first update's KL explodes (seed 000)
-        hidden = self.network(x.contiguous(memory_format=self.memory_format).float() / 255.0)
+        x = x.contiguous(memory_format=self.memory_format).to(torch.bfloat16 if self.bf16 else torch.float32) / 255.0
+        with torch.autocast(x.device.type, torch.bfloat16, enabled=self.bf16):  # --bf16: the CNN; the LSTM and heads stay fp32
+            hidden = self.network(x).float()
         hidden, done = hidden.view(-1, lstm_state[0].shape[1], hidden.shape[-1]), done.view(-1, lstm_state[0].shape[1])
         # one LSTM call per stretch of steps in which no env begins an episode: the state is zeroed only at a
         # stretch's first step, so this is the step-by-step recursion in ~T / episode length calls, not T
@@ -387,7 +394,7 @@ def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
     ckpt, args = load_checkpoint(checkpoint_path)
     check_args(Args(env_id=args.env_id, eval_episodes=eval_episodes, seed=seed))
     env = make_env(args.env_id)
-    agent = Agent(env.observation_space.shape[0], env.action_space.n, args.channels_last).to(device)
+    agent = Agent(env.observation_space.shape[0], env.action_space.n, args.channels_last, args.bf16).to(device)
     agent.load_state_dict(ckpt["model"])
     returns, (obs, _), lstm_state, done = [], env.reset(seed=seed), agent.initial_state(1, device), np.zeros(1, np.float32)
     with torch.random.fork_rng(), torch.inference_mode():
@@ -440,7 +447,7 @@ def train(args: Args):
 
     envs = make_envs(args, run_name)
     obs_shape = envs.single_observation_space.shape
-    agent = Agent(obs_shape[0], envs.single_action_space.n, args.channels_last).to(device)
+    agent = Agent(obs_shape[0], envs.single_action_space.n, args.channels_last, args.bf16).to(device)
     # detail 3: eps 1e-5; fused: the same Adam in one kernel per step, on CPU and CUDA
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 

@@ -47,6 +47,7 @@ class Args:
     cuda: bool = True  # use CUDA when available (falls back to CPU with a notice)
     torch_threads: int = 0  # torch intra-op threads (0: torch's default, one per core: the CNN update scales)
     channels_last: bool = True  # the CNN in channels-last (NHWC) memory: same math, oneDNN's ~1.5x faster CPU convolutions
+    bf16: bool = False  # the CNN's forward passes under bfloat16 autocast (experimental; heads, losses, Adam stay fp32)
     track: bool = False  # log to Weights & Biases (imports wandb only when set)
     wandb_project_name: str = "ppo-reference"  # the Weights & Biases project
     wandb_entity: Optional[str] = None  # the Weights & Biases entity (team)
@@ -98,7 +99,7 @@ RANGES = [("total_timesteps num_envs num_steps num_minibatches update_epochs sav
           ("ent_coef vf_coef torch_threads", 0, math.inf, True), ("gamma gae_lambda reward_norm_gamma", 0, 1, True),
           ("clip_reward", 0, math.inf, False), ("seed num_levels start_level", 0, 2**31 - 1, True)]  # Procgen: int32
 # the flags that may change beside --resume: the budget, and how the run is saved or placed
-RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "channels_last", "track"}
+RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "channels_last", "bf16", "track"}
 
 
 def check_args(args: Args, ckpt=None) -> None:
@@ -118,6 +119,10 @@ def check_args(args: Args, ckpt=None) -> None:
     for flag, package in (("capture_video", "imageio_ffmpeg"), ("track", "wandb")):
         if getattr(args, flag) and importlib.util.find_spec(package) is None:
             raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
+    if args.bf16 and not (torch.cuda.is_bf16_supported() if args.cuda and torch.cuda.is_available()
+                          else torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+        raise ConfigError("--bf16 needs bfloat16 kernels (a CPU with AVX512 or AMX, a GPU of compute capability 8.0+), "
+                          "which this machine lacks; run without --bf16")
     if args.env_id not in PROCGEN_GAMES:
         raise ConfigError(f"unknown Procgen game {args.env_id!r}; choose one of {', '.join(PROCGEN_GAMES)}")
     if args.distribution_mode not in (modes := ("easy", "hard", "extreme", "memory", "exploration")):
@@ -192,19 +197,21 @@ def conv_sequence(i, o):
 
 
 class Agent(nn.Module):
-    def __init__(self, in_channels, n_actions, channels_last=False):
+    def __init__(self, in_channels, n_actions, channels_last=False, bf16=False):
         super().__init__()
         # detail P1: the IMPALA CNN (64x64 frames to 32x8x8), shared by the policy and value heads, default init
         self.network = nn.Sequential(conv_sequence(in_channels, 16), conv_sequence(16, 32), conv_sequence(32, 32),
                                      nn.Flatten(), nn.ReLU(), nn.Linear(32 * 8 * 8, 256), nn.ReLU())
         self.actor = layer_init(nn.Linear(256, n_actions), std=0.01)
         self.critic = layer_init(nn.Linear(256, 1), std=1.0)
-        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.memory_format, self.bf16 = torch.channels_last if channels_last else torch.contiguous_format, bf16
         self.to(memory_format=self.memory_format)
 
     def hidden(self, x):
         # detail A9: uint8 pixels to [0, 1]; without it the first update's KL explodes (seed 000)
-        return self.network(x.contiguous(memory_format=self.memory_format).float() / 255.0)
+        x = x.contiguous(memory_format=self.memory_format).to(torch.bfloat16 if self.bf16 else torch.float32) / 255.0
+        with torch.autocast(x.device.type, torch.bfloat16, enabled=self.bf16):  # --bf16: the CNN; the heads stay fp32
+            return self.network(x).float()
 
     def get_value(self, x):
         return self.critic(self.hidden(x)).squeeze(-1)
@@ -335,7 +342,7 @@ def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
     ckpt, args = load_checkpoint(checkpoint_path)
     check_args(Args(env_id=args.env_id, eval_episodes=eval_episodes, seed=seed))
     env = ProcgenVecEnv(args, 1, seed)  # one game, its levels drawn with `seed`
-    agent = Agent(env.single_observation_space.shape[0], env.single_action_space.n, args.channels_last).to(device)
+    agent = Agent(env.single_observation_space.shape[0], env.single_action_space.n, args.channels_last, args.bf16).to(device)
     agent.load_state_dict(ckpt["model"])
     returns, (obs, _) = [], env.reset(seed=seed)
     with torch.random.fork_rng(), torch.inference_mode():
@@ -384,7 +391,7 @@ def train(args: Args):
 
     envs = make_envs(args, run_name)
     obs_shape = envs.single_observation_space.shape
-    agent = Agent(obs_shape[0], envs.single_action_space.n, args.channels_last).to(device)
+    agent = Agent(obs_shape[0], envs.single_action_space.n, args.channels_last, args.bf16).to(device)
     # detail 3: eps 1e-5; fused: the same Adam in one kernel per step, on CPU and CUDA
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 

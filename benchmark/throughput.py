@@ -14,6 +14,9 @@ size, epochs, linearly annealed lr, clip, entropy/value coefficients, max grad n
 observation/reward normalisation), timed around model.learn(). Ours and SB3 alternate, repeats
 times, and the ratio of the medians is what we quote: absolute numbers drift on a shared machine.
 
+With --ab=FLAGS (e.g. `--ab=--bf16`), each script instead runs alternately without and with FLAGS, and the
+table gives both rates, their ratio and both runs' env / inference / update seconds (the mean over repeats).
+
 Writes benchmark/results/throughput_<date>.md (throughput_<date>_b.md, ... if it exists) with the command,
 date and machine.
 """
@@ -53,12 +56,12 @@ BUDGETS = {
 SB3_ENVS = {"ppo.py": "CartPole-v1", "ppo_continuous_action.py": "HalfCheetah-v4"}
 
 
-def run_ours(script, steps, env_id=None, threads=1):
+def run_ours(script, steps, env_id=None, threads=1, extra=()):
     """One run of a script; returns (training steps/s logged as charts/SPS, the env it ran, the script's
     "seconds:" line as a dict or None) or raises."""
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, os.path.join(ROOT, script), "--total-timesteps", str(steps), "--seed", "1",
-               "--exp-name", "throughput", "--torch-threads", str(threads)]
+               "--exp-name", "throughput", "--torch-threads", str(threads), *extra]
         if env_id:
             cmd += ["--env-id", env_id]
         out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, env=threads_env(threads))
@@ -153,7 +156,16 @@ def write_markdown(rows, args, argv, sb3_version, out):
           "- the ratio ours/SB3 is the number to quote: absolute steps/s drift with the load of a shared machine",
           "", "| script | env | steps | ours steps/s | SB3 PPO steps/s | ours / SB3 | env / inference / update |",
           "|---|---|---|---|---|---|---|"]
+    if args.ab:
+        md[-6:] = [f"- each script alternately without and with `{args.ab}`, median of the repeats (each in parentheses); "
+                   "seconds: the script's env / inference / update timers, mean over the repeats", "",
+                   f"| script | env | steps | steps/s | steps/s with {args.ab} | with / without | seconds without | seconds with |",
+                   "|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        if args.ab:
+            md.append(f"| {r['script']} | {r['env']} | {r['steps']} | {median_str(r['ours'])} | {median_str(r['sb3'])} | "
+                      f"{r.get('ratio', float('nan')):.2f} | {seconds_str(r['seconds'])} | {seconds_str(r['seconds_b'])} |")
+            continue
         ours = median_str(r["ours"]) if r["ours"] else f"failed: {r['error']}"
         sb3 = median_str(r["sb3"]) if r["sb3"] else "—"
         ratio = f"{r['ratio']:.2f}" if "ratio" in r else "—"
@@ -172,6 +184,12 @@ def shares_str(seconds):
     return " / ".join(f"{100 * sum(s[k] for s in seconds) / total:.0f}%" for k in ("env", "inference", "update"))
 
 
+def seconds_str(seconds):
+    """'8.5 / 3.1 / 16.6': the env, inference and update seconds, the mean over the repeats."""
+    seconds = [s for s in seconds if s]
+    return " / ".join(f"{statistics.mean(s[k] for s in seconds):.1f}" for k in ("env", "inference", "update")) if seconds else "—"
+
+
 def median_str(values):
     return f"{statistics.median(values):.0f} ({', '.join(f'{v:.0f}' for v in values)})"
 
@@ -183,6 +201,7 @@ def main(argv=None):
     p.add_argument("--scripts", nargs="+", default=list(BUDGETS), help="scripts to measure (default: all present)")
     p.add_argument("--no-sb3", action="store_true", help="skip the Stable-Baselines3 comparison")
     p.add_argument("--torch-threads", type=int, default=1, help="--torch-threads and OMP_NUM_THREADS of our scripts")
+    p.add_argument("--ab", default="", help="A/B: compare each script without and with these flags, e.g. --ab=--bf16")
     p.add_argument("--out", default=None, help="markdown output (default: benchmark/results/throughput_<date>.md)")
     p.add_argument("--sb3-child", nargs=3, metavar=("SCRIPT", "ENV", "STEPS"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -191,7 +210,7 @@ def main(argv=None):
         return 0
 
     sb3_version = None
-    if not args.no_sb3:
+    if not args.no_sb3 and not args.ab:
         try:
             import stable_baselines3
 
@@ -208,24 +227,29 @@ def main(argv=None):
         steps = args.steps or BUDGETS.get(script, 20_000)
         env_id = SB3_ENVS.get(script)
         with_sb3 = sb3_version is not None and env_id is not None
-        ours, sb3, seconds, error, env_ran = [], [], [], None, env_id
+        ours, sb3, seconds, seconds_b, error, env_ran = [], [], [], [], None, env_id
         for _ in range(args.repeats):
             try:  # alternate ours and SB3, so that load from other users hits both alike
                 sps, env_ran, secs = run_ours(script, steps, env_id, args.torch_threads)
                 ours.append(sps)
                 seconds.append(secs)
-                if with_sb3:
+                if args.ab:  # the B side takes SB3's place
+                    sps, _, secs = run_ours(script, steps, env_id, args.torch_threads, args.ab.split())
+                    sb3.append(sps)
+                    seconds_b.append(secs)
+                elif with_sb3:
                     sb3.append(run_sb3(script, env_id, steps))
             except RuntimeError as e:
                 error = str(e)
                 break
         row = {"script": script, "env": env_ran or "(script default)", "steps": steps, "ours": ours, "sb3": sb3,
-               "seconds": seconds, "error": error}
+               "seconds": seconds, "seconds_b": seconds_b, "error": error}
         rows.append(row)
         msg = f"{script}: ours {median_str(ours)} steps/s" if ours else f"{script}: failed: {error}"
         if sb3:
-            row["ratio"] = statistics.median(ours) / statistics.median(sb3)
-            msg += f", SB3 {median_str(sb3)} steps/s, ratio ours/SB3 {row['ratio']:.2f}"
+            a, b = statistics.median(ours), statistics.median(sb3)
+            row["ratio"] = b / a if args.ab else a / b  # A/B: with / without; SB3: ours / SB3
+            msg += f", {args.ab or 'SB3'} {median_str(sb3)} steps/s, ratio {row['ratio']:.2f}"
         print(msg, flush=True)
         write_markdown(rows, args, argv, sb3_version, out)
     print(f"\nthroughput.py: wrote {out}")

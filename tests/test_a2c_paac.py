@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import ROOT, next_second
 from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout
+from precision import bf16_tests
 from test_ppo import (
     assert_foreign_and_corrupt_checkpoints_rejected,
     assert_rejected_before_training,
@@ -629,3 +630,6 @@ def test_cuda_falls_back_with_notice(capsys):
         pytest.skip("a GPU is present; the fallback path is not taken")
     out = paac.train(tiny(cuda=True, total_timesteps=10))
     assert "no CUDA device" in capsys.readouterr().err and next(out["agent"].parameters()).device.type == "cpu"
+
+
+test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_across_precisions, test_bf16_without_bf16_kernels_is_refused = bf16_tests(paac, tiny())

@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 from conftest import ROOT, next_second
 from hacks import Scale, assert_cleanrl_update_trains, edited_agent
+from precision import bf16_tests
 from test_ppo import (
     assert_foreign_and_corrupt_checkpoints_rejected,
     assert_rejected_before_training,
@@ -522,3 +523,6 @@ def test_unwritable_directory_is_one_line(tmp_path):
         os.chmod(tmp_path, 0o500)
     with pytest.raises(iv.ConfigError, match="cannot create runs/.*run from a writable directory"):
         iv.train(tiny())
+
+
+test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_across_precisions, test_bf16_without_bf16_kernels_is_refused = bf16_tests(iv, tiny(num_actors=1))

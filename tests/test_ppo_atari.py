@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from hacks import hack_safety_tests
+from precision import bf16_tests
 from test_ppo import (PPO_BAD_INPUT, assert_cli_error_is_one_line, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
                       assert_resumes_with_fresh_episodes, read_scalars)
 
@@ -299,3 +300,7 @@ def test_capture_video_records_env_0_games():
     out = ppo_atari.train(tiny(capture_video=True))
     video = f"videos/{out['run_name']}/rl-video-episode-0.mp4"
     assert os.path.getsize(video) > 1000
+
+
+test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_across_precisions, test_bf16_without_bf16_kernels_is_refused = bf16_tests(
+    ppo_atari, tiny())

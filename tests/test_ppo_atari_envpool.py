@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from hacks import hack_safety_tests
+from precision import bf16_tests
 from test_ppo import (PPO_BAD_INPUT, assert_cli_error_is_one_line, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
                       assert_resumes_with_fresh_episodes, read_scalars)
 from test_ppo_atari import assert_channels_last_is_the_same_math, skip_updates
@@ -209,3 +210,6 @@ test_hack_cleanrl_update_trains, test_hack_temperature_changes_what_the_rollout_
 def test_cli_error_is_one_line_without_traceback():
     assert_cli_error_is_one_line("ppo_atari_envpool.py", ["--env-id", "CartPole-v1"], (
         "ppo_atari_envpool.py: error: CartPole-v1 is not an Atari game; ppo_atari_envpool.py needs one, e.g. Breakout-v5"))
+
+
+test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_across_precisions, test_bf16_without_bf16_kernels_is_refused = bf16_tests(pool, tiny())

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from hacks import hack_safety_tests
+from precision import bf16_tests
 from test_ppo import (PPO_BAD_INPUT, assert_cli_error_is_one_line, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
                       assert_resumes_with_fresh_episodes)
 from test_ppo_atari import assert_channels_last_is_the_same_math
@@ -302,3 +303,6 @@ def test_cli_error_is_one_line_without_traceback():
     assert_cli_error_is_one_line("ppo_atari_lstm.py", ["--num-envs", "6"], (
         "ppo_atari_lstm.py: error: --num-envs 6 is not divisible by --num-minibatches 4; each minibatch holds "
         "whole environments' sequences"))
+
+
+test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_across_precisions, test_bf16_without_bf16_kernels_is_refused = bf16_tests(lstm_mod, tiny())

@@ -15,6 +15,7 @@ import pytest
 import torch
 from conftest import ROOT
 from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout
+from precision import bf16_tests
 from test_ppo import (PPO_BAD_INPUT, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
                       assert_resumed_log_reads_once, keep_checkpoint, read_scalars, resume_later)
 from test_ppo_atari import assert_channels_last_is_the_same_math
@@ -266,3 +267,7 @@ def test_hack_temperature_changes_what_the_rollout_samples(monkeypatch):
 @needs_procgen
 def test_hack_added_layer_trains(monkeypatch):
     assert_added_layer_trains(mod, tiny(), monkeypatch)
+
+
+test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_across_precisions, test_bf16_without_bf16_kernels_is_refused = map(
+    needs_procgen, bf16_tests(mod, tiny()))

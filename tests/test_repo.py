@@ -106,14 +106,16 @@ def test_every_target_pins_what_the_whole_lock_pins():
 # issue 19: a file short enough to read whole, and `diff` between siblings listing only the details between them.
 # TARGETS are the issue's; CEILINGS are what the files measured when the one-idiom rewrite landed (2026-11-24),
 # a ratchet: no change may make a file longer or a sibling diff wider than that. Lower a ceiling as a file shrinks.
+# Raised once since, by 7 lines in the six CNN scripts (and so in the diffs to ppo.py and the μRTS scripts), for
+# issue 25's --bf16: a flag, its check, the autocast.
 LINE_TARGETS = {"ppo.py": 400, "a2c_paac.py": 550, "impala_vtrace.py": 550}  # every other PPO script: 450
-LINE_CEILINGS = {"ppo.py": 463, "ppo_shared.py": 465, "ppo_atari.py": 518, "ppo_atari_lstm.py": 560,
-                 "ppo_atari_envpool.py": 494, "ppo_continuous_action.py": 558, "ppo_procgen.py": 493,
-                 "ppo_multidiscrete.py": 463, "ppo_multidiscrete_mask.py": 474, "a2c_paac.py": 550, "impala_vtrace.py": 550}
-SIBLINGS = [("ppo.py", "ppo_shared.py", 40, 38), ("ppo.py", "ppo_atari.py", 250, 241),
-            ("ppo.py", "ppo_continuous_action.py", 200, 177), ("ppo_atari.py", "ppo_atari_lstm.py", 150, 100),
+LINE_CEILINGS = {"ppo.py": 463, "ppo_shared.py": 465, "ppo_atari.py": 525, "ppo_atari_lstm.py": 567,
+                 "ppo_atari_envpool.py": 501, "ppo_continuous_action.py": 558, "ppo_procgen.py": 500,
+                 "ppo_multidiscrete.py": 463, "ppo_multidiscrete_mask.py": 474, "a2c_paac.py": 557, "impala_vtrace.py": 557}
+SIBLINGS = [("ppo.py", "ppo_shared.py", 40, 38), ("ppo.py", "ppo_atari.py", 250, 248),
+            ("ppo.py", "ppo_continuous_action.py", 200, 177), ("ppo_atari.py", "ppo_atari_lstm.py", 150, 102),
             ("ppo_atari.py", "ppo_atari_envpool.py", 180, 172), ("ppo_atari.py", "ppo_procgen.py", 250, 247),
-            ("ppo_atari.py", "ppo_multidiscrete.py", 200, 229), ("ppo_multidiscrete.py", "ppo_multidiscrete_mask.py", 60, 39)]
+            ("ppo_atari.py", "ppo_multidiscrete.py", 200, 236), ("ppo_multidiscrete.py", "ppo_multidiscrete_mask.py", 60, 39)]
 
 
 def changed_lines(a, b):
