@@ -85,7 +85,7 @@ class Args:
 
 
 class ConfigError(ValueError):
-    """Bad input found before training; __main__ prints it as one line."""
+    """Bad input found before training, or a checkpoint that cannot be written; __main__ prints it as one line."""
 
 
 # every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
@@ -282,10 +282,13 @@ def new_run_dir(name, suffix=""):
 
 
 def save_checkpoint(path, state):
-    """Write atomically: a crash or Ctrl-C mid-write leaves the previous checkpoint intact and no partial file."""
+    """Write atomically: a crash, Ctrl-C or full disk mid-write leaves the previous checkpoint intact, no partial file."""
     try:
-        torch.save(state, f"{path}.tmp")
+        with open(f"{path}.tmp", "wb") as f:  # to a file object, a full disk is an OSError that names its cause
+            torch.save(state, f)
         os.replace(f"{path}.tmp", path)
+    except OSError as e:
+        raise ConfigError(f"cannot write {path} ({e.strerror}); an earlier checkpoint there is intact: --resume it") from None
     finally:
         if os.path.exists(f"{path}.tmp"):
             os.remove(f"{path}.tmp")

@@ -494,16 +494,7 @@ def test_interrupted_run_keeps_its_last_checkpoint_and_no_worker(monkeypatch):
         paac.train(tiny(save_model=True, save_every=1))
     assert multiprocessing.active_children() == []  # the workers were closed on the way out
     (ckpt,) = [os.path.join(r, f) for r, _, fs in os.walk("runs") for f in fs if f == "checkpoint.pt"]
-    assert torch.load(ckpt, weights_only=False)["iteration"] == 2
-
-    def broken_save(obj, f):  # a crash while writing the next checkpoint leaves the previous one readable
-        open(f, "wb").write(b"partial")
-        raise OSError("disk full")
-
-    monkeypatch.setattr(paac.torch, "save", broken_save)
-    with pytest.raises(OSError):
-        paac.save_checkpoint(ckpt, {"script": "x"})
-    assert torch.load(ckpt, weights_only=False)["iteration"] == 2 and not os.path.exists(f"{ckpt}.tmp")
+    assert torch.load(ckpt, weights_only=False)["iteration"] == 2  # a failed save: test_ppo.py (the same function)
 
 
 def test_capture_video_records_env_0():

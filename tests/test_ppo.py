@@ -4,6 +4,7 @@ Most tests run against both scripts (they must agree everywhere but the network)
 """
 
 import dataclasses
+import glob
 import importlib
 import math
 import os
@@ -454,13 +455,13 @@ def test_interrupted_run_keeps_its_last_checkpoint(mod, monkeypatch):
     state = torch.load(ckpt, weights_only=False)
     assert state["iteration"] == 2 and state["script"] == f"{mod.__name__}.py"
 
-    # a crash while writing the next checkpoint leaves the previous one readable
-    def broken_save(obj, f):
-        open(f, "wb").write(b"partial")
-        raise OSError("disk full")
+    # Ctrl-C while writing the next checkpoint leaves the previous one readable
+    def interrupted_save(obj, f):
+        f.write(b"partial")
+        raise KeyboardInterrupt
 
-    monkeypatch.setattr(mod.torch, "save", broken_save)
-    with pytest.raises(OSError):
+    monkeypatch.setattr(mod.torch, "save", interrupted_save)
+    with pytest.raises(KeyboardInterrupt):
         mod.save_checkpoint(ckpt, {"script": "x"})
     assert torch.load(ckpt, weights_only=False)["iteration"] == 2
     assert not os.path.exists(f"{ckpt}.tmp")  # the failed save left no partial file behind
@@ -649,6 +650,24 @@ def test_unwritable_directory_is_one_line(mod, tmp_path, monkeypatch):
         os.chmod(tmp_path, 0o500)
     with pytest.raises(mod.ConfigError, match="cannot create runs/.*run from a writable directory"):
         mod.train(tiny(mod))
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full, a device that is always full")
+def test_full_disk_mid_run_is_one_line_and_keeps_the_last_checkpoint(mod, monkeypatch):
+    """Every script's save_checkpoint is this one (tests/test_repo.py). The temporary file is made a link to /dev/full
+    from the second save on, so each write to it fails as on a full disk."""
+    real_save = mod.save_checkpoint
+
+    def save_on_a_full_disk(path, state):
+        if os.path.exists(path):
+            os.symlink("/dev/full", f"{path}.tmp")
+        real_save(path, state)
+
+    monkeypatch.setattr(mod, "save_checkpoint", save_on_a_full_disk)
+    with pytest.raises(mod.ConfigError, match=r"^cannot write runs/.*/checkpoint.pt \(No space left on device\); an earlier"):
+        mod.train(tiny(mod, save_model=True, save_every=1, total_timesteps=2 * 16 * 3))
+    [path] = glob.glob("runs/*/checkpoint.pt")
+    assert not glob.glob("runs/*/*.tmp") and mod.load_checkpoint(path)[0]["iteration"] == 1
 
 
 # ---- progress on long runs (issue 22) ----------------------------------------------------------------

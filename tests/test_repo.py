@@ -107,11 +107,11 @@ def test_every_target_pins_what_the_whole_lock_pins():
 # TARGETS are the issue's; CEILINGS are what the files measured when the one-idiom rewrite landed (2026-11-24),
 # a ratchet: no change may make a file longer or a sibling diff wider than that. Lower a ceiling as a file shrinks.
 # Raised once since, by 7 lines in the six CNN scripts (and so in the diffs to ppo.py and the μRTS scripts), for
-# issue 25's --bf16: a flag, its check, the autocast.
+# issue 25's --bf16: a flag, its check, the autocast; and by 3 in all, for a full disk's one-line error (issue 24).
 LINE_TARGETS = {"ppo.py": 400, "a2c_paac.py": 550, "impala_vtrace.py": 550}  # every other PPO script: 450
-LINE_CEILINGS = {"ppo.py": 463, "ppo_shared.py": 465, "ppo_atari.py": 525, "ppo_atari_lstm.py": 567,
-                 "ppo_atari_envpool.py": 501, "ppo_continuous_action.py": 558, "ppo_procgen.py": 500,
-                 "ppo_multidiscrete.py": 463, "ppo_multidiscrete_mask.py": 474, "a2c_paac.py": 557, "impala_vtrace.py": 557}
+LINE_CEILINGS = {"ppo.py": 466, "ppo_shared.py": 468, "ppo_atari.py": 528, "ppo_atari_lstm.py": 570,
+                 "ppo_atari_envpool.py": 504, "ppo_continuous_action.py": 561, "ppo_procgen.py": 503,
+                 "ppo_multidiscrete.py": 466, "ppo_multidiscrete_mask.py": 477, "a2c_paac.py": 560, "impala_vtrace.py": 560}
 SIBLINGS = [("ppo.py", "ppo_shared.py", 40, 38), ("ppo.py", "ppo_atari.py", 250, 248),
             ("ppo.py", "ppo_continuous_action.py", 200, 177), ("ppo_atari.py", "ppo_atari_lstm.py", 150, 102),
             ("ppo_atari.py", "ppo_atari_envpool.py", 180, 172), ("ppo_atari.py", "ppo_procgen.py", 250, 247),
@@ -133,3 +133,11 @@ def test_script_sizes_and_sibling_diffs(capsys):
         print("sibling diffs (target): " + ", ".join(f"{a} -> {b} {diffs[a, b]} ({t})" for a, b, t, _ in SIBLINGS))
     assert {s: n for s, n in sizes.items() if n > LINE_CEILINGS[s]} == {}
     assert {(a, b): diffs[a, b] for a, b, _, ceiling in SIBLINGS if diffs[a, b] > ceiling} == {}
+
+
+@pytest.mark.parametrize("function", ["new_run_dir", "save_checkpoint", "load_checkpoint"])
+def test_run_and_checkpoint_functions_are_the_same_text_in_every_script(function):
+    """One copy's tests (test_ppo.py: unique dirs, atomic and full-disk saves, refused checkpoints) hold for all."""
+    texts = {os.path.basename(p): re.search(rf"^def {function}\(.*?(?=^\S)", open(p).read(), re.S | re.M).group(0)
+             for p in glob.glob(os.path.join(ROOT, "*.py"))}
+    assert len(texts) >= 11 and {s for s, t in texts.items() if t != texts["ppo.py"]} == set()
