@@ -13,7 +13,10 @@ sweep() {
     local script="$1"; shift
     # shellcheck disable=SC2086  # ARGS is split into words on purpose
     python "$BENCH/run.py" --script "$REPO/$script" --env-ids "$@" --seeds $SEEDS --workers "$WORKERS" \
-        -- --total-timesteps "$STEPS" ${ARGS:-} || status=1
+        -- --total-timesteps "$STEPS" ${ARGS:-}
+    local code=$?
+    if [ $code -gt 128 ]; then exit $code; fi  # run.py was stopped by a signal (Ctrl-C, SIGTERM): stop the sweep too
+    if [ $code -ne 0 ]; then status=1; fi
 }
 
 # report NAME SCRIPT... [REPORT OPTIONS]: table and curves into results/NAME_MODE, then exit with the sweep's status

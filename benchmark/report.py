@@ -1,6 +1,6 @@
 """Our seed sweeps beside the published results: a markdown table, per-seed CSV and learning curves.
 
-Run:   python benchmark/report.py runs/ [--out benchmark/results/<name>] [--compare-as ppo_shared.py=ppo.py]
+Run:   python benchmark/report.py runs/ [--out <dir>] [--compare-as ppo_shared.py=ppo.py]
 
 The final return is defined as the published CleanRL numbers define it (reference_results.csv notes:
 openrlbenchmark's rlops.py, metric_last_n_average_window=100): per seed, the mean of the last 100
@@ -9,8 +9,10 @@ and np.std (ddof=0) across seeds. The published row for (script, env) is the one
 budget, preferring CleanRL's own implementation; the verdict says whether our mean lies within the
 published mean +- std, above, below, or is not comparable (budget differs, or nothing published).
 
-Writes into the out dir: report.md (command, date, machine, the table), per_seed.csv (the raw
+Writes into the out dir (default: report-<date>/ in the current directory, so that a sweep run elsewhere
+leaves the clone as it was): report.md (command, date, machine, the table), per_seed.csv (the raw
 per-seed values) and one <env>.png per env (each seed thin, the mean thick, the published band).
+A corrupt summary, a missing --reference or a runs dir without runs stops it with one line (exit status 2).
 """
 
 import argparse
@@ -25,11 +27,12 @@ from collections import defaultdict
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import FINAL_WINDOW, RETURN_TAG, final_return, machine_info, read_run  # noqa: E402
+from run import FINAL_WINDOW, RETURN_TAG, ConfigError, final_return, machine_info, read_run  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REFERENCE_CSV = os.path.join(HERE, "reference_results.csv")
 COMPARABLE_METRIC = "episodic_return_final"
+REFERENCE_COLUMNS = ("script", "env_id", "metric", "total_timesteps", "mean", "std", "notes", "source")
 
 
 # ---- the numbers ----------------------------------------------------------------------------------------
@@ -48,8 +51,17 @@ def _num(x):
 
 
 def load_reference(path=REFERENCE_CSV):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    fix = "give a CSV with the columns of benchmark/reference_results.csv"
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            rows, columns = list(reader), reader.fieldnames or []
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--reference {path}: {getattr(e, 'strerror', None) or e}; {fix}") from None
+    missing = [c for c in REFERENCE_COLUMNS if c not in columns]
+    if missing:
+        raise ConfigError(f"--reference {path} has no {missing[0]!r} column; {fix}")
+    return rows
 
 
 def game(env_id):
@@ -108,8 +120,15 @@ def load_summaries(runs_dir):
     sdir = os.path.join(runs_dir, "summaries")
     for name in sorted(os.listdir(sdir)) if os.path.isdir(sdir) else []:
         if name.endswith(".json"):
-            with open(os.path.join(sdir, name)) as f:
-                s = json.load(f)
+            path = os.path.join(sdir, name)
+            try:
+                with open(path) as f:
+                    s = json.load(f)
+            except (OSError, ValueError):
+                s = None
+            if not (isinstance(s, dict) and all(k in s for k in ("script", "args", "machine", "ok"))):
+                raise ConfigError(f"{path} is not a readable runner summary; delete it (benchmark/run.py then "
+                                  "runs that run again) or move it out of the way")
             if s.get("tb_dir"):
                 out[os.path.normpath(s["tb_dir"])] = s
     return out
@@ -276,9 +295,17 @@ def write_csv(records, path):
 
 
 def main(argv=None):
+    try:
+        return make_report(sys.argv[1:] if argv is None else argv)
+    except ConfigError as e:
+        print(f"report.py: error: {e}", file=sys.stderr)
+        return 2
+
+
+def make_report(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("runs_dir", help="the runs/ directory the scripts (or benchmark/run.py) logged into")
-    p.add_argument("--out", default=None, help="output dir (default: benchmark/results/report-<date>)")
+    p.add_argument("--out", default=None, help="output dir (default: report-<date> in the current directory)")
     p.add_argument("--tag", default=RETURN_TAG, help="the scalar that holds the episodic returns")
     p.add_argument("--compare-as", nargs="*", default=[], metavar="SCRIPT=REF_SCRIPT",
                    help="compare SCRIPT with REF_SCRIPT's published rows (for variants with none of their own)")
@@ -287,27 +314,32 @@ def main(argv=None):
     p.add_argument("--steps", nargs="*", type=int, default=[], help="only runs with these --total-timesteps (default: all)")
     p.add_argument("--no-plots", action="store_true")
     args = p.parse_args(argv)
+    fix = "give the runs/ directory that the scripts or benchmark/run.py logged into"
     if not os.path.isdir(args.runs_dir):
-        p.error(f"{args.runs_dir!r} is not a directory")
-    try:
-        compare_as = dict(item.split("=", 1) for item in args.compare_as)
-    except ValueError:
-        p.error("--compare-as takes SCRIPT=REF_SCRIPT pairs, e.g. ppo_shared.py=ppo.py")
+        raise ConfigError(f"{args.runs_dir!r} is not a directory; {fix}")
+    if not all("=" in item for item in args.compare_as):
+        raise ConfigError("--compare-as takes SCRIPT=REF_SCRIPT pairs, e.g. ppo_shared.py=ppo.py")
+    compare_as = dict(item.split("=", 1) for item in args.compare_as)
+    reference = load_reference(args.reference)
 
-    records = [r for r in collect(args.runs_dir, args.tag)
+    found = collect(args.runs_dir, args.tag)
+    records = [r for r in found
                if (not args.scripts or r["script"] in args.scripts) and (not args.steps or r["budget"] in args.steps)]
+    if not found:
+        raise ConfigError(f"no complete TensorBoard runs with {args.tag} under {args.runs_dir!r}; {fix}")
     if not records:
-        print(f"report.py: no TensorBoard runs with {args.tag} under {args.runs_dir}", file=sys.stderr)
-        return 1
+        steps = " ".join(map(str, args.steps)) or "(any)"
+        raise ConfigError(f"none of the {len(found)} runs under {args.runs_dir!r} is of --scripts "
+                          f"{' '.join(args.scripts) or '(any)'} with --steps {steps}; widen those filters")
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    out = args.out or os.path.join(HERE, "results", "report-" + time.strftime("%Y%m%d-%H%M", time.gmtime()))
+    out = args.out or "report-" + time.strftime("%Y%m%d-%H%M", time.gmtime())
     os.makedirs(out, exist_ok=True)
 
-    table, sources, results = build_table(group(records), load_reference(args.reference), compare_as)
+    table, sources, results = build_table(group(records), reference, compare_as)
     m = machine_info()
     commits = sorted({r["git_commit"] for r in records if r["git_commit"]})
     md = [f"# Benchmark report ({date})", "",
-          f"- command: `python benchmark/report.py {' '.join(sys.argv[1:] if argv is None else argv)}`",
+          f"- command: `python benchmark/report.py {' '.join(argv)}`",
           f"- machine of the runs: {'; '.join(sorted({r['machine'] for r in records if r['machine']})) or 'unknown'}"
           f" (of this report: {machine_str(m)})",
           f"- git commit of the runs: {', '.join(commits) or 'unknown (not run through benchmark/run.py)'}",

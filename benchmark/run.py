@@ -19,6 +19,15 @@ scripts' purge_step drops what was logged after that checkpoint). The summary's 
 part's; the run's log in runs/logs/ lists every part's start, commit and command. Delete the run dir to
 start over.
 
+Stopping: Ctrl-C (SIGINT), SIGTERM or a hangup stops the whole sweep. Each run is the leader of its own process
+group, which gets the same signal (then SIGKILL after KILL_AFTER_S seconds, or at a second Ctrl-C), and whatever a
+run leaves running when it ends is killed with it; no further run starts. The runner then lists the runs finished,
+interrupted and not started, and ends by that signal itself (the shell's exit status 130 or 143), so that a sweep
+script calling it stops too. The same command run again resumes the sweep.
+
+Bad input (a seed or env id given twice, --workers 0, a flag of the runner's own among the extra args, ...) stops
+the runner with one line and exit status 2 before any run starts.
+
 Threads: workers x threads <= cores, threads = cores // workers by default. Each run gets
 OMP_NUM_THREADS = MKL_NUM_THREADS = threads as a cap, and keeps its own --torch-threads default: 1 in the
 MLP scripts (more threads only slow their small networks, many times over when the cores are shared) and in
@@ -33,8 +42,10 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
@@ -42,6 +53,8 @@ import numpy as np
 
 RETURN_TAG = "charts/episodic_return"
 FINAL_WINDOW = 100  # the published numbers average the last 100 logged episodic returns of each seed
+KILL_AFTER_S = 30  # a stopped run gets this long to end (IMPALA stops its actors, PAAC its workers) before SIGKILL
+RUNNER_FLAGS = ("--env-id", "--seed", "--exp-name", "--resume")  # set by the runner for each run
 
 
 # ---- shared with report.py and throughput.py --------------------------------------------------------
@@ -121,6 +134,46 @@ def read_run(run_dir, tag=RETURN_TAG):
 # ---- the runner ---------------------------------------------------------------------------------------
 
 
+class ConfigError(ValueError):
+    """Bad input found before any run starts; main prints it as one line."""
+
+
+def kill_group(pid, sig):
+    try:
+        os.killpg(pid, sig)
+    except OSError:  # the group has ended
+        pass
+
+
+class Children:
+    """The running training processes. Each leads its own process group (a new session), so that a signal
+    reaches the processes it started too; once the sweep is stopped, no new one starts."""
+
+    def __init__(self):
+        # reentrant: a second signal's handler may run inside the first one's stop()
+        self.lock, self.procs, self.stopped_by = threading.RLock(), set(), None
+
+    def run(self, cmd, **popen_kwargs):
+        """cmd's exit status, or None when the sweep was stopped before it could start."""
+        with self.lock:
+            if self.stopped_by:
+                return None
+            proc = subprocess.Popen(cmd, start_new_session=True, **popen_kwargs)
+            self.procs.add(proc)
+        status = proc.wait()
+        with self.lock:
+            kill_group(proc.pid, signal.SIGKILL)  # what the run left running (a crashed learner's actors)
+            self.procs.discard(proc)
+        return status
+
+    def stop(self, sig):
+        """Stop the sweep (the first signal is the reason): send every running group `sig`."""
+        with self.lock:
+            self.stopped_by = self.stopped_by or sig
+            for proc in self.procs:
+                kill_group(proc.pid, sig)
+
+
 def args_hash(extra):
     return hashlib.sha1(json.dumps(extra).encode()).hexdigest()[:8]
 
@@ -155,8 +208,12 @@ def log_tail(path, n=20):
         return ""
 
 
-def run_one(script, env_id, seed, extra, runs_dir, threads, python):
-    """Run one (env, seed) to the end; write and return its summary."""
+def run_one(script, env_id, seed, extra, runs_dir, threads, python, children=None):
+    """Run one (env, seed) to the end; write and return its summary. None when `children` was stopped before the
+    run started; {"interrupted": True, ...} and no summary when it was stopped during the run."""
+    children = children or Children()
+    if children.stopped_by:
+        return None
     exp_name = exp_name_for(script, extra)
     cmd = [python, os.path.abspath(script), "--env-id", env_id, "--seed", str(seed), "--exp-name", exp_name]
     cmd += extra
@@ -176,9 +233,13 @@ def run_one(script, env_id, seed, extra, runs_dir, threads, python):
         log.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(start))} commit {commit}\n$ {' '.join(cmd)}\n")
         log.flush()
         # the scripts write runs/ relative to their working directory: run them in the parent of runs_dir
-        status = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                cwd=os.path.dirname(os.path.abspath(runs_dir))).returncode
+        status = children.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                              cwd=os.path.dirname(os.path.abspath(runs_dir)))
     wall = time.time() - start
+    if status is None:
+        return None
+    if status != 0 and children.stopped_by:  # not a result: the next invocation runs it again
+        return {"interrupted": True, "wall_time_s": round(wall, 2), "log_path": log_path}
 
     # the run's own dir: a new one, or (a rerun started within the same second) one written since the start
     new = [d for d in run_dirs(runs_dir, env_id, exp_name, seed) if d not in before or os.path.getmtime(d) >= start]
@@ -231,53 +292,122 @@ def parse(argv):
     p.add_argument("--runs-dir", default="runs", help="where the scripts' TensorBoard logs land (default: ./runs)")
     p.add_argument("--python", default=sys.executable, help="the interpreter that runs the script")
     args = p.parse_args(argv)
-    if not os.path.isfile(args.script):
-        p.error(f"script {args.script!r} not found")
-    if args.workers < 1:
-        p.error("--workers must be at least 1")
-    if os.path.basename(os.path.normpath(args.runs_dir)) != "runs":
-        p.error("--runs-dir must end in 'runs': the scripts always log into runs/ of their working directory")
+    dup = next((f"{flag} {v}" for flag, values in (("--env-ids", args.env_ids), ("--seeds", args.seeds))
+                for i, v in enumerate(values) if v in values[:i]), None)
+    own = next((a for a in extra if a.split("=")[0].replace("_", "-") in RUNNER_FLAGS), None)
+    bad_seed = next((v for v in args.seeds if not 0 <= v < 2**32), None)
+    problems = [  # (is it wrong, the message naming it and the fix)
+        (not os.path.isfile(args.script), f"script {args.script!r} not found; give the path of a training script"),
+        (dup, f"{dup} is given twice: the sweep would run it twice into one summary; give each once"),
+        (bad_seed is not None, f"--seeds {bad_seed} is out of range; seeds go from 0 to 2**32 - 1"),
+        (args.workers < 1, f"--workers must be at least 1, got {args.workers}"),
+        (args.threads < 0, f"--threads must be at least 1 (or 0: cores // workers), got {args.threads}"),
+        (os.path.basename(os.path.normpath(args.runs_dir)) != "runs", f"--runs-dir {args.runs_dir!r} must end in "
+         "'runs': the scripts always log into runs/ of their working directory"),
+        (own, f"{own} among the extra args: the runner sets {', '.join(RUNNER_FLAGS)} for each run; "
+              "use --env-ids and --seeds, and leave the others out"),
+        (shutil.which(args.python) is None, f"--python {args.python!r} is not an executable; give a Python's path"),
+    ]
+    wrong = next((message for bad, message in problems if bad), None)
+    if wrong:
+        raise ConfigError(wrong)
     return args, extra
 
 
+def names(runs):
+    return ", ".join(f"{e} seed {s}" for e, s in runs)
+
+
 def main(argv=None):
-    args, extra = parse(sys.argv[1:] if argv is None else argv)
+    try:
+        args, extra = parse(sys.argv[1:] if argv is None else argv)
+    except ConfigError as e:
+        print(f"run.py: error: {e}", file=sys.stderr)
+        return 2
     cores = available_cores()
     threads = args.threads or max(1, cores // args.workers)
     if args.workers * threads > cores:
         print(f"run.py: warning: {args.workers} workers x {threads} threads > {cores} cores", file=sys.stderr)
     jobs = [(e, s) for e in args.env_ids for s in args.seeds]
     name = os.path.basename(args.script)
-    todo, failed, done = [], [], 0
+    todo, finished_runs, failed, interrupted, not_started = [], [], [], [], []
     for env_id, seed in jobs:
         if finished(summary_path(args.runs_dir, args.script, env_id, seed, extra)):
-            done += 1
-            print(f"[{done}/{len(jobs)}] {name} {env_id} seed {seed}: already finished, skipped", flush=True)
+            finished_runs.append((env_id, seed))
+            print(f"[{len(finished_runs)}/{len(jobs)}] {name} {env_id} seed {seed}: already finished, skipped",
+                  flush=True)
         else:
             todo.append((env_id, seed))
+    done = len(finished_runs)
 
-    with ThreadPoolExecutor(max_workers=args.workers) as pool:
-        futures = {pool.submit(run_one, args.script, e, s, extra, args.runs_dir, threads, args.python): (e, s)
-                   for e, s in todo}
-        for fut in as_completed(futures):
-            env_id, seed = futures[fut]
-            done += 1
-            s = fut.result()
-            head = f"[{done}/{len(jobs)}] {name} {env_id} seed {seed}:"
-            if s["ok"]:
-                print(f"{head} ok {s['wall_time_s']:.1f}s {s['steps_per_s'] or float('nan'):.0f} steps/s "
-                      f"return {s['final_return']:.1f}", flush=True)
-            else:
-                failed.append((env_id, seed))
-                why = f"exit status {s['exit_status']}" if s["exit_status"] else "no TensorBoard log found"
-                print(f"{head} FAILED ({why}) after {s['wall_time_s']:.1f}s; log {s['log_path']}; its tail:\n"
-                      + "".join("    " + line for line in log_tail(s["log_path"]).splitlines(True)), flush=True)
+    children = Children()
+
+    def stop(sig, frame):
+        if children.stopped_by:  # a second Ctrl-C, or the alarm KILL_AFTER_S later: no more waiting
+            children.stop(signal.SIGKILL)
+            return
+        children.stop(sig)
+        signal.signal(signal.SIGALRM, stop)
+        signal.alarm(KILL_AFTER_S)
+        signame = signal.Signals(sig).name
+        print(f"\nrun.py: {signame}: stopping the sweep: no new run starts, the running ones get {signame} "
+              f"(SIGKILL in {KILL_AFTER_S} s, or at a second Ctrl-C)", file=sys.stderr, flush=True)
+
+    # Python runs every handler in the main thread; nohup and background jobs keep ignoring their signals
+    stop_signals = [sig for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+                    if signal.getsignal(sig) is not signal.SIG_IGN]
+    before = {sig: signal.getsignal(sig) for sig in stop_signals + [signal.SIGALRM]}
+    for sig in stop_signals:
+        signal.signal(sig, stop)
+    try:
+        with ThreadPoolExecutor(max_workers=args.workers) as pool:
+            futures = {pool.submit(run_one, args.script, e, s, extra, args.runs_dir, threads, args.python,
+                                   children): (e, s) for e, s in todo}
+            for fut in as_completed(futures):
+                env_id, seed = futures[fut]
+                s = fut.result()
+                if s is None:
+                    not_started.append((env_id, seed))
+                    continue
+                done += 1
+                head = f"[{done}/{len(jobs)}] {name} {env_id} seed {seed}:"
+                if s.get("interrupted"):
+                    interrupted.append((env_id, seed))
+                    print(f"{head} interrupted after {s['wall_time_s']:.1f}s; log {s['log_path']}", flush=True)
+                elif s["ok"]:
+                    finished_runs.append((env_id, seed))
+                    print(f"{head} ok {s['wall_time_s']:.1f}s {s['steps_per_s'] or float('nan'):.0f} steps/s "
+                          f"return {s['final_return']:.1f}", flush=True)
+                else:
+                    failed.append((env_id, seed))
+                    why = f"exit status {s['exit_status']}" if s["exit_status"] else "no TensorBoard log found"
+                    print(f"{head} FAILED ({why}) after {s['wall_time_s']:.1f}s; log {s['log_path']}; its tail:\n"
+                          + "".join("    " + line for line in log_tail(s["log_path"]).splitlines(True)), flush=True)
+    finally:
+        if children.stopped_by:
+            signal.alarm(0)
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    if children.stopped_by:
+        lines = [f"run.py: stopped by {signal.Signals(children.stopped_by).name}"]
+        for what, runs in (("finished", finished_runs), ("failed", failed), ("interrupted", interrupted),
+                           ("not started", not_started)):
+            if runs:
+                lines.append(f"  {what} ({len(runs)}): {names(sorted(runs, key=jobs.index))}")
+        again = ("interrupted runs continue from their last checkpoint" if "--save-model" in extra else
+                 "interrupted runs start over (--save-model --save-every K among the extra args lets them continue)")
+        print("\n".join(lines + [f"run the same command again to resume: finished runs are skipped, {again}"]),
+              file=sys.stderr, flush=True)
+        return 128 + children.stopped_by
     if failed:
-        print(f"run.py: {len(failed)} of {len(jobs)} runs failed: "
-              + ", ".join(f"{e} seed {s}" for e, s in failed), file=sys.stderr)
+        print(f"run.py: {len(failed)} of {len(jobs)} runs failed: {names(failed)}", file=sys.stderr)
         return 1
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if code > 128:  # stopped by a signal: end by it too, so that a shell script running the sweep stops as well
+        signal.signal(code - 128, signal.SIG_DFL)
+        os.kill(os.getpid(), code - 128)
+    sys.exit(code)

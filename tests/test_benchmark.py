@@ -8,8 +8,11 @@ import csv
 import importlib.util
 import json
 import os
+import signal
+import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -24,11 +27,13 @@ FAKE_SCRIPT = textwrap.dedent('''
 
     With --save-model it checkpoints (the number of episodes done) every --save-every episodes, and
     Crashy-v0 crashes halfway unless resumed; --resume continues the checkpoint's run dir with a
-    purge_step, as the scripts' SummaryWriter does.
+    purge_step, as the scripts' SummaryWriter does. Sleepy-v0 sleeps ten minutes (unless a file "awake" exists) beside
+    a process of its own that ignores SIGINT and SIGTERM (as it does too if a file "stubborn" exists); both write their
+    pid to pids.txt.
 
     Writes the events with tensorboard's own writer: importing torch would take most of the test's time.
     """
-    import argparse, os, sys, time
+    import argparse, os, subprocess, sys, time
 
 
     def write_tb(run_dir, hparams, returns, steps, purge_step=None):
@@ -66,6 +71,16 @@ FAKE_SCRIPT = textwrap.dedent('''
                 f.write(a.resume + "\\n")
         with open("calls.txt", "a") as f:
             f.write(f"{a.env_id} {a.seed} torch_threads={a.torch_threads} omp={os.environ['OMP_NUM_THREADS']}\\n")
+        if a.env_id == "Sleepy-v0" and not os.path.exists("awake"):
+            ignore = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                      "signal.signal(signal.SIGTERM, signal.SIG_IGN)")
+            subprocess.Popen([sys.executable, "-c", ignore + "; import os, time; f = open('pids.txt', 'a'); "
+                              "print(os.getpid(), file=f); f.close(); time.sleep(600)"])
+            if os.path.exists("stubborn"):
+                exec(ignore)
+            with open("pids.txt", "a") as f:
+                print(os.getpid(), file=f)
+            time.sleep(600)
         if a.env_id == "Broken-v0":
             print("step 0 ...")
             print("boom: intentional failure", file=sys.stderr)
@@ -195,10 +210,85 @@ def test_runner_reports_a_failed_run_with_its_log_tail_and_runs_the_others(fake,
     assert [c.split(" ")[0] for c in calls()] == ["Broken-v0", "A-v0", "Broken-v0"]
 
 
-def test_runner_rejects_a_missing_script(capsys):
-    with pytest.raises(SystemExit):
-        run.main(["--script", "nope.py", "--env-ids", "A-v0"])
-    assert "script 'nope.py' not found" in capsys.readouterr().err
+@pytest.mark.parametrize("args, message", [
+    (["--env-ids", "A-v0", "--seeds", "1", "1"], "--seeds 1 is given twice"),
+    (["--env-ids", "A-v0", "B-v0", "A-v0"], "--env-ids A-v0 is given twice"),
+    (["--env-ids", "A-v0", "--workers", "0"], "--workers must be at least 1, got 0"),
+    (["--env-ids", "A-v0", "--threads", "-1"], "--threads must be at least 1"),
+    (["--env-ids", "A-v0", "--seeds", "-1"], "--seeds -1 is out of range"),
+    (["--env-ids", "A-v0", "--runs-dir", "out"], "--runs-dir 'out' must end in 'runs'"),
+    (["--env-ids", "A-v0", "--", "--seed=5"], "--seed=5 among the extra args: the runner sets"),
+    (["--env-ids", "A-v0", "--python", "nowhere"], "--python 'nowhere' is not an executable"),
+    (["--env-ids", "A-v0", "--script", "nope.py"], "script 'nope.py' not found"),
+])
+def test_runner_refuses_bad_input_with_one_line_before_any_run(fake, capsys, args, message):
+    assert run.main(["--script", fake, *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"run.py: error: {message}") and err.count("\n") == 1
+    assert not os.path.exists("calls.txt") and not os.path.exists("runs")
+
+
+def alive(pid):
+    """Whether a process runs (a zombie, ended but not yet reaped by its parent, counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig, workers, stubborn", [(signal.SIGINT, 1, False), (signal.SIGTERM, 2, False),
+                                                    (signal.SIGINT, 1, True)], ids=["SIGINT", "SIGTERM", "twice"])
+def test_a_signal_stops_the_sweep_and_every_process_of_its_runs_and_a_rerun_resumes(fake, capsys, sig, workers,
+                                                                                    stubborn):
+    """A-v0's quick runs, then Sleepy-v0's: the signal comes once `workers` of them sleep, each with a process of
+    its own that ignores the signal. The runner ends by the signal, leaving no process and no run started after it.
+    A run that ignores the signal itself is waited for, and killed at a second one."""
+    if stubborn:
+        open("stubborn", "w").close()
+    seeds = [str(s) for s in range(1, workers + 2)]
+    argv = ["--script", fake, "--env-ids", "A-v0", "Sleepy-v0", "--seeds", *seeds, "--workers", str(workers),
+            "--", "--total-timesteps", "100"]
+    # with Ctrl-C's default action, as in a terminal, even where the tests run as a background job (which ignores it)
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "benchmark", "run.py"), *argv], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.time() + 120
+        while not (os.path.exists("pids.txt") and len(calls("pids.txt")) == 2 * workers) and time.time() < deadline:
+            time.sleep(0.1)
+        pids = [int(p) for p in calls("pids.txt")]
+        assert len(pids) == 2 * workers and all(alive(p) for p in pids)
+        proc.send_signal(sig)
+        if stubborn:
+            time.sleep(1)
+            assert proc.poll() is None and all(alive(p) for p in pids)  # still waiting for its run
+            proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == -sig  # the shell shows 128 + sig
+        deadline = time.time() + 10
+        while any(alive(p) for p in pids) and time.time() < deadline:  # the stubborn ones wait for init to reap them
+            time.sleep(0.1)
+        assert not any(alive(p) for p in pids)
+    finally:  # what a failing runner leaves behind
+        proc.kill()
+        for p in map(int, calls("pids.txt") if os.path.exists("pids.txt") else []):
+            if alive(p):
+                os.kill(p, signal.SIGKILL)
+    started = [f"Sleepy-v0 {s}" for s in seeds[:workers]]
+    assert sorted(" ".join(c.split()[:2]) for c in calls()) == [f"A-v0 {s}" for s in seeds] + started  # no more
+    name = signal.Signals(sig).name
+    assert f"run.py: {name}: stopping the sweep" in err and f"run.py: stopped by {name}\n" in err
+    assert f"  finished ({len(seeds)}): " + ", ".join(f"A-v0 seed {s}" for s in seeds) in err
+    assert f"  interrupted ({workers}): " + ", ".join(f"Sleepy-v0 seed {s}" for s in seeds[:workers]) in err
+    assert f"  not started (1): Sleepy-v0 seed {seeds[-1]}\n" in err
+    assert "run the same command again to resume: finished runs are skipped, interrupted runs start over" in err
+    assert out.count(": interrupted after") == workers and "Traceback" not in err
+
+    open("awake", "w").close()  # Sleepy-v0 now runs as A-v0 does
+    assert run.main(argv) == 0
+    assert capsys.readouterr().out.count("already finished, skipped") == len(seeds)
+    assert sorted(" ".join(c.split()[:2]) for c in calls()[len(seeds) + workers:]) == [f"Sleepy-v0 {s}" for s in seeds]
 
 
 # ---- the report ---------------------------------------------------------------------------------------------
@@ -256,6 +346,38 @@ def test_report_writes_markdown_csv_and_one_plot_per_env(write_tb, tmp_path):
         ("ppo.py", "Acrobot-v1", -80.0), ("ppo.py", "CartPole-v1", 400.0), ("ppo_shared.py", "CartPole-v1", 495.0)]
 
 
+def test_report_writes_by_default_into_the_current_directory_not_the_clone(write_tb, monkeypatch, tmp_path):
+    """A sweep run elsewhere leaves the clone as it was (HERE stands for the clone's benchmark/ here)."""
+    monkeypatch.setattr(report, "HERE", str(tmp_path / "clone" / "benchmark"))
+    write_run(write_tb, "CartPole-v1", "ppo", 1, [400.0] * 150, 500000)
+    assert report.main(["runs", "--no-plots"]) == 0
+    (out,) = [d for d in os.listdir() if d.startswith("report-")]
+    assert sorted(os.listdir(out)) == ["per_seed.csv", "report.md"] and not (tmp_path / "clone").exists()
+
+
+@pytest.mark.parametrize("case, args, message", [
+    ("corrupt summary", ["runs"], "runs/summaries/fake__A-v0__1__x.json is not a readable runner summary; delete it"),
+    ("summary of something else", ["runs"], "runs/summaries/fake__A-v0__1__x.json is not a readable runner summary"),
+    ("", ["runs", "--reference", "nope.csv"], "--reference nope.csv: No such file or directory; give a CSV"),
+    ("", ["runs", "--reference", "calls.txt"], "--reference calls.txt has no 'script' column; give a CSV"),
+    ("", ["nowhere"], "'nowhere' is not a directory; give the runs/ directory"),
+    ("", ["empty"], "no complete TensorBoard runs with charts/episodic_return under 'empty'; give the runs/"),
+    ("", ["runs", "--steps", "7"], "none of the 1 runs under 'runs' is of --scripts (any) with --steps 7; widen"),
+])
+def test_report_stops_with_one_line_naming_the_path_and_the_fix(write_tb, capsys, case, args, message):
+    write_run(write_tb, "CartPole-v1", "ppo", 1, [400.0] * 150, 500000)
+    os.makedirs("runs/summaries")
+    open("calls.txt", "w").close()
+    if case:
+        with open("runs/summaries/fake__A-v0__1__x.json", "w") as f:
+            f.write('{"ok": tr' if case == "corrupt summary" else '{"ok": true}')
+    os.makedirs("empty")
+    assert report.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"report.py: error: {message}") and err.count("\n") == 1
+    assert not [d for d in os.listdir() if d.startswith("report-")]
+
+
 def test_verdicts_and_the_choice_of_published_row():
     rows = report.load_reference()
     ref = report.pick_reference(rows, "ppo.py", "CartPole-v1", 500000)
@@ -308,8 +430,6 @@ def test_throughput_reads_the_time_breakdown_a_script_prints(capsys):
 def test_summary_names_the_commit_the_run_started_with(fake, tmp_path):
     """A run that makes the repository dirty while it runs (here the fake script appending to a tracked
     calls.txt, as an edit made during a long run would) keeps the clean commit it started from."""
-    import subprocess
-
     def git(*a):
         return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=tmp_path,
                               capture_output=True, text=True, check=True).stdout.strip()
@@ -411,8 +531,6 @@ def test_vs_cleanrl_summary_is_the_ratio_of_mean_walls_and_of_median_steps_per_s
 
 
 def test_vs_cleanrl_names_a_checkouts_commit_but_not_that_of_a_repository_around_a_folder(tmp_path):
-    import subprocess
-
     import vs_cleanrl
 
     def git(*a):
