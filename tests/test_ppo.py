@@ -69,7 +69,7 @@ def test_compute_gae_matches_brute_force(mod, shape):
 
 # every PPO script carries the same compute_gae contract; it is checked here once for all of them
 PPO_FAMILY = SCRIPTS + ["ppo_atari", "ppo_atari_lstm", "ppo_atari_envpool", "ppo_continuous_action", "ppo_procgen",
-                        "ppo_multidiscrete", "ppo_multidiscrete_mask"]
+                        "ppo_multidiscrete", "ppo_multidiscrete_mask", "ppo_atari_multigpu"]
 
 
 @pytest.mark.parametrize("name", PPO_FAMILY[2:])

@@ -108,14 +108,17 @@ def test_every_target_pins_what_the_whole_lock_pins():
 # a ratchet: no change may make a file longer or a sibling diff wider than that. Lower a ceiling as a file shrinks.
 # Raised once since, by 7 lines in the six CNN scripts (and so in the diffs to ppo.py and the μRTS scripts), for
 # issue 25's --bf16: a flag, its check, the autocast; and by 3 in all, for a full disk's one-line error (issue 24).
-LINE_TARGETS = {"ppo.py": 400, "a2c_paac.py": 550, "impala_vtrace.py": 550}  # every other PPO script: 450
+LINE_TARGETS = {"ppo.py": 400, "a2c_paac.py": 550, "impala_vtrace.py": 550,  # every other PPO script: 450
+                "ppo_atari_multigpu.py": 520}  # issue 21: ppo_atari.py plus data-parallel training
 LINE_CEILINGS = {"ppo.py": 466, "ppo_shared.py": 468, "ppo_atari.py": 528, "ppo_atari_lstm.py": 570,
                  "ppo_atari_envpool.py": 504, "ppo_continuous_action.py": 561, "ppo_procgen.py": 503,
-                 "ppo_multidiscrete.py": 466, "ppo_multidiscrete_mask.py": 477, "a2c_paac.py": 560, "impala_vtrace.py": 560}
+                 "ppo_multidiscrete.py": 466, "ppo_multidiscrete_mask.py": 477, "a2c_paac.py": 560, "impala_vtrace.py": 560,
+                 "ppo_atari_multigpu.py": 612}
 SIBLINGS = [("ppo.py", "ppo_shared.py", 40, 38), ("ppo.py", "ppo_atari.py", 250, 248),
             ("ppo.py", "ppo_continuous_action.py", 200, 177), ("ppo_atari.py", "ppo_atari_lstm.py", 150, 102),
             ("ppo_atari.py", "ppo_atari_envpool.py", 180, 172), ("ppo_atari.py", "ppo_procgen.py", 250, 247),
-            ("ppo_atari.py", "ppo_multidiscrete.py", 200, 236), ("ppo_multidiscrete.py", "ppo_multidiscrete_mask.py", 60, 39)]
+            ("ppo_atari.py", "ppo_multidiscrete.py", 200, 236), ("ppo_multidiscrete.py", "ppo_multidiscrete_mask.py", 60, 39),
+            ("ppo_atari.py", "ppo_atari_multigpu.py", 162, 152)]  # CleanRL's own pair: 162
 
 
 def changed_lines(a, b):

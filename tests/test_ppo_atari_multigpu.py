@@ -1,0 +1,318 @@
+"""Tests of ppo_atari_multigpu.py on CPU (gloo): two processes make the update of one process with all the envs,
+every rank's games reach rank 0's log, torchrun runs, checkpoints and resumes, and a lost process stops the job.
+In a world of one (no torchrun) it is ppo_atari.py, which test_ppo_atari.py tests; here only what differs.
+"""
+
+import dataclasses
+import glob
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+import ale_py
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import test_ppo_atari
+from conftest import ROOT
+from hacks import hack_safety_tests
+from test_ppo import assert_cli_error_is_one_line, read_scalars
+
+import ppo_atari
+import ppo_atari_multigpu as mg
+
+SCRIPT = os.path.join(ROOT, "ppo_atari_multigpu.py")
+
+
+def tiny(**kw):
+    """test_ppo_atari's tiny run, as this script's Args."""
+    return dataclasses.replace(mg.Args(**{**dataclasses.asdict(test_ppo_atari.tiny()), "exp_name": mg.Args.exp_name}), **kw)
+
+
+def flags(args):
+    """The command-line flags that give `args` (those that differ from the defaults)."""
+    out, default = [], dataclasses.asdict(mg.Args())
+    for k, v in dataclasses.asdict(args).items():
+        if v != default[k]:
+            name = k.replace("_", "-")
+            out += ([f"--{name}"] if v else [f"--no-{name}"]) if isinstance(v, bool) else [f"--{name}", str(v)]
+    return out
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_env(rank, world, port):
+    """What torchrun tells rank `rank` of a world on this host."""
+    return {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+
+
+def _rank_main(rank, world, port, fn):
+    os.environ.update(rank_env(rank, world, port))
+    torch.save(fn(rank, world), f"rank{rank}.pt")
+
+
+def run_ranks(fn, world=2, timeout=120):
+    """fn(rank, world) in `world` spawned processes with torchrun's environment; their return values, by rank."""
+    ctx, port = mp.get_context("spawn"), free_port()
+    procs = [ctx.Process(target=_rank_main, args=(rank, world, port, fn)) for rank in range(world)]
+    for p in procs:
+        p.start()
+    try:
+        for p in procs:
+            p.join(timeout)
+        assert [p.exitcode for p in procs] == [0] * world
+    finally:
+        for p in procs:
+            p.kill()
+            p.join()
+    return [torch.load(f"rank{rank}.pt", weights_only=False) for rank in range(world)]
+
+
+def parameters(agent):
+    return {n: p.detach().clone() for n, p in agent.named_parameters()}
+
+
+# ---- D1, D2: N processes make the update of one process with all the envs --------------------------------------------
+
+T, N, EPOCHS, MINIBATCHES = 8, 4, 2, 2
+
+
+def update_args():
+    args = tiny(num_envs=N, num_steps=T, num_minibatches=MINIBATCHES, update_epochs=EPOCHS)
+    args.batch_size, args.minibatch_size = N * T, N * T // MINIBATCHES  # global, as train() sets them
+    return args
+
+
+def share_of_rollout(agent, rank, world):
+    """Rank `rank`'s envs' share of one fixed rollout of N envs x T steps (flattened as train() flattens it)."""
+    g = torch.Generator().manual_seed(0)
+    obs, actions = torch.randint(0, 256, (T, N, 4, 84, 84), generator=g, dtype=torch.uint8), torch.randint(0, 9, (T, N), generator=g)
+    advantages, returns = torch.randn(T, N, generator=g) * 3 + 1, torch.randn(T, N, generator=g)
+    with torch.no_grad():
+        _, logprobs, _, values = agent.get_action_and_value(obs.reshape(-1, 4, 84, 84), actions.reshape(-1))
+    b = {"obs": obs, "actions": actions, "logprobs": logprobs.view(T, N) - 0.05 * advantages.sign(),
+         "values": values.view(T, N), "advantages": advantages, "returns": returns}
+    n = N // world
+    return {k: v[:, rank * n:(rank + 1) * n].reshape((-1,) + v.shape[2:]) for k, v in b.items()}
+
+
+def update_as_rank(rank, world):
+    """One update() on this rank's share, after D2's broadcast (each rank built its agent from another seed);
+    returns the parameters as built, after the broadcast, and after the update."""
+    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    torch.manual_seed(10 + rank)
+    agent = mg.Agent(4, 9, channels_last=True)
+    built = parameters(agent)
+    mg.data_parallel(agent)
+    start = parameters(agent)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5, fused=True)
+    b = share_of_rollout(agent, rank, world)
+    torch.manual_seed(1)  # every rank draws the same permutation of its own share
+    mg.update(agent, optimizer, b, update_args())
+    return built, start, parameters(agent)
+
+
+def test_two_processes_make_the_update_of_one_with_all_envs(monkeypatch):
+    ranks = run_ranks(update_as_rank)
+    (built0, start0, after0), (built1, start1, after1) = ranks
+    assert any(not torch.equal(built0[k], built1[k]) for k in built0)  # built differently ...
+    assert all(torch.equal(start0[k], start1[k]) and torch.equal(start0[k], built0[k]) for k in start0)  # ... D2's broadcast
+
+    # one process, all N envs: the two shares side by side, and minibatch k = the union of the ranks' minibatches k
+    torch.manual_seed(10)
+    agent = mg.Agent(4, 9, channels_last=True)
+    assert all(torch.equal(p, start0[k]) for k, p in parameters(agent).items())
+    shares = [share_of_rollout(agent, rank, 2) for rank in range(2)]
+    b = {k: torch.cat([s[k] for s in shares]) for k in shares[0]}
+    torch.manual_seed(1)
+    share_len = N * T // 2
+    perms = [torch.randperm(share_len).view(MINIBATCHES, -1) for _ in range(EPOCHS)]
+    joint = iter([torch.cat([p, p + share_len], dim=1).reshape(-1) for p in perms])
+    monkeypatch.setattr(torch, "randperm", lambda n, **kw: next(joint))
+    optimizer = torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5, fused=True)
+    mg.update(agent, optimizer, b, update_args())
+    alone = parameters(agent)
+    for k in alone:
+        assert torch.equal(after0[k], after1[k]), k  # the ranks stay identical
+        torch.testing.assert_close(after0[k], alone[k], rtol=0, atol=1e-6, msg=k)
+        assert (alone[k] - start0[k]).abs().max() > 1e-5, k  # the update moved every tensor
+
+
+def test_world_of_one_is_ppo_atari():
+    """Without torchrun the script is ppo_atari.py: same episodes, same losses (to the rounding of detail 7's
+    two-pass normalisation)."""
+    args = dict(num_steps=128, total_timesteps=2 * 128 * 2)
+    ours, theirs = mg.train(tiny(**args)), ppo_atari.train(test_ppo_atari.tiny(**args))
+    assert ours["episodic_return"] == theirs["episodic_return"] and ours["episodic_return"]
+    for a, b in zip(ours["losses"], theirs["losses"]):
+        np.testing.assert_allclose([a[k] for k in b], list(b.values()), rtol=1e-4, atol=1e-6)
+    assert ours["run_name"].split("__")[1] == "ppo_atari_multigpu"
+
+
+# ---- D3: every rank's games reach rank 0's log -----------------------------------------------------------------------
+
+
+def train_as_rank(rank, world):
+    """A short training run as one rank; returns the raw scores of the games its emulators played (tallied
+    below every wrapper), what train() returned, and what rank 0 logged."""
+    games, current, original_step = [], {}, ale_py.env.AtariEnv.step
+
+    def recording_step(self, action, *a, **kw):
+        obs, reward, terminated, truncated, info = original_step(self, action, *a, **kw)
+        current[id(self)] = current.get(id(self), 0.0) + reward
+        if terminated or truncated:
+            games.append(current.pop(id(self)))
+        return obs, reward, terminated, truncated, info
+
+    ale_py.env.AtariEnv.step = recording_step
+    out = mg.train(tiny(num_envs=4, num_steps=200, num_minibatches=2, total_timesteps=4 * 200 * 2))
+    logged = read_scalars(out["run_dir"], "charts/episodic_return") if rank == 0 else None
+    return {"games": games, "returns": out["episodic_return"], "losses": out["losses"], "global_step": out["global_step"],
+            "parameters": parameters(out["agent"]), "logged": logged, "run_dir": out["run_dir"]}
+
+
+def test_every_rank_games_are_logged_by_rank_0():
+    rank0, rank1 = run_ranks(train_as_rank)
+    assert rank0["games"] and rank1["games"]  # both ranks finished games
+    assert sorted(rank0["logged"]) == sorted(rank0["returns"]) == sorted(rank0["games"] + rank1["games"])
+    assert rank1["returns"] == rank0["returns"] and rank1["losses"] == rank0["losses"]  # one history
+    assert rank0["global_step"] == 4 * 200 * 2 and rank0["run_dir"] and rank1["run_dir"] is None
+    assert all(torch.equal(p, rank1["parameters"][k]) for k, p in rank0["parameters"].items())  # still one agent
+
+
+# ---- torchrun --------------------------------------------------------------------------------------------------------
+
+
+def torchrun(args, nproc=2):
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", SCRIPT, *flags(args)]
+
+
+def test_torchrun_trains_checkpoints_and_resumes():
+    args = tiny(num_steps=128, total_timesteps=2 * 128 * 2, save_model=True, save_every=1)
+    run = subprocess.run(torchrun(args), capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    progress = [line for line in run.stdout.splitlines() if line.startswith("step ")]
+    assert len(progress) == 1 and progress[0].startswith("step 512/512 ")  # from rank 0 alone
+    (ckpt,) = glob.glob("runs/*/checkpoint.pt")
+    state = torch.load(ckpt, weights_only=False)
+    assert state["iteration"] == 2 and state["script"] == "ppo_atari_multigpu.py" and state["args"]["local_num_envs"] == 1
+    assert read_scalars(os.path.dirname(ckpt), "charts/episodic_return")  # whose: test_every_rank_games_are_logged_by_rank_0
+
+    resume = subprocess.run(torchrun(mg.Args(resume=ckpt, total_timesteps=2 * 128 * 3)), capture_output=True, text=True, timeout=120)
+    assert resume.returncode == 0, resume.stderr[-3000:]
+    assert "resuming" in resume.stderr and "step 768/768 " in resume.stdout
+    assert torch.load(ckpt, weights_only=False)["iteration"] == 3
+    # iterations 1, 2, then the resumed 3 (its schedule ends at 3, ppo_atari.py's as well), each logged once
+    assert read_scalars(os.path.dirname(ckpt), "charts/learning_rate") == pytest.approx([2.5e-4, 0.0, 0.0])
+
+
+# ---- a lost process stops the job ------------------------------------------------------------------------------------
+
+
+def descendants(pid):
+    """The pids of the processes below `pid`, from /proc."""
+    children = {}
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            fields = open(stat).read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
+    found, todo = [], [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found, todo = found + below, todo + below
+    return found
+
+
+def alive(pid):
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_for(condition, timeout):
+    deadline = time.time() + timeout
+    while not condition() and time.time() < deadline:
+        time.sleep(0.1)
+    return condition()
+
+
+def test_killing_one_rank_under_torchrun_stops_the_job():
+    args = tiny(num_steps=128, total_timesteps=2 * 128 * 1000, save_model=True, save_every=1)
+    job = subprocess.Popen(torchrun(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    workers = []
+    try:
+        assert wait_for(lambda: glob.glob("runs/*/checkpoint.pt"), 90), "no iteration finished"
+        workers = descendants(job.pid)
+        (rank1,) = [pid for pid in workers if b"\0RANK=1\0" in open(f"/proc/{pid}/environ", "rb").read()]
+        os.kill(rank1, signal.SIGKILL)
+        killed = time.time()
+        out, err = job.communicate(timeout=60)
+        stopped = time.time() - killed
+    finally:
+        for pid in [job.pid] + workers:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert job.returncode != 0 and stopped < 30
+    assert "exitcode  : -9" in err and "rank      : 1" in err  # torchrun names the rank that died
+    assert not [pid for pid in workers if alive(pid)]  # no process left behind
+
+
+def test_a_hung_rank_stops_the_other_with_a_one_line_error():
+    """Without torchrun to stop it (e.g. on another node), a rank whose peer stops answering gives up after
+    --dist-timeout with one line."""
+    args = tiny(num_steps=128, total_timesteps=2 * 128 * 1000, save_model=True, save_every=1, dist_timeout=5)
+    port = free_port()
+    ranks = [subprocess.Popen([sys.executable, SCRIPT, *flags(args)], env=rank_env(rank, 2, port), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for rank in range(2)]
+    try:
+        assert wait_for(lambda: glob.glob("runs/*/checkpoint.pt"), 90), "no iteration finished"
+        os.kill(ranks[1].pid, signal.SIGSTOP)
+        stopped = time.time()
+        _, err = ranks[0].communicate(timeout=60)
+        waited = time.time() - stopped
+    finally:
+        for proc in ranks:
+            proc.kill()
+            proc.communicate()
+    assert ranks[0].returncode == 1 and waited < 30
+    (line,) = [line for line in err.splitlines() if "error" in line.lower()]
+    assert line.startswith("ppo_atari_multigpu.py: error: rank 0 lost the other processes: ") and "Timed out waiting 5000ms" in line
+    assert "Traceback" not in err
+
+
+# ---- bad input -------------------------------------------------------------------------------------------------------
+
+
+def test_bad_input_is_one_line_from_rank_0_and_silent_elsewhere(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert_cli_error_is_one_line("ppo_atari_multigpu.py", ["--num-envs", "3"], (
+        "ppo_atari_multigpu.py: error: --num-envs 3 does not split over 2 processes into 4 equal minibatch shares; "
+        "choose a multiple of 2, and --num-minibatches dividing num_envs / 2 * num_steps"))
+    rank1 = subprocess.run([sys.executable, SCRIPT, "--num-envs", "3"], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "RANK": "1"})
+    assert rank1.returncode == 1 and rank1.stderr == ""
+    with pytest.raises(mg.ConfigError, match="does not split"):  # every rank checks before the process group starts
+        mg.train(tiny(num_envs=2, num_steps=3))  # 1 env x 3 steps per process: not 2 equal minibatch shares
+    assert not os.path.exists("runs")
+
+
+# ---- hack safety in a world of one (issue 19) ------------------------------------------------------------------------
+
+
+test_hack_cleanrl_update_trains, test_hack_temperature_changes_what_the_rollout_samples, test_hack_added_layer_trains = \
+    hack_safety_tests(mg, tiny(), tiny(env_id="BreakoutNoFrameskip-v4", num_envs=4, num_steps=128, total_timesteps=512),
+                      logits=(0.0, 1.0, 0.0, 0.0))
