@@ -1,7 +1,10 @@
-"""Whole training runs of ours against CleanRL's script for the same task, taking turns, in one session.
+"""Whole training runs of ours against CleanRL's script for the same task: speed pairs, or fidelity pairs (--fidelity).
 
 Run:   python benchmark/vs_cleanrl.py --cleanrl-dir PATH [--cleanrl-python PYTHON] [--scripts ppo.py ...]
-                                      [--seeds 1 2 3] [--steps N] [--reference-threads N]
+                                      [--seeds 1 2 3] [--steps N] [--env-id ID] [--reference-threads N]
+       python benchmark/vs_cleanrl.py --fidelity --cleanrl-dir PATH --cleanrl-python PYTHON --scripts ppo_atari.py \
+                                      [--seeds 1 2 3] [--steps N] [--env-id ID] [--work-dir runs/vs_cleanrl] \
+                                      [--windows 10] [--out benchmark/results]
 
 The speed goals of issues 2 and 4 are relative to the reference implementation, CleanRL: 500k CartPole-v1
 steps 2.5x faster than its ppo.py, and twice the steps/s of its ppo_continuous_action.py on HalfCheetah-v4.
@@ -11,7 +14,8 @@ issue was written, 112-147 s on 2026-11-22), so the two run in turn, seed by see
 PATH is a CleanRL checkout (git clone https://github.com/vwxyzjn/cleanrl) or a folder of its scripts. Its
 cleanrl/<script> (or <script> at the top of PATH) runs as it is, with --env-id, --seed and --total-timesteps, under
 PYTHON: CleanRL's own environment (gymnasium 0.29.1, numpy<2), which `bash benchmark/cleanrl_env.sh` creates and
-names (default: this Python). Ours runs in this Python with its defaults and the same three flags. Each run gets its own scratch directory; the order alternates by seed (CleanRL first for the first
+names (default: this Python). Ours runs in this Python with its defaults and the same three flags. Each run gets
+its own scratch directory; the order alternates by seed (CleanRL first for the first
 seed, ours first for the second, ...), so a drift of the host's speed does not fall on one side.
 - wall: the whole process, start-up included (what /usr/bin/time reports);
 - steps/s: the last charts/SPS the run logged (its training loop);
@@ -21,11 +25,24 @@ measured its ppo_continuous_action.py with one); ours with its own --torch-threa
 
 Writes benchmark/results/vs_cleanrl_<date>.md (vs_cleanrl_<date>_b.md, ... if it exists), rewritten after every
 pair of runs, so an interrupted session keeps what it measured.
+
+--fidelity: do the two train alike? For each script and seed, CleanRL's script runs under PYTHON in
+<work dir>/<stem>_<env>_<steps>/cleanrl/seed<S>/ and ours through benchmark/run.py (with --save-model) into
+.../ours/runs/, both keeping their TensorBoard logs; then benchmark/compare.py sets the two groups' curves side by
+side (--tags, default: return, losses, approx_kl, clipfrac, entropy) with a verdict per tag, into
+<out>/vs_cleanrl_<stem>_<env>_<steps>/ (--out: a folder, default benchmark/results). The same command run again skips
+what finished: ours continues an interrupted run from its checkpoint (run.py's resume), CleanRL's (which cannot
+resume) starts that seed over. In both modes CleanRL's Atari scripts (ppo_atari.py, ppo_atari_lstm.py) run after
+`import ale_py`, which ale-py 0.9 needs to register the ALE ids, and PATH goes on PYTHONPATH for cleanrl_utils.
 """
 
 import argparse
 import glob
+import json
 import os
+import shlex
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -33,14 +50,23 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import final_return, git_commit, machine_info, read_run  # noqa: E402
+import compare  # noqa: E402
+from report import load_summaries, steps_str  # noqa: E402
+from run import KILL_AFTER_S, final_return, git_commit, machine_info, read_run  # noqa: E402
 from throughput import last_line, unused_path  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-# our script -> (the env of the comparison, its budget: the reference's default total_timesteps)
-TASKS = {"ppo.py": ("CartPole-v1", 500_000), "ppo_continuous_action.py": ("HalfCheetah-v4", 1_000_000)}
+# our script -> (the env of the comparison, its budget): CleanRL's defaults for its script of the same name
+TASKS = {"ppo.py": ("CartPole-v1", 500_000), "ppo_continuous_action.py": ("HalfCheetah-v4", 1_000_000),
+         "ppo_atari.py": ("BreakoutNoFrameskip-v4", 10_000_000),
+         "ppo_atari_lstm.py": ("BreakoutNoFrameskip-v4", 10_000_000),
+         "ppo_atari_envpool.py": ("Breakout-v5", 10_000_000), "ppo_procgen.py": ("starpilot", 25_000_000)}
+SPEED_GOALS = ["ppo.py", "ppo_continuous_action.py"]  # issues 2 and 4: the default --scripts
+NEEDS_ALE_IMPORT = {"ppo_atari.py", "ppo_atari_lstm.py"}  # ale-py 0.9 registers its gymnasium ids on import
+SAVE_EVERY = 50  # --fidelity: iterations between our checkpoints (the scripts' default), what a rerun resumes from
+RUN_AS_MAIN = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
 
 
 def reference_path(cleanrl_dir, script):
@@ -51,12 +77,24 @@ def reference_path(cleanrl_dir, script):
     return None
 
 
-def timed_run(path, env_id, seed, steps, threads=0, python=sys.executable):
-    """Runs `path` under `python` to the end in a scratch directory: {"wall" (s), "sps", "final" (last-100 mean)}."""
-    env = dict(os.environ)
+def command(path, env_id, seed, steps, python=sys.executable, import_ale=False):
+    """`path` with the flags both sides get; with `import_ale`, behind a two-line runner that imports ale_py first."""
+    head = [python, "-c", "import ale_py; " + RUN_AS_MAIN] if import_ale else [python]
+    return head + [path, "--env-id", env_id, "--seed", str(seed), "--total-timesteps", str(steps)]
+
+
+def reference_env(cleanrl_dir, threads=0):
+    """CleanRL's scripts import cleanrl_utils from the top of the checkout."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.path.abspath(cleanrl_dir),
+                                                                     os.environ.get("PYTHONPATH")])))
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    cmd = [python, path, "--env-id", env_id, "--seed", str(seed), "--total-timesteps", str(steps)]
+    return env
+
+
+def timed_run(cmd, env=None):
+    """Runs `cmd` to the end in a scratch directory: {"wall" (s), "sps", "final" (last-100 mean)}."""
+    path = next(a for a in cmd[1:] if a.endswith(".py"))
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, env=env)
@@ -104,7 +142,7 @@ def write_markdown(pairs, refs, args, argv, out, commits):
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     threads = f"OMP_NUM_THREADS={args.reference_threads}" if args.reference_threads else "torch's default threads"
     md = [f"# Ours against CleanRL, whole runs in turn ({date})", "",
-          f"- command: `{' '.join(['python benchmark/vs_cleanrl.py', *(sys.argv[1:] if argv is None else argv)])}`",
+          f"- command: `{' '.join(['python benchmark/vs_cleanrl.py', *argv])}`",
           f"- ours: commit {commits['ours'] or 'unknown'}; CleanRL: "
           + ", ".join(os.path.relpath(path, args.cleanrl_dir) for path in refs.values())
           + f" in {args.cleanrl_dir} (commit {commits['ref'] or 'unknown: not a git checkout'}), {threads}, "
@@ -121,7 +159,8 @@ def write_markdown(pairs, refs, args, argv, out, commits):
                   f"| {r['wall'] / o['wall']:.2f} | {o['sps']:.0f} | {r['sps']:.0f} | {o['final']:.2f} "
                   f"| {r['final']:.2f} |")
     md += ["", "| script | runs | mean wall ours (s) | mean wall CleanRL (s) | CleanRL / ours (wall) "
-           "| median steps/s ours | median steps/s CleanRL | ours / CleanRL (steps/s) |", "|---|---|---|---|---|---|---|---|"]
+           "| median steps/s ours | median steps/s CleanRL | ours / CleanRL (steps/s) |",
+           "|---|---|---|---|---|---|---|---|"]
     for s in summary_rows(pairs):
         md.append(f"| {s['script']} | {s['runs']} | {s['ours_wall']:.1f} | {s['ref_wall']:.1f} | {s['wall_ratio']:.2f} "
                   f"| {s['ours_sps']:.0f} | {s['ref_sps']:.0f} | {s['sps_ratio']:.2f} |")
@@ -130,20 +169,136 @@ def write_markdown(pairs, refs, args, argv, out, commits):
         f.write("\n".join(md) + "\n")
 
 
+class Stopped(Exception):
+    """A SIGTERM while --fidelity runs."""
+
+
+def stopped(sig, frame):
+    raise Stopped()
+
+
+def run_child(cmd, **popen_kwargs):
+    """cmd's exit status. Stopped while it runs, this stops it too: a SIGTERM here is passed on at once; a Ctrl-C
+    reached it already (the terminal signals the whole foreground group), so it gets KILL_AFTER_S to end by itself
+    (run.py stops its runs) before SIGTERM, then SIGKILL."""
+    proc = subprocess.Popen(cmd, **popen_kwargs)
+    try:
+        return proc.wait()
+    except BaseException as e:
+        if not isinstance(e, KeyboardInterrupt):
+            proc.terminate()
+        for escalate in (proc.terminate, proc.kill):
+            try:
+                proc.wait(timeout=KILL_AFTER_S + 5)
+                break
+            except subprocess.TimeoutExpired:
+                escalate()
+        proc.wait()
+        raise
+
+
+def reference_run(path, script, env_id, seed, steps, work, args):
+    """CleanRL's run of one seed in <work>/cleanrl/seed<S>/ (skipped when its done.json is there, else started over):
+    its TensorBoard run dir."""
+    run_dir = os.path.join(work, "cleanrl", f"seed{seed}")
+    done = os.path.join(run_dir, "done.json")
+    if os.path.isfile(done):
+        print(f"CleanRL {script} {env_id} seed {seed}: already finished, skipped", flush=True)
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted run: CleanRL's scripts cannot resume
+        os.makedirs(run_dir)
+        cmd = command(path, env_id, seed, steps, args.cleanrl_python, script in NEEDS_ALE_IMPORT)
+        print(f"CleanRL {script} {env_id} seed {seed}: $ {shlex.join(cmd)}", flush=True)
+        start = time.time()
+        with open(os.path.join(run_dir, "cleanrl.log"), "w") as log:
+            status = run_child(cmd, cwd=run_dir, stdout=log, stderr=subprocess.STDOUT,
+                               env=reference_env(args.cleanrl_dir, args.reference_threads))
+        if status != 0:
+            with open(os.path.join(run_dir, "cleanrl.log"), errors="replace") as f:
+                lines = f.read().strip().splitlines() or [f"exit status {status}"]
+            raise RuntimeError(f"CleanRL's {script} seed {seed} failed: {lines[-1]} (log: {run_dir}/cleanrl.log)")
+        print(f"CleanRL {script} {env_id} seed {seed}: ok {time.time() - start:.1f}s", flush=True)
+        with open(done, "w") as f:
+            json.dump({"command": cmd, "wall_time_s": round(time.time() - start, 1), "python": args.cleanrl_python,
+                       "commit": checkout_commit(args.cleanrl_dir, path)}, f, indent=1)
+    found = glob.glob(os.path.join(run_dir, "runs", "*"))
+    if len(found) != 1:
+        raise RuntimeError(f"CleanRL's {script} seed {seed}: {len(found)} run dirs under {run_dir}/runs, not one")
+    return found[0]
+
+
+def our_runs(script, env_id, seeds, steps, work):
+    """Ours through benchmark/run.py (finished runs skipped, interrupted ones resumed): their TensorBoard run dirs."""
+    runs_dir = os.path.join(work, "ours", "runs")
+    extra = ["--total-timesteps", str(steps), "--save-model", "--save-every", str(SAVE_EVERY)]
+    cmd = [sys.executable, os.path.join(HERE, "run.py"), "--script", script, "--env-ids", env_id, "--seeds",
+           *map(str, seeds), "--runs-dir", runs_dir, "--", *extra]
+    if run_child(cmd) != 0:
+        raise RuntimeError(f"our {os.path.basename(script)} failed: run.py printed its log above")
+    dirs = {s["seed"]: os.path.join(runs_dir, rel) for rel, s in load_summaries(runs_dir).items()
+            if s.get("ok") and s["env_id"] == env_id and s["args"] == extra and s["seed"] in seeds}
+    return [dirs[s] for s in seeds]
+
+
+def fidelity(args, refs, ours_dir, argv):
+    commits = {"ours": git_commit(os.path.join(ours_dir, args.scripts[0])),
+               "ref": checkout_commit(args.cleanrl_dir, refs[args.scripts[0]])}
+    verdicts = []
+    for script in args.scripts:
+        env_id, default_steps = TASKS[script]
+        env_id, steps = args.env_id or env_id, args.steps or default_steps
+        name = f"{os.path.splitext(script)[0]}_{env_id.replace('/', '-')}_{steps_str(steps)}"
+        work = os.path.join(args.work_dir, name)
+        ref_dirs, ours_dirs = [], []
+        for seed in args.seeds:  # a pair at a time, so that a sitting that ends early leaves whole pairs
+            ref_dirs.append(reference_run(refs[script], script, env_id, seed, steps, work, args))
+            ours_dirs += our_runs(os.path.join(ours_dir, script), env_id, [seed], steps, work)
+        out = os.path.join(args.out or os.path.join(HERE, "results"), f"vs_cleanrl_{name}")
+        if compare.main(["--a", f"ours={ours_dirs[0]}", *ours_dirs[1:], "--b", f"cleanrl={ref_dirs[0]}", *ref_dirs[1:],
+                         "--out", out, "--windows", str(args.windows), "--tags", *args.tags]) != 0:
+            raise RuntimeError(f"compare.py could not compare {script}'s runs (its error above)")
+        with open(os.path.join(out, "report.md")) as f:
+            md = f.read().split("\n", 1)
+        with open(os.path.join(out, "report.md"), "w") as f:  # where the two sides came from, under the title
+            f.write("\n".join([md[0], "", f"- made by: `python benchmark/vs_cleanrl.py {' '.join(argv)}`",
+                               f"- ours: {script} at commit {commits['ours'] or 'unknown'}, in {sys.executable}",
+                               f"- cleanrl: {os.path.relpath(refs[script], args.cleanrl_dir)} in {args.cleanrl_dir} "
+                               f"(commit {commits['ref'] or 'unknown: not a git checkout'}), in {args.cleanrl_python}",
+                               md[1].lstrip("\n")]))
+        verdicts.append(f"{script} {env_id} {steps_str(steps)}: {out}/report.md")
+    print("\nvs_cleanrl.py: wrote " + "; ".join(verdicts))
+    return 0
+
+
 def main(argv=None, ours_dir=ROOT):
+    argv = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--cleanrl-dir", required=True, help="a CleanRL checkout (git clone https://github.com/vwxyzjn/cleanrl)")
+    p.add_argument("--cleanrl-dir", required=True,
+                   help="a CleanRL checkout (git clone https://github.com/vwxyzjn/cleanrl)")
     p.add_argument("--cleanrl-python", default=sys.executable,
                    help="the python of CleanRL's own environment (bash benchmark/cleanrl_env.sh makes it)")
-    p.add_argument("--scripts", nargs="+", default=list(TASKS), choices=list(TASKS), help="our scripts to compare")
+    p.add_argument("--scripts", nargs="+", default=SPEED_GOALS, choices=list(TASKS), help="our scripts to compare")
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3], help="one pair of runs per seed")
     p.add_argument("--steps", type=int, default=0, help="total timesteps of every run (default: the reference's)")
+    p.add_argument("--env-id", default=None, help="the env of the pairs (one script only; default: the reference's)")
     p.add_argument("--reference-threads", type=int, default=0, help="OMP_NUM_THREADS for CleanRL (default: unset)")
-    p.add_argument("--out", default=None, help="markdown output (default: benchmark/results/vs_cleanrl_<date>.md)")
+    p.add_argument("--out", default=None, help="markdown output (default: benchmark/results/vs_cleanrl_<date>.md); "
+                   "with --fidelity the folder of the reports (default: benchmark/results)")
+    p.add_argument("--fidelity", action="store_true", help="keep both sides' TensorBoard logs and compare the curves")
+    p.add_argument("--work-dir", default=os.path.join("runs", "vs_cleanrl"), help="--fidelity: where the runs go")
+    p.add_argument("--windows", type=int, default=10, help="--fidelity: windows of compare.py's tables")
+    p.add_argument("--tags", nargs="+", default=compare.TAGS, help="--fidelity: the scalars compare.py compares")
     args = p.parse_args(argv)
     if not os.access(args.cleanrl_python, os.X_OK):
         print(f"vs_cleanrl.py: --cleanrl-python {args.cleanrl_python} is not an executable; "
               "bash benchmark/cleanrl_env.sh makes one", file=sys.stderr)
+        return 2
+    if args.env_id and len(args.scripts) > 1:
+        print(f"vs_cleanrl.py: --env-id {args.env_id} with {len(args.scripts)} scripts; give one script with --env-id",
+              file=sys.stderr)
+        return 2
+    if len(set(args.seeds)) != len(args.seeds):
+        print("vs_cleanrl.py: a seed is given twice in --seeds; give each once", file=sys.stderr)
         return 2
     refs = {s: reference_path(args.cleanrl_dir, s) for s in args.scripts}
     missing = [s for s, path in refs.items() if path is None]
@@ -155,22 +310,38 @@ def main(argv=None, ours_dir=ROOT):
     if ours_missing:
         print(f"vs_cleanrl.py: {ours_missing[0]} is not in {ours_dir}", file=sys.stderr)
         return 2
+    if args.fidelity:
+        before = signal.signal(signal.SIGTERM, stopped)
+        try:
+            return fidelity(args, refs, ours_dir, argv)
+        except RuntimeError as e:
+            print(f"vs_cleanrl.py: {e}", file=sys.stderr)
+            return 1
+        except (KeyboardInterrupt, Stopped) as e:
+            print(f"vs_cleanrl.py: stopped by {'SIGINT' if isinstance(e, KeyboardInterrupt) else 'SIGTERM'}; the same "
+                  "command continues: finished runs are skipped, ours resume from their checkpoints", file=sys.stderr)
+            return 128 + (signal.SIGINT if isinstance(e, KeyboardInterrupt) else signal.SIGTERM)
+        finally:
+            signal.signal(signal.SIGTERM, before)
     # taken once, before the runs: an edit made while they run must not relabel them
     commits = {"ours": git_commit(os.path.join(ours_dir, args.scripts[0])),
                "ref": checkout_commit(args.cleanrl_dir, refs[args.scripts[0]])}
-    out = args.out or unused_path(os.path.join(HERE, "results", f"vs_cleanrl_{time.strftime('%Y-%m-%d', time.gmtime())}"))
+    date = time.strftime("%Y-%m-%d", time.gmtime())
+    out = args.out or unused_path(os.path.join(HERE, "results", f"vs_cleanrl_{date}"))
     pairs = []
     for script in args.scripts:
         env_id, default_steps = TASKS[script]
-        steps = args.steps or default_steps
+        env_id, steps = args.env_id or env_id, args.steps or default_steps
         for i, seed in enumerate(args.seeds):
+            ref_cmd = command(refs[script], env_id, seed, steps, args.cleanrl_python, script in NEEDS_ALE_IMPORT)
+            ours_cmd = command(os.path.join(ours_dir, script), env_id, seed, steps)
             try:
                 if i % 2 == 0:
-                    ref = timed_run(refs[script], env_id, seed, steps, args.reference_threads, args.cleanrl_python)
-                    ours = timed_run(os.path.join(ours_dir, script), env_id, seed, steps)
+                    ref = timed_run(ref_cmd, reference_env(args.cleanrl_dir, args.reference_threads))
+                    ours = timed_run(ours_cmd)
                 else:
-                    ours = timed_run(os.path.join(ours_dir, script), env_id, seed, steps)
-                    ref = timed_run(refs[script], env_id, seed, steps, args.reference_threads, args.cleanrl_python)
+                    ours = timed_run(ours_cmd)
+                    ref = timed_run(ref_cmd, reference_env(args.cleanrl_dir, args.reference_threads))
             except RuntimeError as e:
                 print(f"vs_cleanrl.py: {e}", file=sys.stderr)
                 return 1

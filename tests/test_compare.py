@@ -1,0 +1,221 @@
+"""Tests of benchmark/compare.py: two groups of synthetic TensorBoard runs, the windows, Welch, Holm and the verdict."""
+
+import os
+import re
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT
+from scipy import stats
+from torch.utils.tensorboard import SummaryWriter
+
+sys.path.insert(0, os.path.join(ROOT, "benchmark"))
+import compare  # noqa: E402
+
+STEPS = np.arange(100, 10_001, 100)  # 100 points a tag, 10 per window of the 10k-step axis
+TAGS = ["charts/episodic_return", "losses/value_loss"]
+
+
+def write_run(path, seed, shift=0.0, tags=TAGS, steps=STEPS, hparams=None):
+    """One seed's run: each tag logs noise around a slow ramp, plus `shift` after 80% of the steps; `hparams` as the
+    scripts log their Args (a markdown table)."""
+    rng = np.random.default_rng(seed)
+    w = SummaryWriter(str(path))
+    if hparams:
+        w.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in hparams.items()))
+    for tag in tags:
+        for s in steps:
+            w.add_scalar(tag, s / 1000 + rng.normal(0, 1) + (shift if s > 8000 else 0.0), int(s))
+    w.close()
+    return str(path)
+
+
+def group(tmp_path, label, seeds, **kw):
+    return [f"{label}={write_run(tmp_path / label / f's{seeds[0]}', seeds[0], **kw)}",
+            *(write_run(tmp_path / label / f"s{s}", s, **kw) for s in seeds[1:])]
+
+
+def run_compare(tmp_path, a, b, *extra):
+    out = tmp_path / "out"
+    code = compare.main(["--a", *a, "--b", *b, "--out", str(out), "--tags", *TAGS, *extra])
+    return code, (out / "report.md").read_text() if code == 0 else ""
+
+
+def verdicts(md):
+    return dict(re.findall(r"^\| (charts/\S+|losses/\S+) \| (.+) \|$", md, re.M))
+
+
+def rows(md, tag):
+    """The table of one tag: [[window, steps, a, b, p, holm, differs]]."""
+    part = md.split(f"## {tag}\n")[1].split("\n## ")[0]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in part.splitlines() if re.match(r"\| \d", line)]
+
+
+def test_two_groups_from_one_distribution_are_the_same_and_the_report_and_plots_are_written(tmp_path, capsys):
+    # Holm holds the windows' false alarms to 5%; the min-max rule on the final means does not: with 4 seeds a side it
+    # passes two groups of one distribution in about 2 draws of 3 (simulated: 2 seeds 25%, 3 seeds 49%, 10 seeds 98%).
+    # These seeds are such a draw; with seeds 5-8 against 104-107 the final means fall outside.
+    a = group(tmp_path, "fp32", [1, 2, 3, 4], hparams={"precision": "fp32", "lr": 0.1})
+    b = group(tmp_path, "bf16", [100, 101, 102, 103], hparams={"precision": "bf16", "lr": 0.1, "loss_scale": 1})
+    code, md = run_compare(tmp_path, a, b)
+    assert code == 0
+    assert verdicts(md) == {tag: "same" for tag in TAGS}
+    assert all(not r[6] for tag in TAGS for r in rows(md, tag))
+    assert sorted(os.listdir(tmp_path / "out")) == ["charts_episodic_return.png", "losses_value_loss.png", "report.md"]
+    assert "| charts/episodic_return | same |" in capsys.readouterr().out
+    assert "- settings that differ (the Args each run logged): `precision` fp32=fp32, bf16=bf16; " \
+           "only bf16 logs `loss_scale`\n" in md
+
+
+def test_a_shift_in_the_last_windows_is_flagged_there_after_holm_and_p_is_welchs_over_per_seed_means(tmp_path):
+    a, b = [1, 2, 3, 4], [5, 6, 7, 8]
+    code, md = run_compare(tmp_path, group(tmp_path, "ours", a), group(tmp_path, "ref", b, shift=5.0), "--no-plots")
+    assert code == 0
+    table = rows(md, "charts/episodic_return")
+    assert [r[0] for r in table if r[6] == "yes"] == ["9", "10"]
+    assert verdicts(md)["charts/episodic_return"].startswith("differ: windows 9, 10 differ (Holm-adjusted p < 0.05)")
+    assert "final means outside each other's seed spread" in verdicts(md)["charts/episodic_return"]
+    # window 9 recomputed independently: each seed's mean over its 10 values in (8000, 9000]
+    def window9(seed, shift):
+        noise = np.random.default_rng(seed).normal(0, 1, len(STEPS))  # the return tag's draws come first
+        return np.mean([s / 1000 + n + shift for s, n in zip(STEPS, noise) if 8000 < s <= 9000])
+
+    per_seed = [[window9(seed, 0.0) for seed in a], [window9(seed, 5.0) for seed in b]]
+    assert float(table[8][4]) == pytest.approx(stats.ttest_ind(*per_seed, equal_var=False).pvalue, rel=5e-3)
+    assert table[8][2].startswith(f"{np.mean(per_seed[0]):.4g} [{min(per_seed[0]):.4g}, {max(per_seed[0]):.4g}] (4)")
+
+
+def test_holm_against_a_hand_computed_example():
+    # sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> 0.06 (non-decreasing)
+    assert compare.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    adj = compare.holm([np.nan, 0.01, 0.02])  # an untested window is not one of the m tests
+    assert np.isnan(adj[0]) and adj[1:] == pytest.approx([0.02, 0.02])
+    assert compare.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    # Bonferroni would flag none of these (0.02 x 3 > 0.05); Holm flags the smallest only (0.012 x 3 < 0.05)
+    assert (compare.holm([0.012, 0.04, 0.03]) < 0.05).tolist() == [True, False, False]
+
+
+def test_welch_p_matches_scipy_and_the_formula_and_needs_two_values_a_side():
+    a = [19.8, 20.4, 19.6, 17.8, 18.5, 18.9, 18.3, 18.9, 19.5, 22.0]
+    b = [28.2, 26.6, 20.1, 23.3, 25.2, 22.1, 17.7, 27.6]
+    va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
+    t = (np.mean(a) - np.mean(b)) / np.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    assert compare.welch_p(a, b) == pytest.approx(2 * stats.t.sf(abs(t), df), rel=1e-9)
+    assert compare.welch_p(a, b) == pytest.approx(stats.ttest_ind(a, b, equal_var=False).pvalue, rel=1e-12)
+    assert compare.welch_p([1.0], b) is None and compare.welch_p(a, [2.0]) is None
+    assert np.isnan(compare.welch_p([3.0, 3.0], [3.0, 3.0]))
+    assert compare.welch_p([3.0, 3.0], [4.0, 4.0]) == 0.0
+
+
+def test_final_means_must_lie_within_each_others_min_max():
+    assert compare.within_spread([1, 2, 3], [1.5, 2.5])
+    assert not compare.within_spread([1, 2, 9], [2.5, 3.5])  # 4 is outside [2.5, 3.5], though 3 is inside [1, 9]
+    assert not compare.within_spread([2.5, 3.5], [1, 2, 9])
+    assert compare.within_spread([2, 2], [2, 2])
+
+
+def test_one_seed_a_side_gives_no_test_and_no_same(tmp_path):
+    code, md = run_compare(tmp_path, group(tmp_path, "ours", [1]), group(tmp_path, "ref", [1]), "--no-plots")
+    assert code == 0
+    assert all(r[4] == "n=1: no test" and r[5] == "" for r in rows(md, "charts/episodic_return"))
+    assert verdicts(md)["charts/episodic_return"].startswith("no test: n=1 in ours, ref")
+    final = rows(md, "charts/episodic_return")[-1]
+    assert verdicts(md)["charts/episodic_return"].endswith(f"final means ours {final[2]}, ref {final[3]}")
+    assert final[2] == final[3] and final[2].endswith("(1)")  # the same seed's log on both sides
+
+
+def test_window_means_put_each_step_in_its_window():
+    edges = np.array([0.0, 10.0, 20.0, 30.0])
+    means = compare.window_means([0, 5, 10, 11, 30], [1.0, 3.0, 5.0, 7.0, 9.0], edges)
+    assert means[[0, 1, 2]] == pytest.approx([3.0, 7.0, 9.0])  # (0, 10] holds 0, 5, 10
+    assert np.isnan(compare.window_means([5], [1.0], edges)[1:]).all()
+
+
+@pytest.mark.parametrize("case, message", [
+    ("no events", "no TensorBoard event files under"),
+    ("no label", "give LABEL=DIR first"),
+    ("tag missing", "logged no losses/value_loss; leave it out of --tags"),
+    ("one window", "both groups have data in only 1 of 10 windows; give fewer --windows or longer runs"),
+    ("same label", "both groups are labelled 'x'"),
+    ("windows", "--windows must be at least 2, got 1"),
+])
+def test_bad_input_is_one_line(tmp_path, capsys, case, message):
+    a, b = group(tmp_path, "x", [1, 2]), group(tmp_path, "y", [3, 4])
+    extra = []
+    if case == "no events":
+        os.makedirs(tmp_path / "empty")
+        b = [f"y={tmp_path / 'empty'}"]
+    elif case == "no label":
+        a = [a[0].split("=", 1)[1]]
+    elif case == "tag missing":
+        b = [f"y={write_run(tmp_path / 'partial', 3, tags=TAGS[:1])}"]
+    elif case == "one window":
+        b = [f"y={write_run(tmp_path / 'late', 3, steps=np.arange(9100, 10_001, 100))}"]
+        a = [f"x={write_run(tmp_path / 'late2', 4, steps=np.arange(9100, 10_001, 100))}"]
+    elif case == "same label":
+        b = ["x=" + b[0].split("=", 1)[1]]
+    else:
+        extra = ["--windows", "1"]
+    code, _ = run_compare(tmp_path, a, b, "--no-plots", *extra)
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1 and err.startswith("compare.py: error: ")
+    assert not (tmp_path / "out").exists()
+
+
+def test_vs_cleanrl_fidelity_keeps_both_logs_skips_finished_pairs_and_compares(tmp_path, capsys):
+    """test_benchmark's fake script plays both sides (logging seed * 100 + i for episode i): identical curves."""
+    import vs_cleanrl
+    from test_benchmark import FAKE_SCRIPT, wrap
+
+    fake, log = tmp_path / "fake.py", tmp_path / "order.txt"
+    fake.write_text(FAKE_SCRIPT)
+    wrap(tmp_path / "ours" / "ppo.py", str(fake), log, "ours", 0.0)
+    wrap(tmp_path / "checkout" / "cleanrl" / "ppo.py", str(fake), log, "ref", 0.0)
+    work, results = tmp_path / "work" / "ppo_CartPole-v1_1500", tmp_path / "results" / "vs_cleanrl_ppo_CartPole-v1_1500"
+    argv = ["--fidelity", "--cleanrl-dir", str(tmp_path / "checkout"), "--scripts", "ppo.py", "--seeds", "1", "2",
+            "--steps", "1500", "--work-dir", str(tmp_path / "work"), "--out", str(tmp_path / "results"),
+            "--tags", "charts/episodic_return", "--windows", "5"]
+
+    def sides():
+        return [line.split()[:2] for line in log.read_text().splitlines()]
+
+    assert vs_cleanrl.main(argv, ours_dir=str(tmp_path / "ours")) == 0
+    assert sides() == [["ref", "1"], ["ours", "1"], ["ref", "2"], ["ours", "2"]]
+    assert len(os.listdir(work / "ours" / "runs" / "summaries")) == 2
+    assert [len(os.listdir(work / "cleanrl" / f"seed{s}" / "runs")) for s in (1, 2)] == [1, 1]
+    md = (results / "report.md").read_text()
+    assert verdicts(md) == {"charts/episodic_return": "same"}
+    assert f"- cleanrl: cleanrl/ppo.py in {tmp_path / 'checkout'} (commit unknown: not a git checkout)" in md
+    assert all(r[2] == r[3] for r in rows(md, "charts/episodic_return"))  # the same fake: the same window means
+
+    assert vs_cleanrl.main(argv, ours_dir=str(tmp_path / "ours")) == 0  # finished pairs are skipped
+    assert len(sides()) == 4
+    os.remove(work / "cleanrl" / "seed2" / "done.json")  # as if CleanRL's run had been interrupted: it starts over
+    assert vs_cleanrl.main(argv, ours_dir=str(tmp_path / "ours")) == 0
+    assert sides()[4:] == [["ref", "2"]] and len(os.listdir(work / "cleanrl" / "seed2" / "runs")) == 1
+
+    (tmp_path / "checkout" / "cleanrl" / "ppo.py").write_text("import sys\nsys.exit('boom: no module named ale_py')\n")
+    capsys.readouterr()
+    assert vs_cleanrl.main(argv[:-6] + ["--seeds", "3"], ours_dir=str(tmp_path / "ours")) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("vs_cleanrl.py: CleanRL's ppo.py seed 3 failed: boom: no module named ale_py (log: ")
+    assert err.count("\n") == 1
+
+
+def test_cleanrl_atari_scripts_run_as_main_after_import_ale_py_with_the_checkout_on_the_path(tmp_path):
+    import subprocess
+
+    import vs_cleanrl
+
+    (tmp_path / "ale_py.py").write_text("")  # found only through reference_env's PYTHONPATH (the checkout)
+    script = tmp_path / "cleanrl" / "ppo_atari.py"
+    script.parent.mkdir()
+    script.write_text("import os, sys\nprint(__name__, 'ale_py' in sys.modules, os.path.basename(__file__), sys.argv)\n")
+    cmd = vs_cleanrl.command(str(script), "BreakoutNoFrameskip-v4", 3, 100, import_ale=True)
+    out = subprocess.run(cmd, env=vs_cleanrl.reference_env(str(tmp_path)), capture_output=True, text=True, cwd="/")
+    argv = [str(script), "--env-id", "BreakoutNoFrameskip-v4", "--seed", "3", "--total-timesteps", "100"]
+    assert out.stdout == f"__main__ True ppo_atari.py {argv}\n"
+    plain = subprocess.run(vs_cleanrl.command(str(script), "CartPole-v1", 3, 100), capture_output=True, text=True)
+    assert plain.stdout.startswith("__main__ False ppo_atari.py")  # ours: no runner
