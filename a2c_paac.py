@@ -80,6 +80,7 @@ class Args:
     num_workers: int = 8  # n_w, the number of worker processes stepping the environments (must divide num_envs)
     num_steps: int = 5  # t_max, the number of steps to run in each environment per update
     anneal_lr: bool = True  # anneal the learning rate linearly to 0 (not stated in PAAC; A3C does)
+    anneal_timesteps: Optional[int] = None  # the step at which --anneal-lr reaches 0 (default: --total-timesteps)
     gamma: float = 0.99  # the discount factor gamma
     ent_coef: float = 0.01  # beta, the coefficient of the entropy bonus
     vf_coef: float = 1.0  # coefficient of the value loss (R - V)^2 (the paper writes no factor)
@@ -99,9 +100,9 @@ class ConfigError(ValueError):
 
 
 # every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
-RANGES = [("total_timesteps num_envs num_workers num_steps save_every eval_episodes", 1, math.inf, True),
-          ("learning_rate max_grad_norm loss_scale rmsprop_eps", 0, math.inf, False),
-          ("ent_coef vf_coef torch_threads", 0, math.inf, True), ("gamma rmsprop_decay", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
+RANGES = [("total_timesteps anneal_timesteps num_envs num_workers num_steps save_every eval_episodes", 1, math.inf, True),
+          ("learning_rate max_grad_norm loss_scale rmsprop_eps", 0, math.inf, False), ("seed", 0, 2**32 - 1, True),
+          ("ent_coef vf_coef torch_threads", 0, math.inf, True), ("gamma rmsprop_decay", 0, 1, True)]
 # the flags that may change beside --resume: the budget, and how the run is saved or placed
 RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "track", "channels_last", "bf16",
              "num_workers"}
@@ -470,8 +471,9 @@ def train(args: Args):
         gc.freeze()  # the ~300k objects made so far (mostly torch's) are never garbage: full collections skip them
         start_time, start_step = time.time(), global_step
         for iteration in range(start_iteration, args.num_iterations + 1):
-            if args.anneal_lr:
-                optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - (iteration - 1) / max(args.num_iterations - 1, 1))
+            if args.anneal_lr:  # linearly, to 0 at the iteration that ends --anneal-timesteps, and 0 after it
+                anneal = (args.anneal_timesteps or args.total_timesteps) // args.batch_size
+                optimizer.param_groups[0]["lr"] = args.learning_rate * max(1 - (iteration - 1) / max(anneal - 1, 1), 0.0)
 
             rollout = []  # the agent's (action, logprob, value) of each step, stacked into [T, N] tensors after it
             for step in range(T):

@@ -233,6 +233,34 @@ def test_global_step_learning_rate_and_first_batch_on_policy(tiny_run):
     assert set(out["seconds"]) == {"env", "inference", "update"} and all(v > 0 for v in out["seconds"].values())
 
 
+# --anneal-timesteps of a run of 4 updates x 10 steps, and the update at which the rate reaches 0
+ANNEAL_CASES = [(None, 4), (2 * 5 * 10, 10), (2 * 5 * 2, 2)]
+
+
+def assert_anneals_to_0_at(out, anneal_updates, updates=4):
+    """The rate falls by equal amounts from 0.0014 (n_e = 2) at the first update to 0 at update `anneal_updates`, and
+    stays 0 after it: in the history and in TensorBoard."""
+    expected = np.concatenate([np.linspace(0.0014, 0.0, anneal_updates), np.zeros(updates)])[:updates]
+    np.testing.assert_allclose(out["learning_rate"], expected, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(read_scalars(out["run_dir"], "charts/learning_rate"), expected, rtol=1e-6, atol=1e-12)
+
+
+@pytest.mark.parametrize("anneal_timesteps, anneal_updates", ANNEAL_CASES)
+def test_anneal_timesteps_sets_the_step_where_the_rate_reaches_0(anneal_timesteps, anneal_updates):
+    assert_anneals_to_0_at(paac.train(tiny(anneal_timesteps=anneal_timesteps)), anneal_updates)
+
+
+def test_resume_keeps_anneal_timesteps():
+    # the full run's schedule over 10 updates: the first part runs 2, the resumed part the next 2 with a longer budget
+    first = paac.train(tiny(total_timesteps=2 * 5 * 2, anneal_timesteps=2 * 5 * 10, save_model=True))
+    with pytest.raises(paac.ConfigError, match="--anneal-timesteps cannot change when resuming"):
+        paac.train(paac.Args(resume=first["checkpoint"], total_timesteps=2 * 5 * 4, anneal_timesteps=2 * 5 * 20))
+    next_second()
+    resumed = paac.train(paac.Args(resume=first["checkpoint"], total_timesteps=2 * 5 * 4))
+    np.testing.assert_allclose(first["learning_rate"] + resumed["learning_rate"], np.linspace(0.0014, 0.0, 10)[:4],
+                               rtol=1e-12)
+
+
 def make_batch(n_envs=8, T=5, scale=100.0):
     torch.manual_seed(0)
     agent = paac.Agent(4, "nips")
@@ -548,6 +576,7 @@ BAD_INPUT = [
     ({"num_workers": 0}, "num-workers must be a finite number >= 1"),
     ({"num_steps": 0}, "num-steps must be"),
     ({"save_every": 0}, "save-every must be"),
+    ({"anneal_timesteps": 0}, "anneal-timesteps must be a finite number >= 1"),
     ({"eval_episodes": 0}, "eval-episodes must be"),
     ({"learning_rate": -1.0}, "learning-rate must be a finite number > 0"),
     ({"learning_rate": float("nan")}, "learning-rate must be"),

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Issue 23: a2c_paac.py beside Stable-Baselines3's A2C configured as PAAC (benchmark/sb3_a2c.py) on Breakout, 2M steps,
+# seeds 1 2, with the settings of the authors' released run (paac_breakout_2m_released_2026-11-21.md), arch nips:
+#   1. a2c_paac.py, the learning rate annealed to 0 over the 2M steps: the args of the runs of that report
+#   2. a2c_paac.py with the full 115M-step run's schedule (--anneal-timesteps 115000000: 2M steps are its first 2%)
+#   3. sb3_a2c.py with the args of 1 (the same schedule)
+# then the curves overlaid, 1 against 3 and 1 against 2 (benchmark/compare.py), and the report of the three.
+#
+#   bash benchmark/paac_vs_sb3.sh                                       # 6 runs, one at a time (~1 h each on 2 cores)
+#   STEPS=4000 SEEDS=1 ARGS="--num-envs 8" bash benchmark/paac_vs_sb3.sh   # a smoke test: every step, in minutes
+#
+# ARGS is added to every run's args (a variant is its own group). Logs go to runs/ of the current directory, the
+# comparisons and the report to benchmark/results/paac_vs_sb3_breakout_<STEPS>/; finished runs are skipped.
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+WORKERS="${WORKERS:-1}"; STEPS="${STEPS:-2000000}"; SEEDS="${SEEDS:-1 2}"; MODE="breakout_$STEPS"
+ENV_ID=BreakoutNoFrameskip-v4
+OURS="--loss-scale 5 --vf-coef 0.25 --max-grad-norm 3 --ent-coef 0.02 ${ARGS:-}"
+OURS_115M="$OURS --anneal-timesteps 115000000"
+
+# run_dirs SCRIPT "ARGS": the TensorBoard dir of each seed's run of SCRIPT with these args, from run.py's summaries
+run_dirs() {
+    python - "$BENCH" "$1" "$ENV_ID" "--total-timesteps $STEPS $2" $SEEDS <<'EOF'
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from run import summary_path
+script, env_id, extra = sys.argv[2], sys.argv[3], sys.argv[4].split()
+paths = [summary_path("runs", script, env_id, int(seed), extra) for seed in sys.argv[5:]]
+print(*("runs/" + json.load(open(path))["tb_dir"] for path in paths))
+EOF
+}
+
+# compare NAME LABEL_A SCRIPT_A "ARGS_A" LABEL_B SCRIPT_B "ARGS_B": the two groups' curves and verdicts into NAME/
+compare() {
+    local dirs_a dirs_b a b
+    dirs_a="$(run_dirs "$3" "$4")" && dirs_b="$(run_dirs "$6" "$7")" || { status=1; return; }
+    read -r -a a <<< "$dirs_a"; read -r -a b <<< "$dirs_b"
+    python "$BENCH/compare.py" --a "$2=${a[0]}" "${a[@]:1}" --b "$5=${b[0]}" "${b[@]:1}" \
+        --tags charts/episodic_return losses/value_loss losses/policy_loss losses/entropy charts/learning_rate \
+        --out "$BENCH/results/paac_vs_sb3_$MODE/$1" || status=1
+}
+
+ARGS="$OURS" sweep a2c_paac.py "$ENV_ID"
+ARGS="$OURS_115M" sweep a2c_paac.py "$ENV_ID"
+ARGS="$OURS" sweep benchmark/sb3_a2c.py "$ENV_ID"
+compare ours_vs_sb3 ours a2c_paac.py "$OURS" sb3 sb3_a2c.py "$OURS"
+compare anneal_2m_vs_115m anneal_2m a2c_paac.py "$OURS" anneal_115m a2c_paac.py "$OURS_115M"
+report paac_vs_sb3 a2c_paac.py sb3_a2c.py
