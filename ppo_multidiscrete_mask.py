@@ -1,4 +1,4 @@
-"""PPO with a MultiDiscrete action space and invalid action masking on Gym-μRTS (gym-microrts 0.4.3).
+"""PPO with a MultiDiscrete action space and invalid action masking on Gym-μRTS (gym-microrts 0.2.0, the blog's env).
 
 Run:   python ppo_multidiscrete_mask.py --env-id MicrortsMining-v1  (first: bash scripts/install_extras.sh microrts)
 Eval:  python ppo_multidiscrete_mask.py --eval-checkpoint runs/<run>/checkpoint.pt --eval-episodes 10
@@ -6,29 +6,34 @@ Eval:  python ppo_multidiscrete_mask.py --eval-checkpoint runs/<run>/checkpoint.
 The core details 1-12 of "The 37 Implementation Details of PPO" as in ppo.py (seed 000) with the blog's Atari
 hyperparameters, 13 as the blog's Gym-μRTS CNN (conv 16 3x3/2, conv 32 2x2, fc128 on 27 binary feature planes), and
   M1. MultiDiscrete: one Categorical per action component; their log-probabilities and entropies add up
-  M2. invalid action masking (the blog's auxiliary detail 4; Huang and Ontañón 2020): the simulator's mask marks
-      each cell's valid choices; invalid logits become -1e8 (probability 0, and no gradient), the entropy counts
-      valid choices only, and the rollout stores each step's mask so that the update scores the same policy. A cell
-      with no unit that can act has no valid choice: uniform, a constant log-probability, no entropy, no gradient
-The env: the reference's MicrortsMining-v1 (10x10 map, passive opponent, reward for harvesting, 2000 ticks a game) in
-gym-microrts 0.4.3, where each of the 100 cells chooses [6, 4, 4, 4, 4, 7, 49] every tick (0.2.0: one unit a step); the
-simulator acts only for cells with a unit of ours that can act (its action mask, M2) and is deterministic.
+  M2. invalid action masking (the blog's auxiliary detail 4; Huang and Ontañón 2020), of what the blog's script masks:
+      0.2.0's env.action_mask marks the source cells holding a unit of ours and the attack targets holding an enemy
+      unit, each with no action under way; the other components are not masked. Invalid logits become -1e8 (probability 0,
+      no gradient), the entropy counts valid choices only, and the rollout stores each step's mask so that the update
+      scores the same policy. A component with no valid choice: uniform, a constant log-probability, no entropy
+The env: the blog's MicrortsMining-v1 of gym-microrts 0.2.0 (10x10 map, passive opponent, +1 for each harvest and each
+return action issued). A step commands one unit, [source cell, action type, move, harvest, return and produce
+directions, unit type, attack target cell] of MultiDiscrete [100, 6, 4, 4, 4, 4, 7, 100], then plays 10 game ticks;
+200 steps a game. The simulator ignores invalid actions and is deterministic. (Until issue 23 these scripts ran
+0.4.3's grid mode, each cell choosing [6, 4, 4, 4, 4, 7, 49] each tick: benchmark/results/microrts_*_2026-11-22.md.)
 
 To hack: the rollout and the update both call Agent.get_action_and_value, the optimizer holds agent.parameters()
 and update() is CleanRL's loop, so an edit to the network, a head or the loop applies everywhere.
 Deliberate choices (reference behaviour stays the default): --torch-threads 1; observations stored as uint8 (0/1);
-sampling by Gumbel-max (argmax of log-probabilities + Gumbel noise: exact, and twice as fast as 7 multinomials);
+sampling by Gumbel-max (argmax of log-probabilities + Gumbel noise: exact, one op per component, no multinomial);
 --resume starts new games (the Java games cannot be saved); no --bootstrap-truncated, no --capture-video.
 """
 
-import contextlib
+import functools
 import gc
+import importlib
 import importlib.util
 import math
 import os
 import random
 import sys
 import time
+import types
 from dataclasses import asdict, dataclass
 from typing import Optional
 
@@ -38,8 +43,9 @@ import torch
 import torch.nn as nn
 
 SCRIPT = "ppo_multidiscrete_mask.py"
-# the reference's task: map, opponent, weights of [win-loss, harvest, produce worker, building, attack, combat unit]
-MICRORTS_TASKS = {"MicrortsMining-v1": ("maps/10x10/basesWorkers10x10.xml", "passiveAI", (0.0, 1.0, 0.0, 0.0, 0.0, 0.0))}
+# the blog's task as 0.2.0 registers it: map, opponent, weights of [win-loss, harvest, produce worker, building, attack,
+# combat unit, closer to the enemy base]
+MICRORTS_TASKS = {"MicrortsMining-v1": ("maps/10x10/basesWorkers10x10.xml", "passiveAI", (0, 1, 0, 0, 0, 0, 0))}
 
 
 @dataclass
@@ -60,7 +66,7 @@ class Args:
 
     # Algorithm specific arguments
     env_id: str = "MicrortsMining-v1"  # the Gym-μRTS task (map, opponent and reward weights in MICRORTS_TASKS)
-    max_steps: int = 2000  # game ticks (= agent steps) per episode
+    max_steps: int = 200  # agent steps (of 10 game ticks each) per episode: 0.2.0 registers 200
     total_timesteps: int = 2000000  # total environment steps of the experiment
     learning_rate: float = 2.5e-4  # the learning rate of the optimizer
     num_envs: int = 8  # the number of parallel environments
@@ -115,8 +121,9 @@ def check_args(args: Args, ckpt=None) -> None:
             raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
     if args.env_id not in MICRORTS_TASKS:
         raise ConfigError(f"unknown Gym-μRTS task {args.env_id!r}; choose one of {', '.join(MICRORTS_TASKS)}")
-    if importlib.util.find_spec("gym_microrts") is None or importlib.util.find_spec("jpype") is None:
-        raise ConfigError("Gym-μRTS is not installed: run `bash scripts/install_extras.sh microrts`")
+    if importlib.util.find_spec("gym_microrts020") is None or importlib.util.find_spec("jpype") is None:
+        raise ConfigError("gym-microrts 0.2.0 (the blog's Gym-μRTS) is not installed: run "
+                          "`bash scripts/install_extras.sh microrts`")
     try:
         __import__("jpype").getDefaultJVMPath()
     except Exception:  # jpype.JVMNotFoundException
@@ -124,40 +131,70 @@ def check_args(args: Args, ckpt=None) -> None:
                           "`bash scripts/install_extras.sh microrts`") from None
 
 
-class MicrortsVecEnv:
-    """Gym-μRTS's grid-mode vector env (a Java simulator) behind the gymnasium vector API. Detail 1: the simulator
-    starts the next game itself, so the step that ends one returns the next one's first observation (SAME_STEP)."""
-    def __init__(self, args, num_envs):
-        np.int = int  # gym-microrts 0.4.3 still uses numpy's `np.int`, removed in numpy 1.24
-        with open(os.devnull, "w") as null, contextlib.redirect_stderr(null):  # gym's notice: only gym.spaces is used
-            from gym_microrts import microrts_ai
-            from gym_microrts.envs.new_vec_env import MicroRTSGridModeVecEnv
-        map_path, opponent, reward_weight = MICRORTS_TASKS[args.env_id]
-        self.env = MicroRTSGridModeVecEnv(0, num_envs, max_steps=args.max_steps, ai2s=[getattr(microrts_ai, opponent)] * num_envs,
-                                          map_path=map_path, reward_weight=np.array(reward_weight))
-        self.single_observation_space = gym.spaces.Box(0, 1, self.env.observation_space.shape, np.uint8)
-        self.nvec = self.env.action_plane_space.nvec.tolist()  # one cell's action components [6, 4, 4, 4, 4, 7, 49]
-        self.returns, self.lengths = np.zeros(num_envs), np.zeros(num_envs, np.int64)
+@functools.cache
+def load_microrts020():
+    """gym-microrts 0.2.0's env module and opponents, from the package install_extras.sh unpacks as gym_microrts020.
+    It cannot be imported as it is: its package __init__ registers its ids in gym's pre-0.26 registry, and its modules
+    import gym, dacite and PIL (the last two unused here). So it is imported under stand-ins for these (gymnasium's Env
+    and spaces for gym's) and without its __init__; then sys.modules is put back, gym and 0.4.3 untouched."""
+    stubbed = ("gym", "dacite", "PIL", "gym_microrts")
+    saved = {n: sys.modules.pop(n) for n in list(sys.modules) if n.split(".")[0] in stubbed}
+    path = importlib.util.find_spec("gym_microrts020").submodule_search_locations
+    for name, attrs in {"gym": dict(Env=gym.Env, error=gym.error, spaces=gym.spaces, utils=gym.utils), "dacite":
+                        dict(from_dict=None), "PIL": dict(Image=None), "gym_microrts": dict(__path__=path)}.items():
+        sys.modules[name] = types.ModuleType(name)
+        vars(sys.modules[name]).update(attrs)
+    sys.modules["gym.utils"] = gym.utils
+    try:
+        return [importlib.import_module(f"gym_microrts.{m}") for m in ("microrts_ai", "envs.global_agent_env")]
+    finally:
+        for n in [n for n in sys.modules if n.split(".")[0] in stubbed]:
+            del sys.modules[n]
+        sys.modules.update(saved)
 
-    def reset(self, seed=None):
-        return self.env.reset().astype(np.uint8), {}
 
-    def action_mask(self):  # detail M2: [num_envs, cells, sum(nvec)]; step() needs it called first: the simulator
-        return self.env.get_action_mask().astype(bool)  # reads from it which cells hold a unit that can act
+class MicrortsEnv(gym.Env):
+    """One game of gym-microrts 0.2.0 (its GlobalAgentCombinedRewardEnv, as the blog's MicrortsMining-v1) behind
+    gymnasium's API. A step issues the action on the first of 10 game ticks (frame_skip 9); terminated: a side has no
+    units left; truncated: max_steps steps (0.2.0's gym TimeLimit). info["action_mask"]: 0.2.0's env.action_mask."""
+    def __init__(self, env_id, max_steps):
+        microrts_ai, envs = load_microrts020()
+        np.int = int  # 0.2.0 still one-hot encodes with numpy's `np.int`, removed in numpy 1.24
+        map_path, opponent, weights = MICRORTS_TASKS[env_id]
+        sys.stdout.flush()
+        stdout, null = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)  # the Java simulator prints two lines for each game it creates
+        try:  # the first game starts the JVM on 0.2.0's microrts.jar (one JVM a process: 0.4.3 cannot run beside it)
+            self.game = envs.GlobalAgentCombinedRewardEnv(frame_skip=9, ai2=getattr(microrts_ai, opponent),
+                                                          map_path=map_path, reward_weight=np.array(weights, float))
+        finally:
+            os.dup2(stdout, 1), os.close(stdout), os.close(null)
+        self.observation_space = gym.spaces.Box(0, 1, self.game.observation_space.shape, np.uint8)
+        self.action_space, self.max_steps = gym.spaces.MultiDiscrete(self.game.action_space.nvec), max_steps
 
-    def step(self, actions):
-        obs, reward, done, _ = self.env.step(actions)
-        done, self.returns, self.lengths = done.astype(bool), self.returns + reward, self.lengths + 1
-        info = {"final_info": {"episode": {"r": self.returns, "l": self.lengths}, "_episode": done}}  # as gymnasium's
-        self.returns, self.lengths = self.returns * ~done, self.lengths * ~done
-        return obs.astype(np.uint8), reward.astype(np.float32), done, np.zeros_like(done), info
+    def reset(self, seed=None, options=None):  # the simulator takes no seed
+        super().reset(seed=seed)
+        self.steps = 0
+        return self.game.reset().astype(np.uint8), {"action_mask": self.game.action_mask.astype(bool)}
 
-    def close(self):  # not self.env.close(): that stops the JVM, which JPype cannot start again in this process
-        self.env.vec_client.close()
+    def step(self, action):
+        obs, reward, done, _ = self.game.step(action)
+        self.steps += 1
+        info = {"action_mask": self.game.action_mask.astype(bool)}  # the next state's
+        return obs.astype(np.uint8), float(reward), bool(done), self.steps >= self.max_steps, info
+
+    def close(self):  # not self.game.close(): that stops the JVM, which JPype cannot start again in this process
+        self.game.client.close()
+
+
+def make_env(args):
+    return gym.wrappers.RecordEpisodeStatistics(MicrortsEnv(args.env_id, args.max_steps))
 
 
 def make_envs(args, run_name):
-    return MicrortsVecEnv(args, args.num_envs)
+    # detail 1: SAME_STEP autoreset, as the blog's gym; SyncVectorEnv: the JVM cannot be forked
+    return gym.vector.SyncVectorEnv([lambda: make_env(args)] * args.num_envs,
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -170,11 +207,11 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
 class Agent(nn.Module):
     def __init__(self, obs_shape, nvec):
         super().__init__()
-        (h, w, planes), self.nvec = obs_shape, list(nvec)  # nvec: one cell's action components
+        (h, w, planes), self.nvec = obs_shape, [int(n) for n in nvec]
         # detail 13: the blog's Gym-μRTS CNN, shared by the policy and value heads
         self.network = nn.Sequential(layer_init(nn.Conv2d(planes, 16, 3, stride=2)), nn.ReLU(), layer_init(nn.Conv2d(16, 32, 2)),
                                      nn.ReLU(), nn.Flatten(), layer_init(nn.Linear(32 * ((h - 3) // 2) * ((w - 3) // 2), 128)), nn.ReLU())
-        self.actor = layer_init(nn.Linear(128, h * w * sum(self.nvec)), std=0.01)  # every cell's components
+        self.actor = layer_init(nn.Linear(128, sum(self.nvec)), std=0.01)  # the components' logits side by side
         self.critic = layer_init(nn.Linear(128, 1), std=1.0)
 
     def hidden(self, x):
@@ -187,15 +224,14 @@ class Agent(nn.Module):
         """Sample an action, or score the given one: (action, log-prob, entropy, value).
         The rollout and the update both call this, so an edit here applies to both."""
         hidden = self.hidden(x)  # one CNN pass for both heads
-        # detail M1: one Categorical(logits=...) per component of each cell, written out: [B, cells, n] log-probs
-        # detail M2: the invalid choices' logits (mask [B, cells, sum(nvec)] False) -1e8: probability 0, no gradient
-        logits = torch.where(mask, self.actor(hidden).reshape(mask.shape), -1e8)
+        # detail M1: one Categorical(logits=...) per component, written out: [B, n] log-probs
+        # detail M2: the invalid choices' logits (mask [B, sum(nvec)] False) -1e8: probability 0, no gradient
+        logits = torch.where(mask, self.actor(hidden), -1e8)
         logps = [l.log_softmax(-1) for l in logits.split(self.nvec, -1)]
         if action is None:
             action = torch.stack([(lp - torch.rand_like(lp).clamp_(min=1e-38).log_().neg_().log_()).argmax(-1) for lp in logps], -1)
-        # summed in float64: a float32 sum of 700 log-probs rounds at 1e-4, and the first minibatch's ratio would not be 1
-        logprob = sum(lp.gather(-1, action[..., i, None].long()).double().sum((1, 2)) for i, lp in enumerate(logps))
-        entropy = sum(-(lp.exp() * lp).where(m, 0).sum((1, 2)) for lp, m in zip(logps, mask.split(self.nvec, -1)))
+        logprob = sum(lp.gather(-1, action[:, i, None].long()).squeeze(-1) for i, lp in enumerate(logps))
+        entropy = sum(-(lp.exp() * lp).where(m, 0).sum(-1) for lp, m in zip(logps, mask.split(self.nvec, -1)))
         return action, logprob, entropy, self.critic(hidden).squeeze(-1)  # entropy of the valid choices only
 
 
@@ -316,17 +352,19 @@ def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
     """Raw full-game scores of `eval_episodes` games of a checkpoint's sampling policy, seeded for repeatability."""
     ckpt, args = load_checkpoint(checkpoint_path)
     check_args(Args(env_id=args.env_id, eval_episodes=eval_episodes, seed=seed))
-    env = MicrortsVecEnv(args, num_envs=1)
-    agent = Agent(env.single_observation_space.shape, env.nvec).to(device)
+    env = make_env(args)
+    agent = Agent(env.observation_space.shape, env.action_space.nvec).to(device)
     agent.load_state_dict(ckpt["model"])
-    returns, (obs, _) = [], env.reset(seed=seed)
+    returns, (obs, info) = [], env.reset(seed=seed)
     with torch.random.fork_rng(), torch.inference_mode():
         torch.manual_seed(seed)
         while len(returns) < eval_episodes:
-            action, *_ = agent.get_action_and_value(torch.as_tensor(obs, device=device), torch.as_tensor(env.action_mask(), device=device))
-            obs, _, terminated, truncated, info = env.step(action.cpu().numpy())  # the simulator starts the next game
+            action, *_ = agent.get_action_and_value(torch.as_tensor(obs[None], device=device),
+                                                    torch.as_tensor(info["action_mask"][None], device=device))
+            obs, _, terminated, truncated, info = env.step(action[0].cpu().numpy())
             if terminated or truncated:
-                returns.append(float(info["final_info"]["episode"]["r"][0]))
+                returns.append(float(info["episode"]["r"]))
+                obs, info = env.reset()
     env.close()
     return returns
 
@@ -366,18 +404,18 @@ def train(args: Args):
 
     envs = make_envs(args, run_name)
     obs_shape = envs.single_observation_space.shape
-    agent = Agent(obs_shape, envs.nvec).to(device)
+    agent = Agent(obs_shape, envs.single_action_space.nvec).to(device)
     # detail 3: eps 1e-5; fused: the same Adam in one kernel per step, on CPU and CUDA
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 
     T, N = args.num_steps, args.num_envs
     # what the envs return is stored in numpy (cheap per-step writes), what the agent returns in torch
     obs, rewards, dones = np.zeros((T, N) + obs_shape, np.uint8), np.zeros((T, N), np.float32), np.zeros((T, N), np.float32)
-    masks = np.zeros((T, N, obs_shape[0] * obs_shape[1], sum(envs.nvec)), bool)  # detail M2: [T, N, cells, sum(nvec)]
+    masks = np.zeros((T, N, sum(agent.nvec)), bool)  # detail M2: [T, N, sum(nvec)]
     history = {"episodic_return": [], "episodic_length": [], "losses": [], "first_minibatch": [], "learning_rate": [],
                "seconds": {"env": 0.0, "inference": 0.0, "update": 0.0}}  # where the wall time goes
     seconds, start_iteration, global_step = history["seconds"], 1, 0
-    next_obs, _ = envs.reset(seed=args.seed)
+    next_obs, infos = envs.reset(seed=args.seed)
     if ckpt:
         agent.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
@@ -399,7 +437,7 @@ def train(args: Args):
         for step in range(T):
             global_step += N
             obs[step] = next_obs
-            masks[step] = envs.action_mask()  # detail M2: this state's mask, kept for the update
+            masks[step] = infos["action_mask"]  # detail M2: this state's mask (in info since the reset or step), kept
             t0 = time.perf_counter()
             with torch.inference_mode():
                 action, logprob, _, value = agent.get_action_and_value(

@@ -21,9 +21,21 @@ if [[ "$want" == *" procgen "* ]]; then
 fi
 
 if [[ "$want" == *" microrts "* ]]; then
-    # --no-deps: gym-microrts 0.4.3 declares gym>=0.18.3,<0.19, a 2021 gym; it only uses gym.spaces,
-    # which gym 0.26.2 provides. Its simulator is Java, driven through JPype.
+    # gym-microrts 0.4.3 (the grid mode the scripts ran until issue 23, kept for those results), --no-deps: it declares
+    # gym>=0.18.3,<0.19, a 2021 gym; it only uses gym.spaces, which gym 0.26.2 provides. Its simulator is Java (JPype).
     "${pip[@]}" install --require-hashes --no-deps -r requirements/microrts.txt
+    # gym-microrts 0.2.0, the blog's env and the scripts' default, is an sdist whose package shares 0.4.3's import
+    # name: its gym_microrts/ folder (Python and microrts.jar, nothing to build) is unpacked as gym_microrts020 into
+    # the site-packages of pip's Python, beside 0.4.3; the scripts import it under stand-ins (they say why).
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    "${pip[@]}" download --quiet --require-hashes --no-deps -r requirements/microrts020.txt -d "$tmp"
+    python=$("${pip[@]}" debug 2>/dev/null | sed -n 's/^sys.executable: //p')
+    site=$("${python:?pip debug named no Python}" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+    dest=${site:?}/gym_microrts020
+    rm -rf "$dest" && mkdir "$dest"
+    tar xzf "$tmp"/gym_microrts-0.2.0.tar.gz -C "$dest" --strip-components=2 gym_microrts-0.2.0/gym_microrts
+    echo "gym-microrts 0.2.0 unpacked into $dest"
     if ! command -v java >/dev/null 2>&1; then
         # a Java runtime for the simulator (Debian 12: OpenJDK 17, the version tested)
         apt-get update && apt-get install -y --no-install-recommends default-jre-headless

@@ -27,6 +27,6 @@ for extra in atari envpool mujoco video track benchmark; do
 done
 compile dev.txt pyproject.toml requirements/torch.in requirements/extras-deps.in --extra dev \
     --constraint requirements/all.txt "$@"
-for env in procgen microrts; do  # installed with --no-deps: only the pins listed, no resolution
+for env in procgen microrts microrts020; do  # installed with --no-deps: the pins listed, no resolution
     compile "$env.txt" "requirements/$env.in" --no-deps "$@"
 done

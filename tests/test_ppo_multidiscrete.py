@@ -1,8 +1,9 @@
 """Tests of ppo_multidiscrete.py, and of what it shares with ppo_multidiscrete_mask.py (the `mod` fixture
-runs a test against both): detail M1, the network, a real Gym-μRTS run, checkpoints, bad input and hack safety.
+runs a test against both): detail M1, the network, the env (spaces, the blog's mask, episode length, ticks per step,
+autoreset), a real Gym-μRTS run, checkpoints, bad input and hack safety.
 
-The tests marked `needs_microrts` run the Java simulator; they are skipped only when gym-microrts or
-JPype is not installed at all (an installed but broken Gym-μRTS, or a missing Java, fails them).
+The tests marked `needs_microrts` run the Java simulator (gym-microrts 0.2.0, the blog's env); they are skipped only
+when it or JPype is not installed at all (an installed but broken one, or a missing Java, fails them).
 """
 
 import importlib
@@ -21,8 +22,8 @@ from test_ppo import (PPO_BAD_INPUT, assert_foreign_and_corrupt_checkpoints_reje
                       assert_resumes_with_fresh_episodes, read_scalars)
 
 _microrts_missing = pytest.mark.skipif(
-    importlib.util.find_spec("gym_microrts") is None or importlib.util.find_spec("jpype") is None,
-    reason="gym-microrts not installed (bash scripts/install_extras.sh microrts)",
+    importlib.util.find_spec("gym_microrts020") is None or importlib.util.find_spec("jpype") is None,
+    reason="gym-microrts 0.2.0 not installed (bash scripts/install_extras.sh microrts)",
 )
 
 
@@ -32,8 +33,8 @@ def needs_microrts(test):
     return _microrts_missing(pytest.mark.forked(test))
 
 
-NVEC = [6, 4, 4, 4, 4, 7, 49]  # one map cell's action components in Gym-μRTS's grid mode
-OBS = (10, 10, 27)  # the 10x10 map's 27 feature planes
+NVEC = [100, 6, 4, 4, 4, 4, 7, 100]  # source cell, action type, 4 directions, unit type, attack target cell
+OBS = (10, 10, 27)  # the 10x10 map's 27 feature planes: hp 5, resources 5, owner 3, unit type 8, current action 6
 
 
 @pytest.fixture(params=["ppo_multidiscrete", "ppo_multidiscrete_mask"])
@@ -51,7 +52,7 @@ def tiny(mod, **kw):
 def act(mod, agent, x, action=None):
     """agent.get_action_and_value(x, action); the mask script gets a mask with every choice valid."""
     if mod.__name__.endswith("_mask"):
-        return agent.get_action_and_value(x, torch.ones(len(x), 100, sum(NVEC), dtype=torch.bool), action)
+        return agent.get_action_and_value(x, torch.ones(len(x), sum(NVEC), dtype=torch.bool), action)
     return agent.get_action_and_value(x, action)
 
 
@@ -73,19 +74,18 @@ def test_logprob_entropy_and_value_are_sums_over_components(mod):
     torch.manual_seed(0)
     agent = mod.Agent(OBS, NVEC)
     B = 4
-    agent.actor = FixedLogits(torch.randn(B, 100 * sum(NVEC)) * 2)
+    agent.actor = FixedLogits(torch.randn(B, sum(NVEC)) * 2)
     x = torch.randint(0, 2, (B,) + OBS, dtype=torch.uint8)
-    actions = torch.stack([torch.randint(0, n, (B, 100)) for n in NVEC], -1)
+    actions = torch.stack([torch.randint(0, n, (B,)) for n in NVEC], -1)
     _, logprob, entropy, value = act(mod, agent, x, actions)
     assert logprob.shape == entropy.shape == value.shape == (B,)
-    expected_lp, expected_ent = torch.zeros(B, dtype=torch.float64), torch.zeros(B, dtype=torch.float64)
-    per_cell = agent.actor.logits.detach().double().reshape(B, 100, sum(NVEC))
-    for i, part in enumerate(per_cell.split(NVEC, -1)):  # torch's Categorical per component of each cell
+    expected_lp, expected_ent = torch.zeros(B), torch.zeros(B)
+    for i, part in enumerate(agent.actor.logits.detach().split(NVEC, -1)):  # torch's Categorical per component
         dist = torch.distributions.Categorical(logits=part)
-        expected_lp += dist.log_prob(actions[..., i]).sum(-1)
-        expected_ent += dist.entropy().sum(-1)
-    torch.testing.assert_close(logprob.double(), expected_lp, rtol=1e-6, atol=1e-4)
-    torch.testing.assert_close(entropy.double(), expected_ent, rtol=1e-6, atol=1e-3)
+        expected_lp += dist.log_prob(actions[:, i])
+        expected_ent += dist.entropy()
+    torch.testing.assert_close(logprob, expected_lp)
+    torch.testing.assert_close(entropy, expected_ent)
     h = agent.network(x.permute(0, 3, 1, 2).float())  # both heads read one CNN pass over the NCHW planes
     torch.testing.assert_close(value, agent.critic(h).squeeze(-1))
     torch.testing.assert_close(agent.get_value(x), value)
@@ -94,17 +94,14 @@ def test_logprob_entropy_and_value_are_sums_over_components(mod):
 def test_sampled_components_follow_their_softmax(mod):
     torch.manual_seed(0)
     agent = mod.Agent(OBS, NVEC)
-    cell = torch.randn(sum(NVEC))
-    agent.actor = FixedLogits(cell.repeat(500, 100))  # every cell of every row: the same logits
+    logits = torch.randn(sum(NVEC)) * 2
+    agent.actor = FixedLogits(logits.repeat(20000, 1))  # every row: the same logits
     with torch.no_grad():
-        actions, logprob, _, _ = act(mod, agent, torch.zeros((500,) + OBS, dtype=torch.uint8))
-    assert actions.shape == (500, 100, len(NVEC))
-    start = 0
-    for i, n in enumerate(NVEC):
-        freq = torch.bincount(actions[..., i].reshape(-1), minlength=n).double() / actions[..., i].numel()
-        np.testing.assert_allclose(freq.numpy(), cell[start:start + n].softmax(-1).numpy(), atol=0.01)
-        start += n
-    assert logprob.dtype == torch.float64  # 700 log-probs summed without float32 rounding (ratio 1 on-policy)
+        actions, *_ = act(mod, agent, torch.zeros((20000,) + OBS, dtype=torch.uint8))
+    assert actions.shape == (20000, len(NVEC))
+    for i, part in enumerate(logits.split(NVEC)):
+        freq = torch.bincount(actions[:, i], minlength=len(part)).double() / len(actions)
+        np.testing.assert_allclose(freq.numpy(), part.softmax(-1).numpy(), atol=0.015)
 
 
 def test_network_shapes_and_init(mod):
@@ -113,7 +110,7 @@ def test_network_shapes_and_init(mod):
     layers = {n: m for n, m in agent.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))}
     shapes = {n: tuple(m.weight.shape) for n, m in layers.items()}
     assert shapes == {"network.0": (16, 27, 3, 3), "network.2": (32, 16, 2, 2), "network.5": (128, 32 * 3 * 3),
-                      "actor": (100 * 78, 128), "critic": (1, 128)}
+                      "actor": (229, 128), "critic": (1, 128)}  # the blog's, 229 = sum(NVEC)
     assert agent.network[0].stride == (2, 2)
     for name, std in {"network.0": 2**0.5, "network.2": 2**0.5, "network.5": 2**0.5, "actor": 0.01, "critic": 1.0}.items():
         w = layers[name].weight.detach().reshape(layers[name].weight.shape[0], -1)
@@ -123,9 +120,10 @@ def test_network_shapes_and_init(mod):
 
 def test_reference_defaults(mod):
     a = mod.Args()
-    assert (a.env_id, a.max_steps, a.num_envs, a.num_steps, a.num_minibatches, a.update_epochs) == ("MicrortsMining-v1", 2000, 8, 128, 4, 4)
+    assert (a.env_id, a.max_steps, a.num_envs, a.num_steps, a.num_minibatches, a.update_epochs) == ("MicrortsMining-v1", 200, 8, 128, 4, 4)
     assert (a.clip_coef, a.ent_coef, a.learning_rate, a.anneal_lr, a.total_timesteps, a.torch_threads) == (0.1, 0.01, 2.5e-4, True, 2_000_000, 1)
-    assert mod.MICRORTS_TASKS["MicrortsMining-v1"] == ("maps/10x10/basesWorkers10x10.xml", "passiveAI", (0.0, 1.0, 0.0, 0.0, 0.0, 0.0))
+    # as gym-microrts 0.2.0's v1.py registers MicrortsMining-v1: harvest reward only, a passive opponent
+    assert mod.MICRORTS_TASKS["MicrortsMining-v1"] == ("maps/10x10/basesWorkers10x10.xml", "passiveAI", (0, 1, 0, 0, 0, 0, 0))
 
 
 # ---- the real game -------------------------------------------------------------------------------
@@ -134,7 +132,7 @@ def test_reference_defaults(mod):
 @needs_microrts
 def test_training_end_to_end(mod):
     out = mod.train(tiny(mod, total_timesteps=2 * 16 * 3))
-    # the 20-tick time limit ends every episode; returns are harvest counts, never negative
+    # the 20-step limit ends every episode; returns count harvest and return actions, never negative
     assert out["episodic_length"] == [20] * (2 * 48 // 20)
     assert all(r >= 0 for r in out["episodic_return"])
     assert out["learning_rate"][0] == 2.5e-4 and out["learning_rate"][-1] == 0.0  # detail 4
@@ -149,13 +147,64 @@ def test_training_end_to_end(mod):
         assert values and all(np.isfinite(values)), tag
 
 
+def blog_mask(obs):
+    """The blog's action mask computed from an observation's one-hot planes, apart from the env's: source cells hold
+    a unit (type plane 13 off) of ours (owner plane 11) with no action under way (action plane 21), attack targets
+    the same of the enemy's (owner plane 12); components 1-6 (29 choices) all valid."""
+    idle_unit = (obs[..., 13] == 0) & (obs[..., 21] == 1)
+    return np.concatenate([(idle_unit & (obs[..., 11] == 1)).reshape(-1), np.ones(29, bool),
+                           (idle_unit & (obs[..., 12] == 1)).reshape(-1)])
+
+
 @needs_microrts
-def test_env_spaces_and_evaluation_of_a_checkpoint(mod):
+def test_env_spaces_mask_episode_length_and_ticks(mod):
+    env = mod.MicrortsEnv("MicrortsMining-v1", mod.Args().max_steps)
+    assert env.observation_space == mod.gym.spaces.Box(0, 1, OBS, np.uint8)
+    assert env.action_space.nvec.tolist() == NVEC
+    obs, info = env.reset(seed=0)
+    assert obs.dtype == np.uint8 and (obs.sum(-1) == 5).all()  # one plane of each of the 5 features per cell
+    assert np.flatnonzero(info["action_mask"][:100]).tolist() == [11, 12]  # our worker and base
+    rng, steps, sources, truncated = np.random.default_rng(0), 0, set(), False
+    while not truncated:  # random valid source cells, moves and harvests: the units get busy and idle again
+        mask = info["action_mask"]
+        assert mask.dtype == bool and np.array_equal(mask, blog_mask(obs))
+        sources.add(tuple(np.flatnonzero(mask[:100])))
+        units = np.flatnonzero(mask[:100])
+        action = [rng.choice(units) if len(units) else 0, rng.choice([1, 2]), *rng.integers(0, 4, 4), 0, 0]
+        obs, reward, terminated, truncated, info = env.step(np.array(action))
+        steps += 1
+        assert not terminated and reward >= 0  # the opponent is passive: only the time limit ends the game
+    assert steps == 200 and len(sources) > 2  # 0.2.0's 200-step limit; the mask changed with the game
+    # a step plays 10 game ticks: the state after one step equals that after 10 single ticks of the raw simulator,
+    # the first with the same move, the other 9 with an invalid (ignored) action, and not that after 9
+    obs, info = env.reset()
+    twin = mod.MicrortsEnv("MicrortsMining-v1", 200)
+    twin.reset()
+    move = np.array([11, 1, 2, 0, 0, 0, 0, 0])  # our worker one cell south
+    after_step = env.step(move)[0]
+    ticks = [twin.game.client.step(np.array([a]), 0, 0).observation for a in [move] + [[0] * 8] * 9]
+    encode = lambda raw: twin.game._encode_obs(np.array(raw)).astype(np.uint8)  # noqa: E731
+    assert np.array_equal(after_step, encode(ticks[9])) and not np.array_equal(after_step, encode(ticks[8]))
+    env.close(), twin.close()
+
+
+@needs_microrts
+def test_vector_env_autoresets_in_the_same_step(mod):
     envs = mod.make_envs(tiny(mod), "x")
-    obs, _ = envs.reset()
-    assert obs.shape == (2,) + OBS and obs.dtype == np.uint8 and set(np.unique(obs)) == {0, 1}
-    assert envs.single_observation_space.shape == OBS and envs.nvec == NVEC
+    assert isinstance(envs, mod.gym.vector.SyncVectorEnv) and envs.single_action_space.nvec.tolist() == NVEC
+    obs, infos = envs.reset(seed=1)
+    assert obs.shape == (2,) + OBS and infos["action_mask"].shape == (2, 229)
+    for step in range(20):
+        obs, reward, terminated, truncated, infos = envs.step(envs.action_space.sample())
+    assert truncated.all() and not terminated.any()  # max_steps 20
+    assert infos["final_info"]["episode"]["l"].tolist() == [20, 20] and infos["final_info"]["_episode"].all()
+    assert np.array_equal(obs, envs.reset()[0])  # the observation returned is the next game's first (SAME_STEP)
+    assert all(np.array_equal(m, blog_mask(o)) for m, o in zip(infos["action_mask"], obs))  # and so is the mask
     envs.close()
+
+
+@needs_microrts
+def test_evaluation_of_a_checkpoint(mod):
     out = mod.train(tiny(mod, save_model=True))
     ckpt, _ = mod.load_checkpoint(out["checkpoint"])
     assert all(torch.equal(ckpt["model"][k], v) for k, v in out["agent"].state_dict().items())
@@ -188,8 +237,9 @@ def test_bad_input_rejected_before_training(mod, kw, message):
 
 
 def test_missing_microrts_is_a_config_error(mod, monkeypatch):
-    monkeypatch.setitem(sys.modules, "gym_microrts", None)  # as if it were not installed
-    with pytest.raises(mod.ConfigError, match="Gym-μRTS is not installed"):
+    monkeypatch.setitem(sys.modules, "gym_microrts020", None)  # as if it were not installed
+    message = r"gym-microrts 0.2.0 \(the blog's Gym-μRTS\) is not installed: run `bash scripts/install_extras.sh microrts`"
+    with pytest.raises(mod.ConfigError, match=message):
         mod.check_args(tiny(mod))
 
 
@@ -228,27 +278,18 @@ def test_hack_cleanrl_update_trains(mod, tmp_path, monkeypatch):
 
 @needs_microrts
 def test_hack_temperature_changes_what_the_rollout_samples(mod, monkeypatch):
-    """tests/hacks.py's check (b) for a MultiDiscrete head: the head fixed so that component 0 (the action type) of
-    every cell has logits (0, 1, 0, 0, 0, 0), a temperature dividing them in the policy head; the rollout's component-0
-    choices follow softmax(logits / temperature), not softmax(logits), and the update scores the same policy.
-    The mask script gets component 0 all valid (its other components stay masked)."""
+    """tests/hacks.py's check (b) for a MultiDiscrete head: the head fixed so that component 1 (the action type, which
+    the mask script leaves unmasked) has logits (0, 1, 0, 0, 0, 0), a temperature dividing them in the policy head;
+    the rollout's action types follow softmax(logits / temperature), not softmax(logits), and the update scores the
+    same policy."""
     logits, temperature = torch.tensor([0.0, 1.0, 0.0, 0.0, 0.0, 0.0], dtype=torch.float64), 0.25
-    bias = torch.zeros(100, sum(NVEC))
-    bias[:, :6] = logits
+    bias = torch.zeros(sum(NVEC))
+    bias[100:106] = logits
     sampled = edited_agent(mod, monkeypatch, "actor", lambda agent: setattr(
-        agent, "actor", nn.Sequential(agent.actor, Scale(1 / temperature))), bias=bias.reshape(-1))
-    if hasattr(mod.MicrortsVecEnv, "action_mask"):
-        real_mask = mod.MicrortsVecEnv.action_mask
-
-        def action_type_all_valid(self):
-            mask = real_mask(self)
-            mask[..., :6] = True
-            return mask
-
-        monkeypatch.setattr(mod.MicrortsVecEnv, "action_mask", action_type_all_valid)
-    out = mod.train(tiny(mod))
-    actions = torch.cat([a[..., 0].reshape(-1) for a in sampled]).long()
-    assert len(actions) == 2 * 16 * 2 * 100  # every rollout step sampled through Agent.get_action_and_value
+        agent, "actor", nn.Sequential(agent.actor, Scale(1 / temperature))), bias=bias)
+    out = mod.train(tiny(mod, num_envs=4, num_steps=64, total_timesteps=4 * 64 * 2, update_epochs=1))
+    actions = torch.cat([a[:, 1] for a in sampled]).long()
+    assert len(actions) == 4 * 64 * 2  # every rollout step sampled through Agent.get_action_and_value
     freq = torch.bincount(actions, minlength=6).double() / len(actions)
     edited, unedited = ((logits / t).softmax(-1) for t in (temperature, 1.0))
     tol = 4 / np.sqrt(len(actions))

@@ -79,7 +79,7 @@ def test_lock_pins_every_dependency_of_pyproject_within_its_range():
 
 
 def test_no_deps_locks_pin_what_their_inputs_name():
-    for env in ["procgen", "microrts"]:
+    for env in ["procgen", "microrts", "microrts020"]:
         wanted = {re.sub(r"[-_.]+", "-", line.split("==")[0]).lower(): line.split("==")[1].split()[0]
                   for line in open(os.path.join(ROOT, "requirements", f"{env}.in")) if "==" in line}
         pins = lock_pins(os.path.join(ROOT, "requirements", f"{env}.txt"))
@@ -98,7 +98,7 @@ def test_every_target_pins_what_the_whole_lock_pins():
     would move it when installed after a second target."""
     whole = lock_pins(os.path.join(ROOT, "requirements", "all.txt"))
     for path in glob.glob(os.path.join(ROOT, "requirements", "*.txt")):
-        if os.path.basename(path) not in ("procgen.txt", "microrts.txt"):  # --no-deps, outside the resolution
+        if os.path.basename(path) not in ("procgen.txt", "microrts.txt", "microrts020.txt"):  # --no-deps, outside the resolution
             for name, versions in lock_pins(path).items():
                 assert set(versions) <= set(whole[name]), (os.path.basename(path), name, versions)
 
@@ -108,16 +108,17 @@ def test_every_target_pins_what_the_whole_lock_pins():
 # a ratchet: no change may make a file longer or a sibling diff wider than that. Lower a ceiling as a file shrinks.
 # Raised once since, by 7 lines in the six CNN scripts (and so in the diffs to ppo.py and the μRTS scripts), for
 # issue 25's --bf16: a flag, its check, the autocast; and by 3 in all, for a full disk's one-line error (issue 24).
+# The μRTS pair grew by ~38 lines for issue 23: the seed's gym-microrts 0.2.0 through a compatibility layer in each.
 LINE_TARGETS = {"ppo.py": 400, "a2c_paac.py": 550, "impala_vtrace.py": 550,  # every other PPO script: 450
                 "ppo_atari_multigpu.py": 520}  # issue 21: ppo_atari.py plus data-parallel training
 LINE_CEILINGS = {"ppo.py": 466, "ppo_shared.py": 468, "ppo_atari.py": 528, "ppo_atari_lstm.py": 570,
                  "ppo_atari_envpool.py": 504, "ppo_continuous_action.py": 561, "ppo_procgen.py": 503,
-                 "ppo_multidiscrete.py": 466, "ppo_multidiscrete_mask.py": 477, "a2c_paac.py": 562, "impala_vtrace.py": 560,
+                 "ppo_multidiscrete.py": 504, "ppo_multidiscrete_mask.py": 515, "a2c_paac.py": 562, "impala_vtrace.py": 560,
                  "ppo_atari_multigpu.py": 612}
 SIBLINGS = [("ppo.py", "ppo_shared.py", 40, 38), ("ppo.py", "ppo_atari.py", 250, 248),
             ("ppo.py", "ppo_continuous_action.py", 200, 177), ("ppo_atari.py", "ppo_atari_lstm.py", 150, 102),
             ("ppo_atari.py", "ppo_atari_envpool.py", 180, 172), ("ppo_atari.py", "ppo_procgen.py", 250, 247),
-            ("ppo_atari.py", "ppo_multidiscrete.py", 200, 236), ("ppo_multidiscrete.py", "ppo_multidiscrete_mask.py", 60, 39),
+            ("ppo_atari.py", "ppo_multidiscrete.py", 200, 268), ("ppo_multidiscrete.py", "ppo_multidiscrete_mask.py", 60, 35),
             ("ppo_atari.py", "ppo_atari_multigpu.py", 162, 152)]  # CleanRL's own pair: 162
 
 
