@@ -7,7 +7,6 @@ import dataclasses
 import glob
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,9 +17,9 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import test_ppo_atari
 from conftest import ROOT
+from processes import alive, descendants, free_port, rank_env, run_ranks, wait_for
 from hacks import hack_safety_tests
 from test_ppo import assert_cli_error_is_one_line, read_scalars
 
@@ -43,40 +42,6 @@ def flags(args):
             name = k.replace("_", "-")
             out += ([f"--{name}"] if v else [f"--no-{name}"]) if isinstance(v, bool) else [f"--{name}", str(v)]
     return out
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rank_env(rank, world, port):
-    """What torchrun tells rank `rank` of a world on this host."""
-    return {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
-            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-
-
-def _rank_main(rank, world, port, fn):
-    os.environ.update(rank_env(rank, world, port))
-    torch.save(fn(rank, world), f"rank{rank}.pt")
-
-
-def run_ranks(fn, world=2, timeout=120):
-    """fn(rank, world) in `world` spawned processes with torchrun's environment; their return values, by rank."""
-    ctx, port = mp.get_context("spawn"), free_port()
-    procs = [ctx.Process(target=_rank_main, args=(rank, world, port, fn)) for rank in range(world)]
-    for p in procs:
-        p.start()
-    try:
-        for p in procs:
-            p.join(timeout)
-        assert [p.exitcode for p in procs] == [0] * world
-    finally:
-        for p in procs:
-            p.kill()
-            p.join()
-    return [torch.load(f"rank{rank}.pt", weights_only=False) for rank in range(world)]
 
 
 def parameters(agent):
@@ -218,36 +183,6 @@ def test_torchrun_trains_checkpoints_and_resumes():
 
 
 # ---- a lost process stops the job ------------------------------------------------------------------------------------
-
-
-def descendants(pid):
-    """The pids of the processes below `pid`, from /proc."""
-    children = {}
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            fields = open(stat).read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
-    found, todo = [], [pid]
-    while todo:
-        below = children.get(todo.pop(), [])
-        found, todo = found + below, todo + below
-    return found
-
-
-def alive(pid):
-    try:
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def wait_for(condition, timeout):
-    deadline = time.time() + timeout
-    while not condition() and time.time() < deadline:
-        time.sleep(0.1)
-    return condition()
 
 
 def test_killing_one_rank_under_torchrun_stops_the_job():

@@ -1,0 +1,560 @@
+"""IMPALA for Atari across machines: actor ranks send unrolls to a V-trace learner over torch.distributed (seed 002).
+
+Run:   torchrun --nproc_per_node=3 impala_vtrace_distributed.py --env-id BreakoutNoFrameskip-v4   (1 learner, 2 actors)
+Nodes: torchrun --nnodes=4 --nproc_per_node=8 --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT impala_vtrace_distributed.py
+Eval:  python impala_vtrace_distributed.py --eval-checkpoint runs/<run>/checkpoint.pt --eval-episodes 10
+
+Implementation details (seed 002: Sec. 3, Sec. 4, Appendix F / Table F.1):
+  1. decoupled acting and learning: torchrun's rank 0 learns, every other rank acts with its own envs and Agent, which
+     loads the learner's latest weights (`actor_model`), sent back for each unroll (as the paper's actors fetch them)
+  2. unrolls of T steps (T+1 observations, the last for the bootstrap), sent by gloo to rank 0 tensor by tensor
+  3. the learner trains while the actors act; charts/policy_lag: the learner updates between the weights that
+     sampled a step and the update that consumes it (0 with --sync)
+  4. V-trace targets and advantages, `vtrace`, truncation levels rho_bar = c_bar = 1 (torchbeast's)
+  5. losses summed over time and batch (Table C.1): policy gradient with the V-trace advantage, baseline 0.5 * 1/2
+     (vs - V)^2 (the paper's (vs - V) grad V times its baseline cost 0.5, as torchbeast), entropy bonus 0.01
+  6. RMSProp, epsilon 0.01, momentum 0, decay 0.99; 7. learning rate 6e-4 annealed linearly to 0; 8. global gradient
+     norm clipped to 40; 10. unroll 20, batch 32 trajectories, gamma 0.99 (Table F.1)
+  9. Atari: gymnasium's AtariPreprocessing (1-30 no-op starts, action repeat 4 with a max over the last 2 frames,
+     84x84 grayscale), a lost life ends the training episode, FIRE on reset where the game needs it, 4 stacked
+     frames, rewards clipped to [-1, 1]; charts/episodic_return logs the raw full-game score. (At a game over the
+     last frame may be max-pooled with a stale one: SAME_STEP autoreset shows the policy the next game's first.)
+ 11. the A3C feed-forward CNN, or with --deep the residual network of Fig. 3
+
+To hack: the actors and the update both call Agent.get_action_and_value, the actors' models are Agents too (same
+class, same edits) loading the learner's state_dict, the optimizer holds agent.parameters() and update() ends in
+CleanRL's zero_grad/backward/clip_grad_norm_/step, so an edit to the network, a head or the step applies everywhere.
+Deliberate choices (impala_vtrace.py is the single-host default; only the transport differs): the same command on
+every node; actors on CPU, 1 thread each; gloo, not NCCL: unrolls go from CPU to the learner (--cuda: its node's first
+GPU), which takes them round-robin, as gloo sees a dead rank only in a receive from it: a dead rank, or one waiting
+--actor-timeout s, stops the run with one line. torch's RMSProp adds epsilon outside the square root (torchbeast),
+TensorFlow's inside. --channels-last (on): NHWC memory, same math. --resume restores the learner, any number of actors.
+"""
+
+import copy
+import importlib.util
+import math
+import os
+import random
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from typing import Optional
+
+import ale_py
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+SCRIPT = "impala_vtrace_distributed.py"
+gym.register_envs(ale_py)  # a no-op: importing ale_py registers the ALE ids; this names where they come from
+
+
+@dataclass
+class Args:
+    exp_name: str = "impala_vtrace"  # the name of this experiment (the first part of the run name)
+    seed: int = 1  # seed of python, numpy, torch and the environments
+    torch_deterministic: bool = True  # if toggled, sets `torch.backends.cudnn.deterministic=True`
+    cuda: bool = True  # run the learner on CUDA when available (falls back to CPU with a notice); actors stay on CPU
+    torch_threads: int = 1  # torch intra-op threads of the learner (0: torch's default); actors always use 1
+    channels_last: bool = True  # run the CNN in channels-last (NHWC) memory: the same convolutions, faster on CPU
+    bf16: bool = False  # the CNN's forward passes under bfloat16 autocast (experimental; heads, losses, RMSProp stay fp32)
+    track: bool = False  # log to Weights & Biases (imports wandb only when set)
+    wandb_project_name: str = "ppo-reference"  # the Weights & Biases project
+    wandb_entity: Optional[str] = None  # the Weights & Biases entity (team)
+    capture_video: bool = False  # record videos of actor 0's first env into `videos/<run name>/` (needs moviepy)
+    save_model: bool = False  # write `runs/<run name>/checkpoint.pt` every --save-every updates and at the end
+    save_every: int = 500  # learner updates between periodic checkpoints (with --save-model)
+    resume: Optional[str] = None  # continue this checkpoint's run (flags beside it: only those in RESUMABLE)
+    eval_checkpoint: Optional[str] = None  # evaluate this checkpoint instead of training; print the mean return
+    eval_episodes: int = 10  # episodes to run with --eval-checkpoint
+
+    # Algorithm specific arguments
+    env_id: str = "BreakoutNoFrameskip-v4"  # the id of the environment (an ALE NoFrameskip id)
+    total_timesteps: int = 50_000_000  # agent steps the learner consumes (Table F.1: 200M frames, action repeat 4)
+    learning_rate: float = 6e-4  # the learning rate of the optimizer
+    num_envs_per_actor: int = 1  # the environments each actor steps together (each gives one trajectory per unroll)
+    unroll_length: int = 20  # the number of steps in each unroll (T)
+    batch_size: int = 32  # the number of trajectories in each learner batch
+    anneal_lr: bool = True  # anneal the learning rate linearly to 0 (detail 7)
+    gamma: float = 0.99  # the discount factor gamma
+    rho_bar: float = 1.0  # V-trace truncation level of the importance weights rho (detail 4)
+    c_bar: float = 1.0  # V-trace truncation level of the trace coefficients c (detail 4); at most rho_bar
+    ent_coef: float = 0.01  # coefficient of the entropy bonus
+    vf_coef: float = 0.5  # coefficient of the baseline loss (vs - V)^2
+    max_grad_norm: float = 40.0  # the maximum global norm of the gradients
+    rmsprop_eps: float = 0.01  # RMSProp epsilon (detail 6)
+    rmsprop_alpha: float = 0.99  # RMSProp decay of the squared-gradient average (detail 6)
+    deep: bool = False  # use the deep residual network instead of the shallow CNN (detail 11)
+    sync: bool = False  # actors wait for each update before starting an unroll, so the policy lag is 0 (for testing)
+    bootstrap_truncated: bool = False  # bootstrap time-limit ends from the value of their final observation
+    actor_timeout: float = 120.0  # seconds a rank waits for another (gloo's timeout) before the run stops
+
+
+class ConfigError(ValueError):
+    """Bad input found before training, or a checkpoint that cannot be written; __main__ prints it as one line."""
+
+
+# every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
+RANGES = [("total_timesteps num_envs_per_actor unroll_length batch_size save_every eval_episodes",
+           1, math.inf, True), ("learning_rate max_grad_norm rho_bar c_bar rmsprop_eps actor_timeout", 0, math.inf, False),
+          ("ent_coef vf_coef torch_threads", 0, math.inf, True), ("gamma rmsprop_alpha", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
+# the flags that may change beside --resume: the budget, and how the run is saved or placed
+RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "channels_last", "bf16", "track",
+             "actor_timeout"}
+
+
+def check_args(args: Args, ckpt=None) -> None:
+    """Fail before any training with a message that names the problem and the fix."""
+    for names, low, high, closed in RANGES:
+        for name, v in ((name, getattr(args, name)) for name in names.split()):
+            if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
+                raise ConfigError(f"--{name.replace('_', '-')} must be a finite number {'>=' if closed else '>'} {low}"
+                                  + (f" and <= {high}" if high < math.inf else "") + f", got {v}")
+    if args.batch_size % args.num_envs_per_actor != 0:
+        raise ConfigError(f"--batch-size {args.batch_size} is not divisible by --num-envs-per-actor "
+                          f"{args.num_envs_per_actor}; a batch is made of whole actor unrolls")
+    steps = args.unroll_length * args.batch_size
+    if args.total_timesteps < steps or (ckpt and args.total_timesteps // steps <= ckpt["update"]):
+        raise ConfigError(f"--total-timesteps {args.total_timesteps} leaves no update to run (one is {steps} "
+                          f"steps{'; the checkpoint is at update %d' % ckpt['update'] if ckpt else ''})")
+    if args.c_bar > args.rho_bar:
+        raise ConfigError(f"--c-bar {args.c_bar} exceeds --rho-bar {args.rho_bar}; V-trace assumes c_bar <= rho_bar")
+    for flag, package in (("capture_video", "moviepy"), ("track", "wandb")):
+        if getattr(args, flag) and importlib.util.find_spec(package) is None:
+            raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
+    if args.bf16 and not (torch.cuda.is_bf16_supported() if args.cuda and torch.cuda.is_available()
+                          else torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+        raise ConfigError("--bf16 needs bfloat16 kernels (a CPU with AVX512 or AMX, a GPU of compute capability 8.0+), "
+                          "which this machine lacks; run without --bf16")
+    spec = gym.registry.get(args.env_id)
+    if spec is None or not str(spec.entry_point).startswith("ale_py") or spec.kwargs.get("frameskip") != 1:
+        raise ConfigError(f"{args.env_id!r} is not an Atari NoFrameskip id such as BreakoutNoFrameskip-v4; {SCRIPT} "
+                          "handles Atari only and repeats each action itself (detail 9)")
+
+
+class EpisodicLife(gym.Wrapper):
+    """Detail 9: a lost life ends the training episode; the game itself only resets when it is really over."""
+    lives, game_over = 0, True
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_over, lives = terminated or truncated, self.env.unwrapped.ale.lives()
+        terminated, self.lives = terminated or 0 < lives < self.lives, lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, **kwargs):
+        if self.game_over:
+            obs, info = self.env.reset(**kwargs)
+        else:  # continue the same game after a lost life
+            obs, _, _, _, info = self.env.step(0)
+        self.lives = self.env.unwrapped.ale.lives()
+        return obs, info
+
+
+class FireReset(gym.Wrapper):
+    """Detail 9: games like Breakout wait for FIRE after each (life) reset: press it (then action 2), as baselines."""
+    def reset(self, **kwargs):
+        self.env.reset(**kwargs)
+        for action in (1, 2):
+            obs, _, terminated, truncated, info = self.env.step(action)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
+        return obs, info
+
+
+def make_env(env_id, video_dir=None, episodic_life=True):
+    """One game in the Atari wrappers (detail 9), innermost first; with `video_dir`, its games are recorded there."""
+    env = gym.make(env_id, obs_type="grayscale", **({"render_mode": "rgb_array"} if video_dir else {}))
+    # RecordEpisodeStatistics innermost: the logged return is the raw full-game score, unclipped and across lives
+    env = gym.wrappers.AtariPreprocessing(gym.wrappers.RecordEpisodeStatistics(
+        gym.wrappers.RecordVideo(env, video_dir) if video_dir else env), noop_max=30, frame_skip=4, screen_size=84)
+    env = EpisodicLife(env) if episodic_life else env
+    env = FireReset(env) if "FIRE" in env.unwrapped.get_action_meanings() else env
+    return gym.wrappers.FrameStackObservation(env, 4)
+
+
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class ResidualBlock(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.conv0, self.conv1 = (nn.Conv2d(channels, channels, 3, padding=1) for _ in range(2))
+
+    def forward(self, x):
+        return x + self.conv1(torch.relu(self.conv0(torch.relu(x))))
+
+
+def conv_section(in_channels, out_channels):
+    # detail 11: one section of the deep network: conv 3x3, max-pool 3x3 stride 2, two residual blocks
+    return nn.Sequential(nn.Conv2d(in_channels, out_channels, 3, padding=1), nn.MaxPool2d(3, stride=2, padding=1),
+                         ResidualBlock(out_channels), ResidualBlock(out_channels))
+
+
+class Agent(nn.Module):
+    def __init__(self, n_actions, deep=False, channels_last=False, bf16=False):
+        super().__init__()
+        if deep:  # detail 11: 84 -> 42 -> 21 -> 11 through the three sections
+            self.network = nn.Sequential(conv_section(4, 16), conv_section(16, 32), conv_section(32, 32), nn.ReLU(),
+                                         nn.Flatten(), layer_init(nn.Linear(32 * 11 * 11, 256)), nn.ReLU())
+        else:  # detail 11: the A3C feed-forward network, 16x8x8/4 -> 32x4x4/2 -> fc256
+            self.network = nn.Sequential(
+                layer_init(nn.Conv2d(4, 16, 8, stride=4)), nn.ReLU(), layer_init(nn.Conv2d(16, 32, 4, stride=2)),
+                nn.ReLU(), nn.Flatten(), layer_init(nn.Linear(32 * 9 * 9, 256)), nn.ReLU())
+        self.actor = layer_init(nn.Linear(256, n_actions), std=0.01)
+        self.critic = layer_init(nn.Linear(256, 1), std=1.0)
+        # a memory layout, not a change of the math: NHWC weights and inputs take oneDNN's fast CPU convolutions
+        self.memory_format, self.bf16 = torch.channels_last if channels_last else torch.contiguous_format, bf16
+        self.to(memory_format=self.memory_format)
+
+    def hidden(self, x):
+        x = x.contiguous(memory_format=self.memory_format).to(torch.bfloat16 if self.bf16 else torch.float32) / 255.0
+        with torch.autocast(x.device.type, torch.bfloat16, enabled=self.bf16):  # --bf16: the CNN; the heads stay fp32
+            return self.network(x).float()
+
+    def get_value(self, x):
+        return self.critic(self.hidden(x)).squeeze(-1)
+
+    def get_action_and_value(self, x, action=None):
+        """Sample an action, or score the given one: (action, log-prob, entropy, value).
+        The actors and the update both call this, so an edit here applies to both."""
+        hidden = self.hidden(x)  # one CNN pass for both heads
+        logp = self.actor(hidden).log_softmax(-1).clamp(min=-1e30)  # Categorical written out; keeps -inf masks finite
+        if action is None:  # inverse-CDF sampling with one uniform per row, twice as fast as torch.multinomial
+            action = (logp.exp().cumsum(-1) < torch.rand_like(logp[..., :1])).sum(-1).clamp(max=logp.shape[-1] - 1)
+        logprob = logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+        return action, logprob, -(logp.exp() * logp).sum(-1), self.critic(hidden).squeeze(-1)
+
+
+def vtrace(behaviour_logprobs, target_logprobs, rewards, values, bootstrap_value, discounts, rho_bar=1.0, c_bar=1.0):
+    """V-trace targets and policy-gradient advantages (detail 4, seed 002 Sec. 4). Tensors [T, B]; bootstrap_value [B].
+    discounts[t] = gamma * (1 - done_t). rho_t = min(rho_bar, pi/mu), c_t = min(c_bar, pi/mu). vs_t = V(x_t) + delta_t
+    + discounts_t c_t (vs_{t+1} - V(x_{t+1})), delta_t = rho_t (r_t + discounts_t V(x_{t+1}) - V(x_t)) (Remark 1),
+    vs_T = bootstrap_value; pg_advantages_t = rho_t (r_t + discounts_t vs_{t+1} - V(x_t)). Neither carries a gradient."""
+    with torch.no_grad():
+        ratios = (target_logprobs - behaviour_logprobs).exp()
+        rhos, cs = ratios.clamp(max=rho_bar), ratios.clamp(max=c_bar)
+        next_values = torch.cat([values[1:], bootstrap_value.unsqueeze(0)])
+        deltas = rhos * (rewards + discounts * next_values - values)
+        vs_minus_v, acc = torch.zeros_like(values), torch.zeros_like(bootstrap_value)
+        for t in reversed(range(values.shape[0])):
+            acc = deltas[t] + discounts[t] * cs[t] * acc
+            vs_minus_v[t] = acc
+        vs = vs_minus_v + values
+        next_vs = torch.cat([vs[1:], bootstrap_value.unsqueeze(0)])
+        pg_advantages = rhos * (rewards + discounts * next_vs - values)
+    return vs, pg_advantages
+
+
+def impala_losses(target_logprobs, entropy, values, vs, pg_advantages, args):
+    """Detail 5, summed over time and batch: (loss, pg_loss, baseline_loss, entropy_sum)."""
+    pg_loss = -(pg_advantages * target_logprobs).sum()
+    baseline_loss = 0.5 * ((vs - values) ** 2).sum()  # gradient (V - vs) grad V, as in the paper
+    entropy_sum = entropy.sum()
+    loss = pg_loss + args.vf_coef * baseline_loss - args.ent_coef * entropy_sum
+    return loss, pg_loss, baseline_loss, entropy_sum
+
+
+def update(agent, optimizer, b, args):
+    """One learner step on a batch `b` of unrolls ([T(+1), B, ...]); returns per-step losses and log(pi/mu) statistics."""
+    T, B = b["actions"].shape
+    _, logprobs, entropy, values = (x.view(T, B) for x in agent.get_action_and_value(
+        b["obs"][:-1].flatten(0, 1), b["actions"].flatten()))
+    bootstrap_value = agent.get_value(b["obs"][-1]).detach()
+    vs, pg_advantages = vtrace(b["logprobs"], logprobs, b["rewards"], values, bootstrap_value,
+                               args.gamma * (1.0 - b["dones"]), args.rho_bar, args.c_bar)
+    loss, pg_loss, baseline_loss, entropy_sum = impala_losses(logprobs, entropy, values, vs, pg_advantages, args)
+
+    optimizer.zero_grad()
+    loss.backward()
+    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # detail 8
+    optimizer.step()
+
+    logratio = (logprobs - b["logprobs"]).detach()
+    ratio, y_pred, y_true = logratio.exp(), values.detach().cpu().numpy(), vs.cpu().numpy()
+    return {"value_loss": baseline_loss.item() / (T * B), "policy_loss": pg_loss.item() / (T * B),
+            "entropy": entropy_sum.item() / (T * B), "old_approx_kl": (-logratio).mean().item(),
+            "approx_kl": ((ratio - 1) - logratio).mean().item(), "clipfrac": (ratio > args.rho_bar).float().mean().item(),
+            "explained_variance": np.nan if np.var(y_true) == 0 else 1 - np.var(y_true - y_pred) / np.var(y_true),
+            "max_abs_logratio": logratio.abs().max().item()}
+
+
+def send_weights(dst, version, actor_model):  # the reply to an unroll; version -1 stops the actor
+    for value in [torch.tensor([version]), *(actor_model.state_dict().values() if version >= 0 else [])]:
+        dist.send(value.contiguous(), dst)  # gloo sends dense rows: channels-last weights as a copy
+
+
+@torch.inference_mode()
+def actor_loop(rank, args):
+    """One actor rank: act with the weights the learner sent last, send it each unroll, until it replies -1."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C, torchrun's SIGTERM: the learner says so, actors just stop
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    dist.init_process_group("gloo", timeout=timedelta(seconds=args.actor_timeout))
+    dist.broadcast_object_list(learner := [None] * 3, src=0)  # the learner's args (a resumed run's own), run, buffers
+    (args, run_name, buffers), actor_id = learner, rank - 1
+    torch.set_num_threads(1)
+    torch.manual_seed(args.seed * 1000 + actor_id)
+    # SAME_STEP autoreset: the step that ends an episode already returns the next one's first observation, so obs[t + 1]
+    # is always the state the policy acts on next; copy=False: each observation is copied into a buffer at once
+    envs = gym.vector.SyncVectorEnv(  # --capture-video records actor 0's first env
+        [lambda i=i: make_env(args.env_id, f"videos/{run_name}" if args.capture_video and actor_id == i == 0 else None)
+         for i in range(args.num_envs_per_actor)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, copy=False)
+    next_obs, _ = envs.reset(seed=args.seed * 1000 + actor_id * args.num_envs_per_actor)
+    actor_model = Agent(envs.single_action_space.n, args.deep, args.channels_last, args.bf16)  # detail 1
+    idx, reply = 0, torch.zeros(1, dtype=torch.int64)
+    while dist.recv(reply, 0) == 0 and (version := reply.item()) >= 0:
+        for value in actor_model.state_dict().values():  # the learner's latest weights
+            dist.recv(received := value.contiguous(), 0)
+            value.copy_(received)
+        obs, actions, rewards, dones, logprobs, versions = (
+            buffers[key][idx] for key in ("obs", "actions", "rewards", "dones", "logprobs", "versions"))
+        obs[0] = torch.from_numpy(next_obs)
+        episodes, env_seconds, inference_seconds = [], 0.0, 0.0
+        for t in range(args.unroll_length):
+            t0 = time.perf_counter()
+            versions[t] = version  # detail 3: the weights this step samples from
+            actions[t], logprobs[t], _, _ = actor_model.get_action_and_value(obs[t])
+            t1 = time.perf_counter()
+            next_obs, reward, terminations, truncations, infos = envs.step(actions[t].numpy())
+            env_seconds, inference_seconds = env_seconds + time.perf_counter() - t1, inference_seconds + t1 - t0
+            obs[t + 1] = torch.from_numpy(next_obs)
+            rewards[t] = torch.from_numpy(np.clip(reward, -1.0, 1.0))  # detail 9: rewards clipped to [-1, 1]
+            for i in np.flatnonzero(truncations & ~terminations) if args.bootstrap_truncated else []:
+                rewards[t, i] += args.gamma * actor_model.get_value(torch.as_tensor(infos["final_obs"][i])[None])[0]
+            dones[t] = torch.from_numpy(terminations | truncations)
+            if "episode" in infos.get("final_info", {}):  # only at a real game over, not at a lost life
+                stats = infos["final_info"]["episode"]
+                episodes += [(float(stats["r"][i]), int(stats["l"][i])) for i in np.flatnonzero(stats["_r"])]
+        buffers["actor_seconds"][idx] += torch.tensor([env_seconds, inference_seconds], dtype=torch.float64)
+        buffers["episodes"][idx].zero_()[:len(episodes)] = torch.tensor(episodes).view(-1, 2)  # games; 0 steps: none
+        for value in buffers.values():  # detail 2: the unroll to the learner, tensor by tensor
+            dist.send(value[idx], 0)
+    envs.close()
+
+
+def new_run_dir(name, suffix=""):
+    """Create runs/<name> (<name>-2, -3, ... if it exists: mkdir is atomic, so no two runs share one)."""
+    try:
+        os.makedirs(f"runs/{name}{suffix}")
+        return f"runs/{name}{suffix}"
+    except FileExistsError:
+        return new_run_dir(name, f"-{int(suffix[1:] or 1) + 1}")
+    except OSError as e:
+        raise ConfigError(f"cannot create runs/{name}{suffix}: {e.strerror}; run from a writable directory") from None
+
+
+def save_checkpoint(path, state):
+    """Write atomically: a crash, Ctrl-C or full disk mid-write leaves the previous checkpoint intact, no partial file."""
+    try:
+        with open(f"{path}.tmp", "wb") as f:  # to a file object, a full disk is an OSError that names its cause
+            torch.save(state, f)
+        os.replace(f"{path}.tmp", path)
+    except OSError as e:
+        raise ConfigError(f"cannot write {path} ({e.strerror}); an earlier checkpoint there is intact: --resume it") from None
+    finally:
+        if os.path.exists(f"{path}.tmp"):
+            os.remove(f"{path}.tmp")
+
+
+def load_checkpoint(path, args=None):
+    """The checkpoint at `path`; with `args` (given beside --resume) also the args to resume with: the
+    checkpoint's, with the RESUMABLE flags of `args`. Any other flag changed in `args` is refused."""
+    try:  # missing, a directory, truncated or not a checkpoint at all
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:
+        raise ConfigError(f"checkpoint {path!r} could not be read ({type(e).__name__}: {e})") from None
+    owner = ckpt.get("script") if isinstance(ckpt, dict) else None  # and another version's args do not fit Args
+    if owner != SCRIPT or not isinstance(ckpt.get("args"), dict) or set(ckpt["args"]) - set(asdict(Args())):
+        raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not by this {SCRIPT}")
+    default, given = asdict(Args()), asdict(args or Args())
+    for k, v in given.items():
+        if k not in RESUMABLE and v != default[k] and v != ckpt["args"].get(k):
+            raise ConfigError(f"--{k.replace('_', '-')} cannot change when resuming (the checkpoint has "
+                              f"{ckpt['args'].get(k)!r}); start a new run to train with {v!r}")
+    return ckpt, Args(**{**ckpt["args"], **{k: v for k, v in given.items() if k in RESUMABLE and v != default[k]}})
+
+
+def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
+    """Full-game scores (all lives, unclipped) of `eval_episodes` games of a checkpoint's sampling policy, seeded."""
+    ckpt, args = load_checkpoint(checkpoint_path)
+    check_args(Args(env_id=args.env_id, eval_episodes=eval_episodes, seed=seed))
+    env = make_env(args.env_id, episodic_life=False)
+    agent = Agent(env.action_space.n, args.deep, args.channels_last, args.bf16).to(device)
+    agent.load_state_dict(ckpt["model"])
+    returns, (obs, _), episode_return = [], env.reset(seed=seed), 0.0
+    with torch.random.fork_rng(), torch.inference_mode():
+        torch.manual_seed(seed)
+        while len(returns) < eval_episodes:
+            action, *_ = agent.get_action_and_value(torch.as_tensor(np.asarray(obs)[None], device=device))
+            obs, reward, terminated, truncated, _ = env.step(action.item())
+            episode_return += float(reward)
+            if terminated or truncated:
+                returns.append(episode_return)
+                (obs, _), episode_return = env.reset(), 0.0
+    env.close()
+    return returns
+
+
+def train(args: Args):
+    """Rank 0 trains, returns a dict with the per-game returns/lengths, per-update losses and lags, agent, optimizer."""
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    if rank > 0:
+        return actor_loop(rank, args)
+    ckpt, args = load_checkpoint(args.resume, args) if args.resume else (None, args)
+    check_args(args, ckpt)
+    steps_per_update = args.unroll_length * args.batch_size
+    num_updates = args.total_timesteps // steps_per_update
+    buffers_per_batch = args.batch_size // args.num_envs_per_actor
+    if world < 2:  # without torchrun
+        raise ConfigError(f"WORLD_SIZE {world} leaves no actor rank: run it with torchrun --nproc_per_node=3 {SCRIPT}")
+    if args.sync and buffers_per_batch != world - 1:
+        raise ConfigError(f"--sync takes one unroll per actor: --batch-size {(world - 1) * args.num_envs_per_actor}")
+    if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
+        run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
+        run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
+        print(f"{SCRIPT}: resuming {run_name} after update {ckpt['update']} in {run_dir}, with new games", file=sys.stderr)
+    else:
+        run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+        run_name = os.path.basename(run_dir)
+    if args.track:
+        import wandb
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                   config=asdict(args), name=run_name, save_code=True, resume="allow")
+    from torch.utils.tensorboard import SummaryWriter
+
+    # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
+    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None)
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    torch.set_num_threads(args.torch_threads or torch.get_num_threads())
+    if args.cuda and not torch.cuda.is_available():
+        print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+
+    agent = Agent(gym.make(args.env_id).action_space.n, args.deep, args.channels_last, args.bf16).to(device)
+    optimizer = torch.optim.RMSprop(agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha,
+                                    eps=args.rmsprop_eps, momentum=0.0)  # detail 6: epsilon 0.01, no momentum
+    start_update, global_step = 1, 0
+    if ckpt:
+        agent.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        start_update, global_step = ckpt["update"] + 1, ckpt["global_step"]  # no RNG state: the learner draws none
+
+    actor_model = copy.deepcopy(agent).cpu()  # detail 1: the agent (edits included) on CPU, for the actors
+    T, k, n = args.unroll_length, args.num_envs_per_actor, buffers_per_batch  # detail 2: `obs` holds T+1 frames
+    buffers = {key: torch.zeros(shape, dtype=dtype) for key, shape, dtype in (
+        ("obs", (n, T + 1, k, 4, 84, 84), torch.uint8), ("actions", (n, T, k), torch.int64), ("versions", (n, T), torch.int64),
+        *((key, (n, T, k), torch.float32) for key in ("rewards", "dones", "logprobs")),
+        ("episodes", (n, T * k, 2), torch.float64), ("actor_seconds", (n, 2), torch.float64))}
+    dist.init_process_group("gloo", timeout=timedelta(seconds=args.actor_timeout))
+    dist.broadcast_object_list([args, run_name, {key: torch.zeros_like(b[:1]) for key, b in buffers.items()}], src=0)
+    ranks = {rank: [0, 0, 0.0, 0.0] for rank in range(1, world)}  # unrolls, games, env and inference seconds
+    for rank in ranks:  # the actors start from the learner's weights
+        send_weights(rank, start_update - 1, actor_model)
+
+    history = {"episodic_return": [], "episodic_length": [], "losses": [], "learning_rate": [], "policy_lag": [],
+               "actor_ranks": ranks, "seconds": {"update": 0.0}}  # where the wall time goes
+    start_time, start_step = time.time(), global_step
+    try:
+        for update_idx in range(start_update, num_updates + 1):
+            if args.anneal_lr:  # detail 7
+                optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - (update_idx - 1) / max(num_updates - 1, 1))
+            indices, episodes = list(range(n)), []
+            senders = [1 + ((update_idx - start_update) * n + i) % (world - 1) for i in indices]  # round-robin
+            for i, src in zip(indices, senders):  # detail 2: each unroll answered at once (--sync: after the update)
+                for value in buffers.values():
+                    dist.recv(value[i], src)
+                if not args.sync:
+                    send_weights(src, update_idx - 1, actor_model)
+                episodes += (finished := [(r, int(steps)) for r, steps in buffers["episodes"][i].tolist() if steps])
+                ranks[src] = [ranks[src][0] + 1, ranks[src][1] + len(finished), *buffers["actor_seconds"][i].tolist()]
+            t0 = time.perf_counter()
+            rows = torch.tensor(indices)
+            # indexing copies the rows out of the received messages, [n, T, k, ...] -> [T, n * k, ...]
+            b = {key: buffers[key][rows].transpose(0, 1).flatten(1, 2).to(device)
+                 for key in ("obs", "actions", "rewards", "dones", "logprobs")}
+            lag = ((update_idx - 1) - buffers["versions"][rows]).double().mean().item()
+            losses = update(agent, optimizer, b, args)
+            actor_model.load_state_dict(agent.state_dict())  # detail 1: the actors' next steps use the new weights
+            for src in senders if args.sync else []:
+                send_weights(src, update_idx, actor_model)
+            history["seconds"]["update"] += time.perf_counter() - t0
+            global_step += steps_per_update
+
+            for ret, length in episodes:
+                writer.add_scalar("charts/episodic_return", ret, global_step)
+                writer.add_scalar("charts/episodic_length", length, global_step)
+                history["episodic_return"].append(ret)
+                history["episodic_length"].append(length)
+            history["losses"].append(losses)
+            history["learning_rate"].append(optimizer.param_groups[0]["lr"])
+            history["policy_lag"].append(lag)
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("charts/policy_lag", lag, global_step)
+            for k, v in losses.items():
+                writer.add_scalar(f"losses/{k}", v, global_step)
+            sps = int((global_step - start_step) / (time.time() - start_time))
+            writer.add_scalar("charts/SPS", sps, global_step)
+            # progress with the time left: one updating line in a terminal, a line every 10 updates in a log file
+            tty, last = sys.stdout.isatty(), update_idx == num_updates
+            if tty or update_idx % 10 == 0 or last:
+                left = int((num_updates - update_idx) * steps_per_update / max(sps, 1))
+                line = (f"step {global_step}/{num_updates * steps_per_update} SPS {sps} ETA {left // 3600}:"
+                        f"{left % 3600 // 60:02d}:{left % 60:02d} lag {lag:.2f} return(last 20) "
+                        f"{np.mean(history['episodic_return'][-20:] or np.nan):.1f}")
+                print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
+
+            if args.save_model and (update_idx % args.save_every == 0 or update_idx == num_updates):
+                save_checkpoint(f"{run_dir}/checkpoint.pt", {
+                    "script": SCRIPT, "args": asdict(args), "run_name": run_name, "update": update_idx,
+                    "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict()})
+        for rank in ranks:  # the end: each actor's next unroll is answered with -1
+            for value in buffers.values():
+                dist.recv(value[0], rank)
+            send_weights(rank, -1, actor_model)
+        dist.destroy_process_group()
+    finally:  # the end of training, Ctrl-C or a crash: an actor stops when the learner is gone
+        writer.close()
+    # env and inference add up over the actors, which run side by side with each other and with the learner's update
+    history["seconds"] = dict(zip(("env", "inference"), np.sum([r[2:] for r in ranks.values()], 0)), **history["seconds"])
+    print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in history["seconds"].items())
+          + f", total {time.time() - start_time:.1f}")
+    print("actor ranks (unrolls, games):", {rank: stats[:2] for rank, stats in ranks.items()})
+    history.update(run_name=run_name, run_dir=run_dir, global_step=global_step, agent=agent, optimizer=optimizer,
+                   checkpoint=f"{run_dir}/checkpoint.pt" if args.save_model else None)
+    return history
+
+
+if __name__ == "__main__":
+    import tyro
+
+    cli_args = tyro.cli(Args)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` and torchrun's stop end it as Ctrl-C does
+    try:
+        if cli_args.eval_checkpoint:
+            returns = evaluate(cli_args.eval_checkpoint, cli_args.eval_episodes, cli_args.seed)
+            print(f"mean return over {len(returns)} episodes: {np.mean(returns):.2f} +- {np.std(returns):.2f}")
+        else:
+            train(cli_args)
+    except ConfigError as e:
+        sys.exit(f"{SCRIPT}: error: {e}")
+    except RuntimeError as e:  # gloo's: a rank is gone (its connection closed) or silent for --actor-timeout s
+        if "gloo" not in str(e):
+            raise
+        sys.exit(f"{SCRIPT}: error: rank {os.environ['RANK']} lost a rank ({str(e).split('] ')[-1].split('. ')[0]})")
+    except KeyboardInterrupt:
+        sys.exit(f"{SCRIPT}: interrupted; the actor ranks stop with the learner")
+    finally:  # exiting anyway: torchrun's SIGTERM to the ranks left must not break the exit with a traceback
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)

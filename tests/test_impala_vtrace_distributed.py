@@ -1,0 +1,231 @@
+"""Tests of impala_vtrace_distributed.py on CPU (gloo): the learner's updates from unrolls received from actor ranks are
+impala_vtrace.py's updates from the same unrolls, and V-trace sees the log-probs the actors sampled with; a torchrun
+run of 1 learner + 2 actors logs both actors' games, checkpoints and resumes (with 1 actor); a killed rank, under
+torchrun or without the agent that watches it (as on another node), and Ctrl-C or SIGTERM to torchrun stop every
+process in bounded time; bad input is one line before anything starts.
+"""
+
+import ast
+import glob
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from conftest import ROOT
+from test_ppo import assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training, read_scalars
+from processes import alive, descendants, free_port, rank_env, run_ranks, wait_for
+
+import impala_vtrace as iv
+import impala_vtrace_distributed as ivd
+
+SCRIPT = os.path.join(ROOT, "impala_vtrace_distributed.py")
+# what an actor sends per unroll, in the order of the learner's `buffers`
+KEYS = ("obs", "actions", "versions", "rewards", "dones", "logprobs", "episodes", "actor_seconds")
+
+
+def tiny(**kw):
+    """test_impala_vtrace.tiny()'s run, for 2 actor ranks."""
+    return ivd.Args(**{"cuda": False, "batch_size": 4, "unroll_length": 10, "total_timesteps": 10 * 4 * 4, **kw})
+
+
+def test_learner_updates_from_received_unrolls_are_the_single_host_updates(monkeypatch):
+    sent, batches, real_send, real_update = [], [], ivd.dist.send, ivd.update
+
+    def record_send(tensor, dst, *a, **k):  # in the actors: every tensor they send
+        sent.append((dst, tensor.clone()))
+        return real_send(tensor, dst, *a, **k)
+
+    def record_update(agent, optimizer, b, args):  # in the learner: each batch and the weights it starts from
+        batches.append({"b": {k: v.clone() for k, v in b.items()}, "before": copy_state(agent)})
+        return real_update(agent, optimizer, b, args)
+
+    monkeypatch.setattr(ivd.dist, "send", record_send)
+    monkeypatch.setattr(ivd, "update", record_update)
+    real = mp.get_context
+    monkeypatch.setattr(mp, "get_context", lambda method=None: real("fork"))  # the ranks keep these patches
+
+    def rank_main(rank, world):
+        out = ivd.train(tiny(sync=True, num_envs_per_actor=2, unroll_length=64, total_timesteps=64 * 4 * 3))
+        if rank > 0:
+            return [t for dst, t in sent if dst == 0]
+        return {"batches": batches, "after": copy_state(out["agent"]), **{k: out[k] for k in (
+            "losses", "learning_rate", "policy_lag", "episodic_return")}}
+
+    learner, *actors = run_ranks(rank_main, world=3, timeout=90)
+    unrolls = [[dict(zip(KEYS, msgs[i:i + len(KEYS)])) for i in range(0, len(msgs), len(KEYS))] for msgs in actors]
+    # 3 updates of one unroll from each actor, and each actor's last one, answered with the stop
+    assert [len(u) for u in unrolls] == [4, 4] and unrolls[0][0]["obs"].shape == (65, 2, 4, 84, 84)
+    # --sync: every unroll is sampled by the weights of the update that consumes it; V-trace's ratios are 1
+    assert learner["policy_lag"] == [0.0] * 3 and all(losses["max_abs_logratio"] < 1e-4 for losses in learner["losses"])
+
+    agent = iv.Agent(4, channels_last=True)
+    agent.load_state_dict(learner["batches"][0]["before"])
+    optimizer = torch.optim.RMSprop(agent.parameters(), lr=6e-4, alpha=0.99, eps=0.01, momentum=0.0)  # detail 6
+    for u, batch in enumerate(learner["batches"]):
+        # impala_vtrace.py's learner on the rows of rank 1's and rank 2's unroll: [n, T, k, ...] -> [T, n * k, ...]
+        rows = {key: torch.stack([unrolls[0][u][key], unrolls[1][u][key]]) for key in KEYS}
+        b = {key: rows[key].transpose(0, 1).flatten(1, 2) for key in ("obs", "actions", "rewards", "dones", "logprobs")}
+        assert all(torch.equal(b[key], batch["b"][key]) for key in b)  # the learner got what the actors sent
+        assert (rows["versions"] == u).all()
+        optimizer.param_groups[0]["lr"] = learner["learning_rate"][u]
+        iv.update(agent, optimizer, b, iv.Args())
+    for key, value in agent.state_dict().items():
+        torch.testing.assert_close(value, learner["after"][key], rtol=1e-5, atol=1e-7)
+    assert any(not torch.equal(v, learner["batches"][0]["before"][k]) for k, v in learner["after"].items())
+    games = [r for u in range(3) for actor in unrolls for r, steps in actor[u]["episodes"].tolist() if steps]
+    assert games and games == learner["episodic_return"]  # the games the actors finished, as the learner logged them
+
+
+def copy_state(agent):
+    return {k: v.detach().clone() for k, v in agent.state_dict().items()}
+
+
+# ---- torchrun ----------------------------------------------------------------------------------------------------
+
+
+def torchrun(*flags, nproc=3):
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", SCRIPT, *flags]
+
+
+def actors_line(stdout):
+    """{rank: [unrolls, games]} from the learner's last line."""
+    (line,) = [line for line in stdout.splitlines() if line.startswith("actor ranks (unrolls, games): ")]
+    return ast.literal_eval(line.split(": ", 1)[1])
+
+
+def test_torchrun_learner_and_two_actors_log_both_checkpoint_and_resume_with_one():
+    run = subprocess.run(torchrun("--no-cuda", "--batch-size", "4", "--unroll-length", "10", "--total-timesteps", "800",
+                                  "--save-model", "--save-every", "10"), capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert [line for line in run.stdout.splitlines() if line.startswith("step ")][-1].startswith("step 800/800 ")
+    ranks = actors_line(run.stdout)
+    assert set(ranks) == {1, 2} and all(u == 40 and g > 0 for u, g in ranks.values())  # round-robin; both finish games
+    (ckpt,) = glob.glob("runs/*/checkpoint.pt")
+    run_dir = os.path.dirname(ckpt)
+    assert len(read_scalars(run_dir, "charts/episodic_return")) == sum(g for _, g in ranks.values())
+    assert torch.load(ckpt, weights_only=False)["update"] == 20
+
+    resumed = subprocess.run(torchrun("--resume", ckpt, "--total-timesteps", "1200", nproc=2), capture_output=True,
+                             text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming" in resumed.stderr and "step 1200/1200 " in resumed.stdout
+    assert actors_line(resumed.stdout).keys() == {1} and actors_line(resumed.stdout)[1][0] == 40  # 10 updates x 4
+    assert torch.load(ckpt, weights_only=False)["update"] == 30
+    assert len(read_scalars(run_dir, "charts/policy_lag")) == 30  # updates 1-20, then 21-30, each logged once
+
+
+# ---- faults and signals --------------------------------------------------------------------------------------------
+
+LONG_RUN = ("--no-cuda", "--batch-size", "2", "--unroll-length", "5", "--total-timesteps", "1000000", "--save-model",
+            "--save-every", "1")
+
+
+def script_lines(stderr):
+    return [line for line in stderr.splitlines() if line.startswith("impala_vtrace_distributed.py: ")]
+
+
+def stop_torchrun(how):
+    """Start a long torchrun job, `how(job, workers)` once it has checkpointed; (return code, stderr, seconds it took
+    to stop). Every process it started is gone by then: killed here otherwise, and the test fails."""
+    job = subprocess.Popen(torchrun(*LONG_RUN, "--actor-timeout", "30"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    workers = []
+    try:
+        assert wait_for(lambda: glob.glob("runs/*/checkpoint.pt"), 90), "no update finished"
+        workers = descendants(job.pid)
+        how(job, workers)
+        start = time.time()
+        _, stderr = job.communicate(timeout=60)
+        took = time.time() - start
+        assert wait_for(lambda: not any(alive(pid) for pid in workers), 10), "a process outlived the job"
+    finally:
+        for pid in [job.pid] + workers:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    return job.returncode, stderr, took
+
+
+def rank_pid(workers, rank):
+    (pid,) = [pid for pid in workers if f"\0RANK={rank}\0".encode() in open(f"/proc/{pid}/environ", "rb").read()]
+    return pid
+
+
+def test_killed_actor_under_torchrun_stops_the_job():
+    code, stderr, took = stop_torchrun(lambda job, workers: os.kill(rank_pid(workers, 2), signal.SIGKILL))
+    assert code != 0 and took < 30
+    assert "rank      : 2" in stderr and "exitcode  : -9" in stderr  # torchrun names the rank that died
+    # the learner's own line: the lost connection (or torchrun's SIGTERM, if that came first)
+    (line,) = script_lines(stderr)
+    assert re.fullmatch(r"impala_vtrace_distributed.py: (error: rank 0 lost a rank \(.+\)|interrupted; .*)", line)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_to_torchrun_stops_every_rank(sig):
+    code, stderr, took = stop_torchrun(lambda job, workers: job.send_signal(sig))
+    assert code != 0 and took < 30
+    assert script_lines(stderr) == ["impala_vtrace_distributed.py: interrupted; the actor ranks stop with the learner"]
+
+
+@pytest.mark.parametrize("victim, sig", [(2, signal.SIGKILL), (0, signal.SIGKILL), (2, signal.SIGSTOP)])
+def test_dead_or_stuck_rank_without_an_agent_stops_the_others_with_one_line(victim, sig):
+    # as on another node: no torchrun agent watches the rank, the others see it themselves: a dead one at once (its
+    # connection closes), a stuck one (SIGSTOP) after --actor-timeout s
+    port, procs, command = free_port(), [], [sys.executable, SCRIPT, *LONG_RUN, "--actor-timeout", "10"]
+    try:
+        for rank in range(3):
+            procs.append(subprocess.Popen(command, env=rank_env(rank, 3, port), stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.PIPE, text=True))
+        assert wait_for(lambda: glob.glob("runs/*/checkpoint.pt"), 90), "no update finished"
+        procs[victim].send_signal(sig)
+        start = time.time()
+        errors = {rank: p.communicate(timeout=60)[1] for rank, p in enumerate(procs) if rank != victim}
+        assert time.time() - start < 30
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    for rank, stderr in errors.items():
+        assert procs[rank].returncode == 1 and "Traceback" not in stderr
+        # a stuck rank: the learner's wait on it times out (and the other actor's on the learner may, at the same time)
+        reason = "Timed out waiting 10000ms|Connection|peer" if sig == signal.SIGSTOP else "Connection|peer"
+        assert re.fullmatch(rf"impala_vtrace_distributed.py: error: rank {rank} lost a rank \(.*({reason}).*\)",
+                            stderr.strip().splitlines()[-1]), stderr[-2000:]
+
+
+# ---- bad input -------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kw, env, message", [
+    ({}, {}, r"^WORLD_SIZE 1 leaves no actor rank: run it with torchrun --nproc_per_node=3 impala_vtrace_distrib"),
+    ({"sync": True}, {"WORLD_SIZE": "4"}, r"--sync takes one unroll per actor: --batch-size 3$"),
+    ({"env_id": "CartPole-v1"}, {"WORLD_SIZE": "3"}, "not an Atari NoFrameskip id"),
+    ({"batch_size": 6, "num_envs_per_actor": 4}, {"WORLD_SIZE": "3"}, "not divisible"),
+    ({"actor_timeout": 0.0}, {"WORLD_SIZE": "3"}, "--actor-timeout must be a finite number > 0"),
+])
+def test_bad_input_rejected_before_anything_starts(monkeypatch, kw, env, message):
+    for key, value in {"RANK": "0", **env}.items():
+        monkeypatch.setenv(key, value)
+    assert_rejected_before_training(ivd, tiny(**kw), message)
+
+
+def test_foreign_checkpoint_rejected():
+    assert_foreign_and_corrupt_checkpoints_rejected(ivd, "impala_vtrace.py")
+
+
+def test_cli_without_torchrun_says_how_to_launch_and_bad_flags_are_one_line_under_torchrun():
+    alone = subprocess.run([sys.executable, SCRIPT, "--no-cuda"], capture_output=True, text=True, timeout=60)
+    assert alone.returncode == 1 and alone.stdout == "" and os.listdir(".") == []
+    assert alone.stderr.strip().splitlines() == [
+        "impala_vtrace_distributed.py: error: WORLD_SIZE 1 leaves no actor rank: run it with torchrun "
+        "--nproc_per_node=3 impala_vtrace_distributed.py"]
+    start = time.time()
+    bad = subprocess.run(torchrun("--no-cuda", "--c-bar", "2"), capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and time.time() - start < 40 and not os.path.exists("runs")
+    assert script_lines(bad.stderr) == ["impala_vtrace_distributed.py: error: --c-bar 2.0 exceeds --rho-bar 1.0; "
+                                        "V-trace assumes c_bar <= rho_bar"]
