@@ -21,6 +21,7 @@ import test_ppo_atari
 from conftest import ROOT
 from processes import alive, descendants, free_port, rank_env, run_ranks, wait_for
 from hacks import hack_safety_tests
+from precision import bf16_tests
 from test_ppo import assert_cli_error_is_one_line, read_scalars
 
 import ppo_atari
@@ -251,3 +252,7 @@ def test_bad_input_is_one_line_from_rank_0_and_silent_elsewhere(monkeypatch):
 test_hack_cleanrl_update_trains, test_hack_temperature_changes_what_the_rollout_samples, test_hack_added_layer_trains = \
     hack_safety_tests(mg, tiny(), tiny(env_id="BreakoutNoFrameskip-v4", num_envs=4, num_steps=128, total_timesteps=512),
                       logits=(0.0, 1.0, 0.0, 0.0))
+
+
+test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_across_precisions, test_bf16_without_bf16_kernels_is_refused = bf16_tests(
+    mg, tiny())  # in a world of one, as the hack-safety tests
