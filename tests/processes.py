@@ -27,9 +27,10 @@ def _rank_main(rank, world, port, fn):
     torch.save(fn(rank, world), f"rank{rank}.pt")
 
 
-def run_ranks(fn, world=2, timeout=120):
-    """fn(rank, world) in `world` spawned processes with torchrun's environment; their return values, by rank."""
-    ctx, port = mp.get_context("spawn"), free_port()
+def run_ranks(fn, world=2, timeout=120, method="spawn"):
+    """fn(rank, world) in `world` processes (spawned, or forked: then they keep the parent's monkeypatches) with
+    torchrun's environment; their return values, by rank."""
+    ctx, port = mp.get_context(method), free_port()
     procs = [ctx.Process(target=_rank_main, args=(rank, world, port, fn)) for rank in range(world)]
     for p in procs:
         p.start()

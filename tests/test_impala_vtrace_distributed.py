@@ -16,7 +16,6 @@ import time
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from conftest import ROOT
 from test_ppo import assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training, read_scalars
 from processes import alive, descendants, free_port, rank_env, run_ranks, wait_for
@@ -47,8 +46,6 @@ def test_learner_updates_from_received_unrolls_are_the_single_host_updates(monke
 
     monkeypatch.setattr(ivd.dist, "send", record_send)
     monkeypatch.setattr(ivd, "update", record_update)
-    real = mp.get_context
-    monkeypatch.setattr(mp, "get_context", lambda method=None: real("fork"))  # the ranks keep these patches
 
     def rank_main(rank, world):
         out = ivd.train(tiny(sync=True, num_envs_per_actor=2, unroll_length=64, total_timesteps=64 * 4 * 3))
@@ -57,7 +54,7 @@ def test_learner_updates_from_received_unrolls_are_the_single_host_updates(monke
         return {"batches": batches, "after": copy_state(out["agent"]), **{k: out[k] for k in (
             "losses", "learning_rate", "policy_lag", "episodic_return")}}
 
-    learner, *actors = run_ranks(rank_main, world=3, timeout=90)
+    learner, *actors = run_ranks(rank_main, world=3, timeout=90, method="fork")  # the ranks keep these patches
     unrolls = [[dict(zip(KEYS, msgs[i:i + len(KEYS)])) for i in range(0, len(msgs), len(KEYS))] for msgs in actors]
     # 3 updates of one unroll from each actor, and each actor's last one, answered with the stop
     assert [len(u) for u in unrolls] == [4, 4] and unrolls[0][0]["obs"].shape == (65, 2, 4, 84, 84)
