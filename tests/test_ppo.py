@@ -506,6 +506,16 @@ def assert_rejected_before_training(mod, args, message):
     assert not os.path.exists("runs")  # nothing started
 
 
+def assert_checkpoint_evaluates(mod, out):
+    """A run's saved checkpoint holds its final weights and evaluates, seeded: the same scores twice; 0 episodes refused."""
+    ckpt, _ = mod.load_checkpoint(out["checkpoint"])
+    assert all(torch.equal(ckpt["model"][k], v) for k, v in out["agent"].state_dict().items())
+    scores = mod.evaluate(out["checkpoint"], eval_episodes=2, seed=3)
+    assert len(scores) == 2 and scores == mod.evaluate(out["checkpoint"], eval_episodes=2, seed=3)  # seeded
+    with pytest.raises(mod.ConfigError, match="eval-episodes must be"):
+        mod.evaluate(out["checkpoint"], eval_episodes=0)
+
+
 def assert_foreign_and_corrupt_checkpoints_rejected(mod, owner):
     """A checkpoint written by the script `owner` and a file that is no checkpoint are both refused."""
     torch.save({"script": owner, "model": {}}, "other.pt")

@@ -18,7 +18,8 @@ import torch
 import torch.nn as nn
 from conftest import ROOT
 from hacks import Scale, assert_added_layer_trains, assert_cleanrl_update_trains, edited_agent
-from test_ppo import (PPO_BAD_INPUT, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
+from test_ppo import (PPO_BAD_INPUT, assert_checkpoint_evaluates,
+                      assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
                       assert_resumes_with_fresh_episodes, read_scalars)
 
 _microrts_missing = pytest.mark.skipif(
@@ -205,13 +206,7 @@ def test_vector_env_autoresets_in_the_same_step(mod):
 
 @needs_microrts
 def test_evaluation_of_a_checkpoint(mod):
-    out = mod.train(tiny(mod, save_model=True))
-    ckpt, _ = mod.load_checkpoint(out["checkpoint"])
-    assert all(torch.equal(ckpt["model"][k], v) for k, v in out["agent"].state_dict().items())
-    scores = mod.evaluate(out["checkpoint"], eval_episodes=2, seed=3)
-    assert len(scores) == 2 and scores == mod.evaluate(out["checkpoint"], eval_episodes=2, seed=3)  # seeded
-    with pytest.raises(mod.ConfigError, match="eval-episodes must be"):
-        mod.evaluate(out["checkpoint"], eval_episodes=0)
+    assert_checkpoint_evaluates(mod, mod.train(tiny(mod, save_model=True)))
 
 
 @needs_microrts

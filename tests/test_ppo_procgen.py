@@ -16,7 +16,8 @@ import torch
 from conftest import ROOT
 from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout
 from precision import bf16_tests
-from test_ppo import (PPO_BAD_INPUT, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
+from test_ppo import (PPO_BAD_INPUT, assert_checkpoint_evaluates,
+                      assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
                       assert_resumed_log_reads_once, keep_checkpoint, read_scalars, resume_later)
 from test_ppo_atari import assert_channels_last_is_the_same_math
 
@@ -194,13 +195,7 @@ def test_resume_continues_the_scores_and_reward_statistics(monkeypatch):
 
 @needs_procgen
 def test_evaluate_checkpoint():
-    out = mod.train(tiny(env_id="bossfight", save_model=True))
-    ckpt, _ = mod.load_checkpoint(out["checkpoint"])
-    assert all(torch.equal(ckpt["model"][k], v) for k, v in out["agent"].state_dict().items())
-    scores = mod.evaluate(out["checkpoint"], eval_episodes=2, seed=3)
-    assert len(scores) == 2 and scores == mod.evaluate(out["checkpoint"], eval_episodes=2, seed=3)  # seeded
-    with pytest.raises(mod.ConfigError, match="eval-episodes must be"):
-        mod.evaluate(out["checkpoint"], eval_episodes=0)
+    assert_checkpoint_evaluates(mod, mod.train(tiny(env_id="bossfight", save_model=True)))
 
 
 @needs_procgen
