@@ -349,6 +349,8 @@ def save_checkpoint(path, state):
         os.replace(f"{path}.tmp", path)
     except OSError as e:
         raise ConfigError(f"cannot write {path} ({e.strerror}); an earlier checkpoint there is intact: --resume it") from None
+    except RuntimeError as e:  # a Ctrl-C inside torch.save's writes comes out of its zip writer as a RuntimeError
+        raise KeyboardInterrupt if isinstance(e.__context__, KeyboardInterrupt) else e
     finally:
         if os.path.exists(f"{path}.tmp"):
             os.remove(f"{path}.tmp")

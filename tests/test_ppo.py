@@ -10,6 +10,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -455,14 +456,17 @@ def test_interrupted_run_keeps_its_last_checkpoint(mod, monkeypatch):
     state = torch.load(ckpt, weights_only=False)
     assert state["iteration"] == 2 and state["script"] == f"{mod.__name__}.py"
 
-    # Ctrl-C while writing the next checkpoint leaves the previous one readable
-    def interrupted_save(obj, f):
-        f.write(b"partial")
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(mod.torch, "save", interrupted_save)
-    with pytest.raises(KeyboardInterrupt):
-        mod.save_checkpoint(ckpt, {"script": "x"})
+    # Ctrl-C while torch.save writes the next checkpoint (100 MB: it lands inside the writes, from which torch.save would
+    # let out a RuntimeError of its zip writer instead) is a KeyboardInterrupt, and leaves the previous one readable
+    state, previous = {"script": "x", "weights": torch.zeros(25_000_000)}, signal.getsignal(signal.SIGALRM)
+    signal.signal(signal.SIGALRM, signal.default_int_handler)
+    signal.setitimer(signal.ITIMER_REAL, 0.01)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            mod.save_checkpoint(ckpt, state)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
     assert torch.load(ckpt, weights_only=False)["iteration"] == 2
     assert not os.path.exists(f"{ckpt}.tmp")  # the failed save left no partial file behind
 

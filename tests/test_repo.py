@@ -109,12 +109,13 @@ def test_every_target_pins_what_the_whole_lock_pins():
 # Raised once since, by 7 lines in the six CNN scripts (and so in the diffs to ppo.py and the μRTS scripts), for
 # issue 25's --bf16: a flag, its check, the autocast; and by 3 in all, for a full disk's one-line error (issue 24).
 # The μRTS pair grew by ~38 lines for issue 23: the seed's gym-microrts 0.2.0 through a compatibility layer in each.
+# And by 2 in all for a Ctrl-C inside torch.save, which left as a RuntimeError of its zip writer (a CI failure).
 LINE_TARGETS = {"ppo.py": 400, "a2c_paac.py": 550, "impala_vtrace.py": 550,  # every other PPO script: 450
                 "ppo_atari_multigpu.py": 520, "impala_vtrace_distributed.py": 550}  # issue 21: the torch.distributed pair
-LINE_CEILINGS = {"ppo.py": 466, "ppo_shared.py": 468, "ppo_atari.py": 528, "ppo_atari_lstm.py": 570,
-                 "ppo_atari_envpool.py": 504, "ppo_continuous_action.py": 561, "ppo_procgen.py": 503,
-                 "ppo_multidiscrete.py": 504, "ppo_multidiscrete_mask.py": 515, "a2c_paac.py": 562, "impala_vtrace.py": 560,
-                 "ppo_atari_multigpu.py": 612, "impala_vtrace_distributed.py": 560}
+LINE_CEILINGS = {"ppo.py": 468, "ppo_shared.py": 470, "ppo_atari.py": 530, "ppo_atari_lstm.py": 572,
+                 "ppo_atari_envpool.py": 506, "ppo_continuous_action.py": 563, "ppo_procgen.py": 505,
+                 "ppo_multidiscrete.py": 506, "ppo_multidiscrete_mask.py": 517, "a2c_paac.py": 564, "impala_vtrace.py": 562,
+                 "ppo_atari_multigpu.py": 614, "impala_vtrace_distributed.py": 562}
 SIBLINGS = [("ppo.py", "ppo_shared.py", 40, 38), ("ppo.py", "ppo_atari.py", 250, 248),
             ("ppo.py", "ppo_continuous_action.py", 200, 177), ("ppo_atari.py", "ppo_atari_lstm.py", 150, 102),
             ("ppo_atari.py", "ppo_atari_envpool.py", 180, 172), ("ppo_atari.py", "ppo_procgen.py", 250, 247),
