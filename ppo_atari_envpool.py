@@ -110,6 +110,10 @@ def check_args(args: Args, ckpt=None) -> None:
             if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
                 raise ConfigError(f"--{name.replace('_', '-')} must be a finite number {'>=' if closed else '>'} {low}"
                                   + (f" and <= {high}" if high < math.inf else "") + f", got {v}")
+    need = args.num_envs * (2e6 + args.num_steps * 300e3)  # measured: ~0.7 MB per envpool env, ~230 kB per env-step
+    if need > (ram := os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")):
+        raise ConfigError(f"--num-envs {args.num_envs} needs about {need / 1e9:.1f} GB (envs and rollout storage), "
+                          f"more than this machine's {ram / 1e9:.1f} GB; use fewer envs")
     batch = args.num_envs * args.num_steps
     if batch % args.num_minibatches != 0 or batch // args.num_minibatches < 2:
         raise ConfigError(f"num_envs * num_steps = {batch} is not divisible by --num-minibatches "

@@ -109,6 +109,10 @@ def check_args(args: Args, ckpt=None) -> None:
             if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
                 raise ConfigError(f"--{name.replace('_', '-')} must be a finite number {'>=' if closed else '>'} {low}"
                                   + (f" and <= {high}" if high < math.inf else "") + f", got {v}")
+    need = args.num_envs * (1e6 + args.num_steps * 250e3)  # measured: ~0.4 MB per Procgen env, ~215 kB per env-step
+    if need > (ram := os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")):
+        raise ConfigError(f"--num-envs {args.num_envs} needs about {need / 1e9:.1f} GB (envs and rollout storage), "
+                          f"more than this machine's {ram / 1e9:.1f} GB; use fewer envs")
     batch = args.num_envs * args.num_steps
     if batch % args.num_minibatches != 0 or batch // args.num_minibatches < 2:
         raise ConfigError(f"num_envs * num_steps = {batch} is not divisible by --num-minibatches "
@@ -169,8 +173,8 @@ class ProcgenVecEnv(gym.vector.VectorEnv):
         return {**self.stats, "games": self.env.callmethod("get_state")}
 
     def set_state(self, state):
-        self.env.callmethod("set_state", state.pop("games"))
-        self.stats = state
+        self.env.callmethod("set_state", state["games"])
+        self.stats = {k: state[k] for k in self.stats}
         return self.reset()[0]
 
 
@@ -411,7 +415,11 @@ def train(args: Args):
         agent.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
-        next_obs = envs.set_state(ckpt["envs"])  # the same games, where they were
+        try:  # the same games, where they were, as the version of this file that saved them kept them
+            next_obs = envs.set_state(ckpt["envs"])
+        except Exception as e:
+            raise ConfigError(f"the envs in {args.resume} do not fit this version of {SCRIPT} ({type(e).__name__}: "
+                              f"{e}); resume it with the version that wrote it, or start a new run") from None
         random.setstate(ckpt["rng"]["python"])
         np.random.set_state(ckpt["rng"]["numpy"])
         torch.set_rng_state(ckpt["rng"]["torch"])

@@ -107,6 +107,10 @@ def check_args(args: Args, ckpt=None) -> None:
             if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
                 raise ConfigError(f"--{name.replace('_', '-')} must be a finite number {'>=' if closed else '>'} {low}"
                                   + (f" and <= {high}" if high < math.inf else "") + f", got {v}")
+    need = args.num_envs * (20e3 + args.num_steps * 1e3)  # measured: ~9 kB per CartPole env, ~0.6 kB per env-step
+    if need > (ram := os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")):
+        raise ConfigError(f"--num-envs {args.num_envs} needs about {need / 1e9:.1f} GB (envs and rollout storage), "
+                          f"more than this machine's {ram / 1e9:.1f} GB; use fewer envs")
     batch = args.num_envs * args.num_steps
     if batch % args.num_minibatches != 0 or batch // args.num_minibatches < 2:
         raise ConfigError(f"num_envs * num_steps = {batch} is not divisible by --num-minibatches "
@@ -365,7 +369,11 @@ def train(args: Args):
         start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
         if ckpt["envs"] is not None:  # continue the very same episodes
             envs.close()
-            envs = make_envs(args, run_name, pickle.loads(ckpt["envs"]))
+            try:  # pickled by the version of this file that saved them, which may have had other wrappers
+                envs = make_envs(args, run_name, pickle.loads(ckpt["envs"]))
+            except Exception as e:
+                raise ConfigError(f"the envs in {args.resume} do not fit this version of {SCRIPT} ({type(e).__name__}: "
+                                  f"{e}); resume it with the version that wrote it, or start a new run") from None
             next_obs, episode_return, episode_length = ckpt["next_obs"], ckpt["episode_return"], ckpt["episode_length"]
         else:  # keep the fresh episodes' first observations: the saved ones belong to other games
             print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)

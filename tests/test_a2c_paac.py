@@ -15,7 +15,9 @@ from conftest import ROOT, next_second
 from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout
 from precision import bf16_tests
 from test_ppo import (
+    assert_envs_of_another_version_refused,
     assert_foreign_and_corrupt_checkpoints_rejected,
+    assert_memory_checked,
     assert_rejected_before_training,
     assert_resumed_log_reads_once,
     assert_resumes_with_fresh_episodes,
@@ -621,6 +623,10 @@ def test_foreign_checkpoint_rejected():
     assert_foreign_and_corrupt_checkpoints_rejected(paac, "ppo_atari.py")
 
 
+def test_envs_saved_by_another_version_refused():
+    assert_envs_of_another_version_refused(paac, paac.train(tiny(save_model=True)), lambda envs, renamed: [renamed] * len(envs))
+
+
 def test_unwritable_directory_is_one_line(tmp_path):
     if os.geteuid() == 0:  # root writes anywhere: make runs/ a file instead, which no one can make a directory in
         open("runs", "w").close()
@@ -653,3 +659,7 @@ def test_cuda_falls_back_with_notice(capsys):
 
 
 test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_across_precisions, test_bf16_without_bf16_kernels_is_refused = bf16_tests(paac, tiny())
+
+
+def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
+    assert_memory_checked(paac, monkeypatch, paac.Args(num_envs=10**9))

@@ -19,6 +19,7 @@ from hacks import Scale, assert_cleanrl_update_trains, edited_agent
 from precision import bf16_tests
 from test_ppo import (
     assert_foreign_and_corrupt_checkpoints_rejected,
+    assert_memory_checked,
     assert_rejected_before_training,
     assert_resumed_log_reads_once,
     keep_checkpoint,
@@ -526,3 +527,7 @@ def test_unwritable_directory_is_one_line(tmp_path):
 
 
 test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_across_precisions, test_bf16_without_bf16_kernels_is_refused = bf16_tests(iv, tiny(num_actors=1))
+
+
+def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
+    assert_memory_checked(iv, monkeypatch, iv.Args(num_envs_per_actor=10**9), flag="--num-envs-per-actor")

@@ -17,7 +17,7 @@ import time
 import pytest
 import torch
 from conftest import ROOT
-from test_ppo import assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training, read_scalars
+from test_ppo import assert_foreign_and_corrupt_checkpoints_rejected, assert_memory_checked, assert_rejected_before_training, read_scalars
 from processes import alive, descendants, free_port, rank_env, run_ranks, wait_for
 
 import impala_vtrace as iv
@@ -227,3 +227,10 @@ def test_cli_without_torchrun_says_how_to_launch_and_bad_flags_are_one_line_unde
     assert bad.returncode != 0 and time.time() - start < 40 and not os.path.exists("runs")
     assert script_lines(bad.stderr) == ["impala_vtrace_distributed.py: error: --c-bar 2.0 exceeds --rho-bar 1.0; "
                                         "V-trace assumes c_bar <= rho_bar"]
+
+
+def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
+    assert_memory_checked(ivd, monkeypatch, ivd.Args(num_envs_per_actor=10**9), flag="--num-envs-per-actor")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "100")  # torchrun's ranks on this machine: 100 of ~400 MB exceed its 8 GB
+    with pytest.raises(ivd.ConfigError, match="needs about 40.5 GB"):
+        ivd.check_args(ivd.Args())

@@ -538,6 +538,17 @@ def assert_foreign_and_corrupt_checkpoints_rejected(mod, owner):
         mod.evaluate("forged.pt")
 
 
+def assert_envs_of_another_version_refused(mod, out, forge):
+    """Resuming `out`'s checkpoint with its env state replaced by `forge(saved env state, a pickle of a wrapper class
+    this file does not have)`, as an older version of the file may have saved it, is refused in one line."""
+    ckpt = torch.load(out["checkpoint"], weights_only=False)
+    renamed_wrapper = f"c{mod.__name__}\nRenamedWrapper\n)\x81.".encode()  # pickle opcodes: the class, no arguments
+    torch.save({**ckpt, "envs": forge(ckpt["envs"], renamed_wrapper)}, "other_version.pt")
+    with pytest.raises(mod.ConfigError, match=rf"^the envs in other_version.pt do not fit this version of {mod.__name__}"
+                                              r"\.py \((AttributeError|KeyError): .+\); resume it with the version that"):
+        mod.train(mod.Args(resume="other_version.pt", total_timesteps=2 * ckpt["args"]["total_timesteps"]))
+
+
 # bad input every PPO script refuses with the same words; each test file adds its own cases
 PPO_BAD_INPUT = [
     ({"num_minibatches": 3}, "not divisible"),
@@ -571,6 +582,48 @@ def test_bad_input_rejected_before_training(mod, kw, message):
 
 def test_foreign_checkpoint_rejected(mod):
     assert_foreign_and_corrupt_checkpoints_rejected(mod, "ppo_atari.py")
+
+
+def machine_memory(monkeypatch, nbytes):
+    """os.sysconf reports `nbytes` of physical memory (in pages of 4 kB)."""
+    pages = {"SC_PHYS_PAGES": int(nbytes) // 4096, "SC_PAGE_SIZE": 4096}
+    monkeypatch.setattr(os, "sysconf", lambda name, real=os.sysconf: pages[name] if name in pages else real(name))
+
+
+def assert_memory_checked(mod, monkeypatch, huge, flag="--num-envs"):
+    """`huge` args, needing more memory than any machine has, are refused before any env is made or anything is
+    written, in one line naming `flag`, the estimate and the machine's memory; the defaults fit an 8 GB laptop."""
+    assert_rejected_before_training(mod, huge, rf"^{flag} \d+ .*needs about [\d.]+ GB \(.*\), more than this machine's "
+                                               r"[\d.]+ GB; use fewer")
+    machine_memory(monkeypatch, 8e9)
+    mod.check_args(mod.Args())
+
+
+def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(mod, monkeypatch):
+    assert_memory_checked(mod, monkeypatch, mod.Args(num_envs=10**9))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="resets the peak RSS (VmHWM) the Linux way")
+def test_memory_estimate_bounds_what_more_envs_take(monkeypatch):
+    """ppo.py's estimate for 950 CartPole envs of 64 steps is above the peak memory that they add to a run (one
+    iteration at 50 and at 1000 envs in one fresh process, each from a reset peak: what imports took is left out),
+    but less than 3x as high: the check refuses no run that fits."""
+    code = ("import re, ppo\nfor n in (50, 1000):\n    open('/proc/self/clear_refs', 'w').write('5')\n"
+            "    ppo.train(ppo.Args(cuda=False, num_envs=n, num_steps=64, total_timesteps=n * 64))\n"
+            "    print('peak', re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read())[1])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=os.getcwd(),
+                         env={**os.environ, "PYTHONPATH": ROOT}).stdout
+    small, large = (int(line.split()[1]) * 1024 for line in out.splitlines() if line.startswith("peak"))
+    ppo = importlib.import_module("ppo")
+    machine_memory(monkeypatch, large - small)
+    with pytest.raises(ppo.ConfigError, match="--num-envs 950 needs about"):
+        ppo.check_args(ppo.Args(num_envs=950, num_steps=64))
+    machine_memory(monkeypatch, 3 * (large - small))
+    ppo.check_args(ppo.Args(num_envs=950, num_steps=64))
+
+
+def test_envs_saved_by_another_version_refused(mod):
+    assert_envs_of_another_version_refused(mod, mod.train(tiny(mod, save_model=True)), lambda envs, renamed: renamed)
 
 
 def assert_cli_error_is_one_line(script, flags, expected):

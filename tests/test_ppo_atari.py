@@ -12,7 +12,7 @@ import torch
 from hacks import hack_safety_tests
 from precision import bf16_tests
 from test_ppo import (PPO_BAD_INPUT, assert_cli_error_is_one_line, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
-                      assert_resumes_with_fresh_episodes, read_scalars)
+                      assert_memory_checked, assert_resumes_with_fresh_episodes, read_scalars)
 
 import ppo_atari
 
@@ -304,3 +304,7 @@ def test_capture_video_records_env_0_games():
 
 test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_across_precisions, test_bf16_without_bf16_kernels_is_refused = bf16_tests(
     ppo_atari, tiny())
+
+
+def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
+    assert_memory_checked(ppo_atari, monkeypatch, ppo_atari.Args(num_envs=10**9))

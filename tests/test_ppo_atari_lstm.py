@@ -10,7 +10,7 @@ import torch
 from hacks import hack_safety_tests
 from precision import bf16_tests
 from test_ppo import (PPO_BAD_INPUT, assert_cli_error_is_one_line, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
-                      assert_resumes_with_fresh_episodes)
+                      assert_memory_checked, assert_resumes_with_fresh_episodes)
 from test_ppo_atari import assert_channels_last_is_the_same_math
 
 import ppo_atari_lstm as lstm_mod
@@ -306,3 +306,7 @@ def test_cli_error_is_one_line_without_traceback():
 
 
 test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_across_precisions, test_bf16_without_bf16_kernels_is_refused = bf16_tests(lstm_mod, tiny())
+
+
+def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
+    assert_memory_checked(lstm_mod, monkeypatch, lstm_mod.Args(num_envs=10**9))

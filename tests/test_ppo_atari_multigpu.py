@@ -22,7 +22,7 @@ from conftest import ROOT
 from processes import alive, descendants, free_port, rank_env, run_ranks, wait_for
 from hacks import hack_safety_tests
 from precision import bf16_tests
-from test_ppo import assert_cli_error_is_one_line, read_scalars
+from test_ppo import assert_cli_error_is_one_line, assert_memory_checked, read_scalars
 
 import ppo_atari
 import ppo_atari_multigpu as mg
@@ -256,3 +256,9 @@ test_hack_cleanrl_update_trains, test_hack_temperature_changes_what_the_rollout_
 
 test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_across_precisions, test_bf16_without_bf16_kernels_is_refused = bf16_tests(
     mg, tiny())  # in a world of one, as the hack-safety tests
+
+
+def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
+    assert_memory_checked(mg, monkeypatch, mg.Args(num_envs=10**9))
+    monkeypatch.setenv("WORLD_SIZE", "8000")  # one rank a node: this one holds 1 of the 8000 envs (the 8 GB hold 200)
+    mg.check_args(mg.Args(num_envs=8000))

@@ -13,8 +13,9 @@ import torch
 import torch.nn as nn
 from conftest import ROOT, next_second
 from hacks import Scale, assert_added_layer_trains, assert_cleanrl_update_trains, edited_agent
-from test_ppo import (PPO_BAD_INPUT, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
-                      assert_resumed_log_reads_once, assert_resumes_with_fresh_episodes, keep_checkpoint, resume_later)
+from test_ppo import (PPO_BAD_INPUT, assert_envs_of_another_version_refused, assert_foreign_and_corrupt_checkpoints_rejected,
+                      assert_rejected_before_training, assert_resumed_log_reads_once, assert_resumes_with_fresh_episodes,
+                      assert_memory_checked, keep_checkpoint, resume_later)
 
 import ppo_continuous_action as pca
 
@@ -514,6 +515,10 @@ def test_foreign_checkpoint_rejected():
     assert_foreign_and_corrupt_checkpoints_rejected(pca, "ppo.py")
 
 
+def test_envs_saved_by_another_version_refused():
+    assert_envs_of_another_version_refused(pca, pca.train(tiny(save_model=True)), lambda envs, renamed: renamed)
+
+
 def test_cli_error_is_one_line_without_traceback():
     script = os.path.join(ROOT, "ppo_continuous_action.py")
     res = subprocess.run([sys.executable, script, "--env-id", "CartPole-v1", "--no-cuda"], capture_output=True, text=True)
@@ -530,3 +535,7 @@ def test_cli_help_and_import_has_no_side_effects():
                          env={**os.environ, "PYTHONPATH": ROOT})
     assert res.returncode == 0 and res.stdout == ""
     assert os.listdir(".") == []
+
+
+def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
+    assert_memory_checked(pca, monkeypatch, pca.Args(num_envs=10**9))

@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 from conftest import ROOT
 from hacks import Scale, assert_added_layer_trains, assert_cleanrl_update_trains, edited_agent
-from test_ppo import (PPO_BAD_INPUT, assert_checkpoint_evaluates,
+from test_ppo import (PPO_BAD_INPUT, assert_checkpoint_evaluates, assert_memory_checked,
                       assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
                       assert_resumes_with_fresh_episodes, read_scalars)
 
@@ -295,3 +295,8 @@ def test_hack_temperature_changes_what_the_rollout_samples(mod, monkeypatch):
 @needs_microrts
 def test_hack_added_layer_trains(mod, monkeypatch):
     assert_added_layer_trains(mod, tiny(mod), monkeypatch)
+
+
+@_microrts_missing
+def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(mod, monkeypatch):
+    assert_memory_checked(mod, monkeypatch, mod.Args(num_envs=10**9))

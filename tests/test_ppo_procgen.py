@@ -16,9 +16,9 @@ import torch
 from conftest import ROOT
 from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout
 from precision import bf16_tests
-from test_ppo import (PPO_BAD_INPUT, assert_checkpoint_evaluates,
+from test_ppo import (PPO_BAD_INPUT, assert_checkpoint_evaluates, assert_envs_of_another_version_refused,
                       assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
-                      assert_resumed_log_reads_once, keep_checkpoint, read_scalars, resume_later)
+                      assert_memory_checked, assert_resumed_log_reads_once, keep_checkpoint, read_scalars, resume_later)
 from test_ppo_atari import assert_channels_last_is_the_same_math
 
 import ppo_procgen as mod
@@ -235,6 +235,11 @@ def test_foreign_checkpoint_rejected():
     assert_foreign_and_corrupt_checkpoints_rejected(mod, "ppo_atari.py")
 
 
+def test_envs_saved_by_another_version_refused():  # an older version kept other statistics beside the games
+    assert_envs_of_another_version_refused(mod, mod.train(tiny(save_model=True)),
+                                           lambda envs, renamed: {k: v for k, v in envs.items() if k != "R"})
+
+
 def test_cli_error_is_one_line_and_import_is_silent():
     script = os.path.join(ROOT, "ppo_procgen.py")
     res = subprocess.run([sys.executable, script, "--env-id", "pong", "--no-cuda"], capture_output=True, text=True)
@@ -266,3 +271,8 @@ def test_hack_added_layer_trains(monkeypatch):
 
 test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_across_precisions, test_bf16_without_bf16_kernels_is_refused = map(
     needs_procgen, bf16_tests(mod, tiny()))
+
+
+@needs_procgen
+def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
+    assert_memory_checked(mod, monkeypatch, mod.Args(num_envs=10**9))
