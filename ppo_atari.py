@@ -346,9 +346,10 @@ def save_checkpoint(path, state):
             os.remove(f"{path}.tmp")
 
 
-def load_checkpoint(path, args=None):
-    """The checkpoint at `path`; with `args` (given beside --resume) also the args to resume with: the
-    checkpoint's, with the RESUMABLE flags of `args`. Any other flag changed in `args` is refused."""
+def load_checkpoint(path, args=None, given=None):
+    """The checkpoint at `path`; with `args` (given beside --resume) also the args to resume with: the checkpoint's,
+    with the RESUMABLE flags `given` in `args` (the command line's; by default those that differ from Args()). Any
+    other flag given with a value other than the checkpoint's is refused."""
     try:  # missing, a directory, truncated or not a checkpoint at all
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:
@@ -356,12 +357,13 @@ def load_checkpoint(path, args=None):
     owner = ckpt.get("script") if isinstance(ckpt, dict) else None  # and another version's args do not fit Args
     if owner != SCRIPT or not isinstance(ckpt.get("args"), dict) or set(ckpt["args"]) - set(asdict(Args())):
         raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not by this {SCRIPT}")
-    default, given = asdict(Args()), asdict(args or Args())
-    for k, v in given.items():
-        if k not in RESUMABLE and v != default[k] and v != ckpt["args"].get(k):
+    default, values = asdict(Args()), asdict(args or Args())
+    given = set(values) & (set(given) if given is not None else {k for k, v in values.items() if v != default[k]})
+    for k in sorted(given - RESUMABLE):
+        if values[k] != ckpt["args"].get(k):
             raise ConfigError(f"--{k.replace('_', '-')} cannot change when resuming (the checkpoint has "
-                              f"{ckpt['args'].get(k)!r}); start a new run to train with {v!r}")
-    return ckpt, Args(**{**ckpt["args"], **{k: v for k, v in given.items() if k in RESUMABLE and v != default[k]}})
+                              f"{ckpt['args'].get(k)!r}); start a new run to train with {values[k]!r}")
+    return ckpt, Args(**{**ckpt["args"], **{k: values[k] for k in given & RESUMABLE}})
 
 
 def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
@@ -385,9 +387,9 @@ def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
     return returns
 
 
-def train(args: Args):
+def train(args: Args, given=None):
     """Train; return a dict with the per-episode returns/lengths, per-iteration losses, the agent and optimizer."""
-    ckpt, args = load_checkpoint(args.resume, args) if args.resume else (None, args)
+    ckpt, args = load_checkpoint(args.resume, args, given) if args.resume else (None, args)
     check_args(args, ckpt)
     args.batch_size = args.num_envs * args.num_steps
     args.minibatch_size = args.batch_size // args.num_minibatches
@@ -524,11 +526,13 @@ if __name__ == "__main__":
     import tyro
 
     cli_args = tyro.cli(Args)
+    # the flags on the command line (--no-cuda names cuda): beside --resume, one given at its default value counts too
+    given = {a[2:].split("=")[0].replace("-", "_").removeprefix("no_") for a in sys.argv[1:] if a.startswith("--")}
     try:
         if cli_args.eval_checkpoint:
             returns = evaluate(cli_args.eval_checkpoint, cli_args.eval_episodes, cli_args.seed)
             print(f"mean return over {len(returns)} episodes: {np.mean(returns):.2f} +- {np.std(returns):.2f}")
         else:
-            train(cli_args)
+            train(cli_args, given)
     except ConfigError as e:
         sys.exit(f"{SCRIPT}: error: {e}")

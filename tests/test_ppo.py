@@ -699,6 +699,27 @@ def test_resume_applies_a_longer_budget_and_refuses_other_flags(mod):
     assert longer["run_dir"] == full["run_dir"]  # logs on in the run's own directory
 
 
+def test_a_flag_named_beside_resume_counts_even_at_its_default_value(mod):
+    full, default = mod.train(tiny(mod, save_model=True, learning_rate=1e-3, save_every=1, anneal_lr=False)), mod.Args()
+    _, kept = mod.load_checkpoint(full["checkpoint"], mod.Args())  # left out: the checkpoint's values
+    assert (kept.learning_rate, kept.save_every) == (1e-3, 1)
+    _, applied = mod.load_checkpoint(full["checkpoint"], mod.Args(), given={"save_every"})  # RESUMABLE: applied
+    assert (applied.learning_rate, applied.save_every) == (1e-3, default.save_every)
+    with pytest.raises(mod.ConfigError, match=r"^--learning-rate cannot change when resuming \(the checkpoint has 0.001\)"):
+        mod.load_checkpoint(full["checkpoint"], mod.Args(), given={"learning_rate"})
+    # on the command line, where a flag given at its default value parses the same as one left out
+    script, resume = f"{mod.__name__}.py", ["--resume", full["checkpoint"]]
+    assert_cli_error_is_one_line(script, resume + ["--learning-rate", str(default.learning_rate)],
+                                 f"{script}: error: --learning-rate cannot change when resuming (the checkpoint has "
+                                 f"0.001); start a new run to train with {default.learning_rate!r}")
+    assert_cli_error_is_one_line(script, resume + ["--anneal-lr"], f"{script}: error: --anneal-lr cannot change when "
+                                 "resuming (the checkpoint has False); start a new run to train with True")
+    # --no-save-model (Args' default) names save_model: the resumed run's two iterations write no checkpoint
+    subprocess.run([sys.executable, os.path.join(ROOT, script), *resume, "--no-save-model", "--total-timesteps",
+                    str(2 * full["global_step"])], check=True, capture_output=True, timeout=60)
+    assert mod.load_checkpoint(full["checkpoint"])[0]["iteration"] == len(full["losses"])
+
+
 def test_resume_from_another_directory_logs_into_the_run(mod, tmp_path, monkeypatch):
     full = mod.train(tiny(mod, save_model=True, total_timesteps=2 * 16 * 2))
     elsewhere = tmp_path / "elsewhere"
