@@ -141,9 +141,10 @@ def check_args(args: Args, ckpt=None) -> None:
         raise ConfigError("--bf16 needs bfloat16 kernels (a CPU with AVX512 or AMX, a GPU of compute capability 8.0+), "
                           "which this machine lacks; run without --bf16")
     spec = gym.registry.get(args.env_id)
-    if spec is None or not str(spec.entry_point).startswith("ale_py") or spec.kwargs.get("frameskip") != 1:
+    if spec is None or not str(spec.entry_point).startswith("ale_py") or spec.kwargs.get("frameskip") != 1 \
+            or spec.kwargs.get("repeat_action_probability", 0.0) != 0.0:  # the v0 ids' sticky actions
         raise ConfigError(f"{args.env_id!r} is not an Atari NoFrameskip id such as BreakoutNoFrameskip-v4; {SCRIPT} "
-                          "handles Atari only and repeats each action itself (detail 9)")
+                          "handles Atari only, without sticky actions, and repeats each action itself (detail 9)")
 
 
 class EpisodicLife(gym.Wrapper):

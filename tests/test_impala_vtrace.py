@@ -435,6 +435,7 @@ def test_hack_added_layer_trains(monkeypatch):
         ({"env_id": "NoSuchEnv-v9"}, "'NoSuchEnv-v9' is not an Atari NoFrameskip id"),
         ({"env_id": "CartPole-v1"}, "not an Atari NoFrameskip id"),
         ({"env_id": "ALE/Breakout-v5"}, "not an Atari NoFrameskip id such as BreakoutNoFrameskip-v4"),
+        ({"env_id": "BreakoutNoFrameskip-v0"}, "not an Atari NoFrameskip id"),  # sticky actions (issue 24)
         ({"batch_size": 6, "num_envs_per_actor": 4}, "not divisible"),
         ({"num_actors": 0}, "--num-actors must be a finite number >= 1, got 0"),
         ({"unroll_length": 0}, "--unroll-length must be a finite number >= 1"),
@@ -470,7 +471,7 @@ def test_cli_error_is_one_line_and_import_has_no_side_effects():
     assert res.returncode != 0 and res.stdout == "" and os.listdir(".") == []
     assert res.stderr.strip().splitlines() == [
         "impala_vtrace.py: error: 'CartPole-v1' is not an Atari NoFrameskip id such as BreakoutNoFrameskip-v4; "
-        "impala_vtrace.py handles Atari only and repeats each action itself (detail 9)"]
+        "impala_vtrace.py handles Atari only, without sticky actions, and repeats each action itself (detail 9)"]
 
 
 def test_cuda_falls_back_with_notice(capsys):

@@ -203,6 +203,7 @@ def test_dead_or_stuck_rank_without_an_agent_stops_the_others_with_one_line(vict
     ({}, {}, r"^WORLD_SIZE 1 leaves no actor rank: run it with torchrun --nproc_per_node=3 impala_vtrace_distrib"),
     ({"sync": True}, {"WORLD_SIZE": "4"}, r"--sync takes one unroll per actor: --batch-size 3$"),
     ({"env_id": "CartPole-v1"}, {"WORLD_SIZE": "3"}, "not an Atari NoFrameskip id"),
+    ({"env_id": "BreakoutNoFrameskip-v0"}, {"WORLD_SIZE": "3"}, "not an Atari NoFrameskip id"),  # sticky actions
     ({"batch_size": 6, "num_envs_per_actor": 4}, {"WORLD_SIZE": "3"}, "not divisible"),
     ({"actor_timeout": 0.0}, {"WORLD_SIZE": "3"}, "--actor-timeout must be a finite number > 0"),
 ])
