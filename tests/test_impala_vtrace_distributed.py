@@ -124,7 +124,10 @@ LONG_RUN = ("--no-cuda", "--batch-size", "2", "--unroll-length", "5", "--total-t
 
 
 def script_lines(stderr):
-    return [line for line in stderr.splitlines() if line.startswith("impala_vtrace_distributed.py: ")]
+    """The script's own lines. torchrun's log records ([IWE]MMDD hh:mm:ss.ffffff ...) come from another process into
+    the same stream and can land inside one of them (seen in CI: "...with the learnerW1124 15:12:06.994000 ...")."""
+    lines = re.split(r"\n|(?=[IWE]\d{4} \d\d:\d\d:\d\d\.\d{6} )", stderr)
+    return [line for line in lines if line.startswith("impala_vtrace_distributed.py: ")]
 
 
 def stop_torchrun(how):
