@@ -340,6 +340,20 @@ def actor_loop(actor_id, args, run_name, actor_model, buffers, version, free_que
     envs.close()
 
 
+def put_holding_signals(q, item):
+    """q.put with Ctrl-C and SIGTERM held until it returns: one landing just after put takes the queue's lock leaves
+    it taken (CPython issue 29988), and the learner hung at exit, where the queue's finalizer takes the lock again."""
+    held = set()
+    handlers = {s: signal.signal(s, lambda sig, frame: held.add(sig)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        q.put(item)
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+    for s in held:  # under the handler each came to: Ctrl-C's KeyboardInterrupt, or SIGTERM's
+        signal.raise_signal(s)
+
+
 def next_batch(full_queue, n, actors, timeout):
     """Buffer indices of the next `n` unrolls and the games they finished. Issue 24: every actor is checked at every
     unroll, not only when the queue runs dry (the others may keep it full), so a dead one stops the run at once."""
@@ -479,7 +493,7 @@ def train(args: Args, given=None):
     version = ctx.Value("q", start_update - 1, lock=False)  # learner updates applied so far
     stop_event, free_queue, full_queue = ctx.Event(), ctx.Queue(), ctx.Queue()
     for i in range(buffers_per_batch if args.sync else num_buffers):  # detail 3: --sync circulates one batch
-        free_queue.put(i)
+        put_holding_signals(free_queue, i)
     actors = [ctx.Process(target=actor_loop, daemon=True, name=f"impala-actor-{i}", args=(
         i, args, run_name, actor_model, buffers, version, free_queue, full_queue, stop_event))
         for i in range(args.num_actors)]
@@ -501,12 +515,12 @@ def train(args: Args, given=None):
                  for key in ("obs", "actions", "rewards", "dones", "logprobs")}
             lag = ((update_idx - 1) - buffers["versions"][rows]).double().mean().item()
             for i in indices if not args.sync else []:  # the rows are copied: the actors refill them during the update
-                free_queue.put(i)
+                put_holding_signals(free_queue, i)
             losses = update(agent, optimizer, b, args)
             actor_model.load_state_dict(agent.state_dict())  # detail 1: the actors' next steps use the new weights
             version.value = update_idx
             for i in indices if args.sync else []:
-                free_queue.put(i)
+                put_holding_signals(free_queue, i)
             history["seconds"]["update"] += time.perf_counter() - t0
             global_step += steps_per_update
 

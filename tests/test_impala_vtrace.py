@@ -323,8 +323,11 @@ def test_actor_crash_stops_the_run_with_its_error(monkeypatch, capfd):
     assert "RuntimeError: injected failure" in capfd.readouterr().err
 
 
-def run_cli(*flags):
-    return subprocess.Popen([sys.executable, SCRIPT, "--no-cuda", "--num-actors", "2", *flags], stdout=subprocess.PIPE,
+def run_cli(*flags, prelude=None):
+    """The script as `python impala_vtrace.py` runs it; with `prelude`, that code runs first in the same process."""
+    head = [sys.executable, SCRIPT] if prelude is None else [sys.executable, "-c", prelude + (
+        "\nimport runpy\nsys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')"), SCRIPT]
+    return subprocess.Popen([*head, "--no-cuda", "--num-actors", "2", *flags], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
 
@@ -365,6 +368,38 @@ def test_ctrl_c_stops_every_actor():
     assert_session_ends(proc)
     assert proc.returncode == 1 and stderr.rstrip().endswith("interrupted; every actor has been stopped")
     assert "Traceback" not in stderr
+
+
+# Ctrl-C just after the learner's free_queue.put takes the queue's lock, before its `with` block starts: CPython then
+# never releases the lock, and the queue's exit finalizer, which takes it again, hung the learner after its last line
+CTRL_C_INSIDE_PUT = """
+import signal, sys, threading
+ENTER = threading.Condition.__enter__.__code__
+
+def in_training_loop(frame):
+    while frame is not None and not (frame.f_code.co_name == "train" and "update_idx" in frame.f_locals):
+        frame = frame.f_back
+    return frame is not None
+
+def on_return(frame, event, arg):
+    if event == "return":  # the lock is taken and __enter__ returns: the signal's handler runs here
+        signal.raise_signal(signal.SIGINT)
+    return on_return
+
+sys.settrace(lambda frame, event, arg: on_return if frame.f_code is ENTER and frame.f_back.f_code.co_name == "put"
+             and in_training_loop(frame) else None)
+"""
+
+
+def test_ctrl_c_inside_a_queue_put_still_exits():
+    proc = run_cli("--batch-size", "2", "--unroll-length", "5", "--total-timesteps", "4000", prelude=CTRL_C_INSIDE_PUT)
+    try:
+        _, stderr = proc.communicate(timeout=120)  # it hung here for good before put_holding_signals
+    finally:
+        proc.kill()
+    assert_session_ends(proc)
+    assert proc.returncode == 1 and stderr.rstrip().endswith("interrupted; every actor has been stopped")
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr
 
 
 def record_batches(monkeypatch):
