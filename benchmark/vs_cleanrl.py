@@ -4,7 +4,7 @@ Run:   python benchmark/vs_cleanrl.py --cleanrl-dir PATH [--cleanrl-python PYTHO
                                       [--seeds 1 2 3] [--steps N] [--env-id ID] [--reference-threads N]
        python benchmark/vs_cleanrl.py --fidelity --cleanrl-dir PATH --cleanrl-python PYTHON --scripts ppo_atari.py \
                                       [--seeds 1 2 3] [--steps N] [--env-id ID] [--work-dir runs/vs_cleanrl] \
-                                      [--windows 10] [--out benchmark/results]
+                                      [--windows 10] [--out benchmark/results] [--ours-args=--gymnasium-normalization]
 
 The speed goals of issues 2 and 4 are relative to the reference implementation, CleanRL: 500k CartPole-v1
 steps 2.5x faster than its ppo.py, and twice the steps/s of its ppo_continuous_action.py on HalfCheetah-v4.
@@ -34,6 +34,9 @@ side (--tags, default: return, losses, approx_kl, clipfrac, entropy) with a verd
 what finished: ours continues an interrupted run from its checkpoint (run.py's resume), CleanRL's (which cannot
 resume) starts that seed over. In both modes CleanRL's Atari scripts (ppo_atari.py, ppo_atari_lstm.py) run after
 `import ale_py`, which ale-py 0.9 needs to register the ALE ids, and PATH goes on PYTHONPATH for cleanrl_utils.
+--ours-args (one string) gives ours more flags, e.g. the one that makes a deliberate deviation follow CleanRL: its
+runs are new ones beside the default's (run.py tells them apart by their args), CleanRL's are reused, and the report
+goes to a folder named with the flags (.../vs_cleanrl_<stem>_<env>_<steps>_gymnasium-normalization/).
 """
 
 import argparse
@@ -227,10 +230,11 @@ def reference_run(path, script, env_id, seed, steps, work, args):
     return found[0]
 
 
-def our_runs(script, env_id, seeds, steps, work):
-    """Ours through benchmark/run.py (finished runs skipped, interrupted ones resumed): their TensorBoard run dirs."""
+def our_runs(script, env_id, seeds, steps, work, more=()):
+    """Ours through benchmark/run.py (finished runs skipped, interrupted ones resumed), with the flags `more`:
+    their TensorBoard run dirs."""
     runs_dir = os.path.join(work, "ours", "runs")
-    extra = ["--total-timesteps", str(steps), "--save-model", "--save-every", str(SAVE_EVERY)]
+    extra = ["--total-timesteps", str(steps), "--save-model", "--save-every", str(SAVE_EVERY), *more]
     cmd = [sys.executable, os.path.join(HERE, "run.py"), "--script", script, "--env-ids", env_id, "--seeds",
            *map(str, seeds), "--runs-dir", runs_dir, "--", *extra]
     if run_child(cmd) != 0:
@@ -243,7 +247,7 @@ def our_runs(script, env_id, seeds, steps, work):
 def fidelity(args, refs, ours_dir, argv):
     commits = {"ours": git_commit(os.path.join(ours_dir, args.scripts[0])),
                "ref": checkout_commit(args.cleanrl_dir, refs[args.scripts[0]])}
-    verdicts = []
+    verdicts, more = [], shlex.split(args.ours_args)
     for script in args.scripts:
         env_id, default_steps = TASKS[script]
         env_id, steps = args.env_id or env_id, args.steps or default_steps
@@ -252,8 +256,9 @@ def fidelity(args, refs, ours_dir, argv):
         ref_dirs, ours_dirs = [], []
         for seed in args.seeds:  # a pair at a time, so that a sitting that ends early leaves whole pairs
             ref_dirs.append(reference_run(refs[script], script, env_id, seed, steps, work, args))
-            ours_dirs += our_runs(os.path.join(ours_dir, script), env_id, [seed], steps, work)
-        out = os.path.join(args.out or os.path.join(HERE, "results"), f"vs_cleanrl_{name}")
+            ours_dirs += our_runs(os.path.join(ours_dir, script), env_id, [seed], steps, work, more)
+        flags = "-".join(a.lstrip("-") for a in more).replace("/", "-")  # e.g. gymnasium-normalization
+        out = os.path.join(args.out or os.path.join(HERE, "results"), f"vs_cleanrl_{name}" + (f"_{flags}" if flags else ""))
         if compare.main(["--a", f"ours={ours_dirs[0]}", *ours_dirs[1:], "--b", f"cleanrl={ref_dirs[0]}", *ref_dirs[1:],
                          "--out", out, "--windows", str(args.windows), "--tags", *args.tags]) != 0:
             raise RuntimeError(f"compare.py could not compare {script}'s runs (its error above)")
@@ -261,7 +266,8 @@ def fidelity(args, refs, ours_dir, argv):
             md = f.read().split("\n", 1)
         with open(os.path.join(out, "report.md"), "w") as f:  # where the two sides came from, under the title
             f.write("\n".join([md[0], "", f"- made by: `python benchmark/vs_cleanrl.py {' '.join(argv)}`",
-                               f"- ours: {script} at commit {commits['ours'] or 'unknown'}, in {sys.executable}",
+                               f"- ours: {script} at commit {commits['ours'] or 'unknown'}, in {sys.executable}"
+                               + (f", with {shlex.join(more)}" if more else ""),
                                f"- cleanrl: {os.path.relpath(refs[script], args.cleanrl_dir)} in {args.cleanrl_dir} "
                                f"(commit {commits['ref'] or 'unknown: not a git checkout'}), in {args.cleanrl_python}",
                                md[1].lstrip("\n")]))
@@ -288,6 +294,8 @@ def main(argv=None, ours_dir=ROOT):
     p.add_argument("--work-dir", default=os.path.join("runs", "vs_cleanrl"), help="--fidelity: where the runs go")
     p.add_argument("--windows", type=int, default=10, help="--fidelity: windows of compare.py's tables")
     p.add_argument("--tags", nargs="+", default=compare.TAGS, help="--fidelity: the scalars compare.py compares")
+    p.add_argument("--ours-args", default="", help="--fidelity: more flags for ours, one string "
+                   "(--ours-args=--gymnasium-normalization); the report's folder is named with them")
     args = p.parse_args(argv)
     if not os.access(args.cleanrl_python, os.X_OK):
         print(f"vs_cleanrl.py: --cleanrl-python {args.cleanrl_python} is not an executable; "

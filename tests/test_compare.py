@@ -196,6 +196,14 @@ def test_vs_cleanrl_fidelity_keeps_both_logs_skips_finished_pairs_and_compares(t
     assert vs_cleanrl.main(argv, ours_dir=str(tmp_path / "ours")) == 0
     assert sides()[4:] == [["ref", "2"]] and len(os.listdir(work / "cleanrl" / "seed2" / "runs")) == 1
 
+    # ours with one more flag: new runs of ours only (run.py tells them apart by their args), a report of their own
+    md = (results / "report.md").read_text()
+    assert vs_cleanrl.main(argv + ["--ours-args=--torch-threads 1"], ours_dir=str(tmp_path / "ours")) == 0
+    assert sides()[5:] == [["ours", "1"], ["ours", "2"]] and len(os.listdir(work / "ours" / "runs" / "summaries")) == 4
+    flagged = (results.parent / f"{results.name}_torch-threads-1" / "report.md").read_text()
+    assert " with --torch-threads 1\n" in flagged and verdicts(flagged) == {"charts/episodic_return": "same"}
+    assert (results / "report.md").read_text() == md  # the default's report stays as it was
+
     (tmp_path / "checkout" / "cleanrl" / "ppo.py").write_text("import sys\nsys.exit('boom: no module named ale_py')\n")
     capsys.readouterr()
     assert vs_cleanrl.main(argv[:-6] + ["--seeds", "3"], ours_dir=str(tmp_path / "ours")) == 1
