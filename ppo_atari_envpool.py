@@ -17,14 +17,15 @@ pipeline of ppo_atari.py, whose wrappers did, in this order:
   A9. observations scaled from [0, 255] to [0, 1] inside the network (stored as uint8: 4x less memory)
 charts/episodic_return is a whole game's raw score (all lives, before clipping), as in the published results:
 envpool's info["reward"] summed until info["terminated"] (the game, not a life, is over), as CleanRL's envpool script.
-envpool's autoreset: the step after a done only resets its env (the action is ignored, the reward is 0). It is no
-decision of the policy, so it leaves the batch before the update; no GAE crosses it (its predecessor has done=1).
+envpool's autoreset: the step after a done only resets its env (the action is ignored, the reward is 0). The reference
+trains on it as on any step; --mask-reset-steps leaves it out of the update, as no decision of the policy (no GAE
+crosses it either way: its predecessor has done=1).
 
 To hack: the rollout and the update both call Agent.get_action_and_value, the optimizer holds agent.parameters()
 and update() is CleanRL's loop, so an edit to the network, a head or the loop applies everywhere.
 Deliberate choices (reference behaviour stays the default): --bootstrap-truncated (off); --torch-threads 0 (one per
 core); --channels-last (on, same math, faster CPU convolutions); --resume starts new games (envpool cannot be pickled);
-the reset steps masked out of the update (the reference trains on them; ~1% of the batch).
+--mask-reset-steps (off; in early Breakout ~2% of the batch).
 """
 
 import gc
@@ -84,6 +85,7 @@ class Args:
     max_grad_norm: float = 0.5  # the maximum global norm of the gradients
     target_kl: Optional[float] = None  # stop the epochs early when approx_kl exceeds this (off in the reference)
     bootstrap_truncated: bool = False  # bootstrap time-limit ends from the value of their final observation
+    mask_reset_steps: bool = False  # leave envpool's reset steps (action ignored, reward 0) out of the update
 
     # filled in at runtime
     batch_size: int = 0  # computed: num_envs * num_steps
@@ -271,7 +273,7 @@ def update(agent, optimizer, b, args):
     logratios = []  # the KL/clipfrac statistics wait until after the loop: no device sync per minibatch
     for epoch in range(args.update_epochs):
         # detail 6: a new shuffle each epoch, split into disjoint minibatches that cover the batch
-        # the batch (reset steps removed) in num_minibatches parts, the last one smaller if it must be
+        # num_minibatches parts, the last one smaller if --mask-reset-steps left a batch they do not divide
         for mb in torch.randperm(len(b["obs"]), device=b["obs"].device).split(-(-len(b["obs"]) // args.num_minibatches)):
             _, newlogprob, entropy, newvalue = agent.get_action_and_value(b["obs"][mb], b["actions"][mb])
             mb_advantages = b["advantages"][mb]
@@ -403,7 +405,7 @@ def train(args: Args, given=None):
     T, N = args.num_steps, args.num_envs
     # what the envs return is stored in numpy (cheap per-step writes), what the agent returns in torch
     obs, rewards, dones = np.zeros((T, N) + obs_shape, np.uint8), np.zeros((T, N), np.float32), np.zeros((T, N), np.float32)
-    valid = np.ones((T, N), bool)  # False for envpool's reset steps
+    valid = np.ones((T, N), bool)  # with --mask-reset-steps, False for envpool's reset steps
     history = {"episodic_return": [], "episodic_length": [], "losses": [], "first_minibatch": [], "learning_rate": [],
                "seconds": {"env": 0.0, "inference": 0.0, "update": 0.0}}  # where the wall time goes
     seconds, start_iteration, global_step = history["seconds"], 1, 0
@@ -428,7 +430,7 @@ def train(args: Args, given=None):
         rollout = []  # the agent's (action, logprob, value) of each step, stacked into [T, N] tensors after it
         for step in range(T):
             global_step += N
-            obs[step], valid[step] = next_obs, dones[step - 1] == 0  # step 0: dones[-1] is still the last rollout's
+            obs[step], valid[step] = next_obs, (dones[step - 1] == 0) | (not args.mask_reset_steps)  # dones[-1]: last rollout's
             t0 = time.perf_counter()
             with torch.inference_mode():
                 action, logprob, _, value = agent.get_action_and_value(
@@ -461,7 +463,7 @@ def train(args: Args, given=None):
         b = {"obs": torch.as_tensor(obs, device=device).reshape((-1,) + obs_shape), "actions": actions.reshape(-1),
              "logprobs": logprobs.reshape(-1), "values": values.reshape(-1),
              "advantages": advantages.reshape(-1), "returns": returns.reshape(-1)}
-        b = {k: v[torch.as_tensor(valid, device=device).reshape(-1)] for k, v in b.items()}  # reset steps out
+        b = {k: v[torch.as_tensor(valid, device=device).reshape(-1)] for k, v in b.items()}  # --mask-reset-steps
         losses, first = update(agent, optimizer, b, args)
         seconds["update"] += time.perf_counter() - t0
         y_pred, y_true = b["values"].cpu().numpy(), b["returns"].cpu().numpy()

@@ -67,7 +67,15 @@ def test_envpool_reset_step_ignores_the_action():
     assert resets >= 2
 
 
-def test_reset_steps_are_masked_out_of_the_update(monkeypatch):
+def test_reset_steps_are_trained_on_by_default_as_the_reference_does(monkeypatch):
+    sizes, real_update = [], pool.update
+    monkeypatch.setattr(pool, "update", lambda agent, optimizer, b, args: sizes.append(len(b["obs"])) or real_update(
+        agent, optimizer, b, args))
+    out = pool.train(tiny(num_steps=2, num_minibatches=1, total_timesteps=4 * 2 * 120))
+    assert len(out["episodic_return"]) >= 1 and sizes == [4 * 2] * 120  # games ended, and no step left the batch
+
+
+def test_reset_steps_are_masked_out_of_the_update_with_the_flag(monkeypatch):
     seen = {}
     real_gae, real_update = pool.compute_gae, pool.update
 
@@ -83,7 +91,7 @@ def test_reset_steps_are_masked_out_of_the_update(monkeypatch):
     monkeypatch.setattr(pool, "compute_gae", spy_gae)
     monkeypatch.setattr(pool, "update", spy_update)
     # short rollouts: reset steps also fall on the first step of a rollout (the done was the last one's)
-    out = pool.train(tiny(num_steps=2, num_minibatches=1, total_timesteps=4 * 2 * 120))
+    out = pool.train(tiny(num_steps=2, num_minibatches=1, total_timesteps=4 * 2 * 120, mask_reset_steps=True))
     previous_done, masked, across = torch.zeros(4), 0, 0
     for (rewards, dones, returns), b in zip(seen["gae"], seen["batch"]):
         # a step is a reset step exactly when the step before it (in the same env) ended an episode
