@@ -4,7 +4,8 @@ Run:   python benchmark/vs_cleanrl.py --cleanrl-dir PATH [--cleanrl-python PYTHO
                                       [--seeds 1 2 3] [--steps N] [--env-id ID] [--reference-threads N]
        python benchmark/vs_cleanrl.py --fidelity --cleanrl-dir PATH --cleanrl-python PYTHON --scripts ppo_atari.py \
                                       [--seeds 1 2 3] [--steps N] [--env-id ID] [--work-dir runs/vs_cleanrl] \
-                                      [--windows 10] [--out benchmark/results] [--ours-args=--gymnasium-normalization]
+                                      [--windows 10] [--out benchmark/results] [--ours-args=--gymnasium-normalization] \
+                                      [--ours-threads N]
 
 The speed goals of issues 2 and 4 are relative to the reference implementation, CleanRL: 500k CartPole-v1
 steps 2.5x faster than its ppo.py, and twice the steps/s of its ppo_continuous_action.py on HalfCheetah-v4.
@@ -37,6 +38,9 @@ resume) starts that seed over. In both modes CleanRL's Atari scripts (ppo_atari.
 --ours-args (one string) gives ours more flags, e.g. the one that makes a deliberate deviation follow CleanRL: its
 runs are new ones beside the default's (run.py tells them apart by their args), CleanRL's are reused, and the report
 goes to a folder named with the flags (.../vs_cleanrl_<stem>_<env>_<steps>_gymnasium-normalization/).
+--ours-threads N caps ours' threads (run.py --threads; not one of the run's args, so finished runs still count): two
+runs side by side on a 2-core machine need one each, e.g. --reference-threads 1 --ours-threads 1 (at two each, a
+CNN run beside another ran 10x slower here).
 """
 
 import argparse
@@ -230,13 +234,13 @@ def reference_run(path, script, env_id, seed, steps, work, args):
     return found[0]
 
 
-def our_runs(script, env_id, seeds, steps, work, more=()):
-    """Ours through benchmark/run.py (finished runs skipped, interrupted ones resumed), with the flags `more`:
-    their TensorBoard run dirs."""
+def our_runs(script, env_id, seeds, steps, work, more=(), threads=0):
+    """Ours through benchmark/run.py (finished runs skipped, interrupted ones resumed), with the flags `more` and
+    run.py's --threads `threads` (0: its default): their TensorBoard run dirs."""
     runs_dir = os.path.join(work, "ours", "runs")
     extra = ["--total-timesteps", str(steps), "--save-model", "--save-every", str(SAVE_EVERY), *more]
     cmd = [sys.executable, os.path.join(HERE, "run.py"), "--script", script, "--env-ids", env_id, "--seeds",
-           *map(str, seeds), "--runs-dir", runs_dir, "--", *extra]
+           *map(str, seeds), "--runs-dir", runs_dir, "--threads", str(threads), "--", *extra]
     if run_child(cmd) != 0:
         raise RuntimeError(f"our {os.path.basename(script)} failed: run.py printed its log above")
     dirs = {s["seed"]: os.path.join(runs_dir, rel) for rel, s in load_summaries(runs_dir).items()
@@ -256,7 +260,7 @@ def fidelity(args, refs, ours_dir, argv):
         ref_dirs, ours_dirs = [], []
         for seed in args.seeds:  # a pair at a time, so that a sitting that ends early leaves whole pairs
             ref_dirs.append(reference_run(refs[script], script, env_id, seed, steps, work, args))
-            ours_dirs += our_runs(os.path.join(ours_dir, script), env_id, [seed], steps, work, more)
+            ours_dirs += our_runs(os.path.join(ours_dir, script), env_id, [seed], steps, work, more, args.ours_threads)
         flags = "-".join(a.lstrip("-") for a in more).replace("/", "-")  # e.g. gymnasium-normalization
         out = os.path.join(args.out or os.path.join(HERE, "results"), f"vs_cleanrl_{name}" + (f"_{flags}" if flags else ""))
         if compare.main(["--a", f"ours={ours_dirs[0]}", *ours_dirs[1:], "--b", f"cleanrl={ref_dirs[0]}", *ref_dirs[1:],
@@ -296,6 +300,7 @@ def main(argv=None, ours_dir=ROOT):
     p.add_argument("--tags", nargs="+", default=compare.TAGS, help="--fidelity: the scalars compare.py compares")
     p.add_argument("--ours-args", default="", help="--fidelity: more flags for ours, one string "
                    "(--ours-args=--gymnasium-normalization); the report's folder is named with them")
+    p.add_argument("--ours-threads", type=int, default=0, help="--fidelity: run.py --threads for ours (default: its own)")
     args = p.parse_args(argv)
     if not os.access(args.cleanrl_python, os.X_OK):
         print(f"vs_cleanrl.py: --cleanrl-python {args.cleanrl_python} is not an executable; "
@@ -303,6 +308,10 @@ def main(argv=None, ours_dir=ROOT):
         return 2
     if args.env_id and len(args.scripts) > 1:
         print(f"vs_cleanrl.py: --env-id {args.env_id} with {len(args.scripts)} scripts; give one script with --env-id",
+              file=sys.stderr)
+        return 2
+    if args.ours_threads < 0:
+        print(f"vs_cleanrl.py: --ours-threads must be 1 or more (0: run.py's default), got {args.ours_threads}",
               file=sys.stderr)
         return 2
     if len(set(args.seeds)) != len(args.seeds):

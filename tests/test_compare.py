@@ -1,5 +1,6 @@
 """Tests of benchmark/compare.py: two groups of synthetic TensorBoard runs, the windows, Welch, Holm and the verdict."""
 
+import json
 import os
 import re
 import sys
@@ -181,9 +182,11 @@ def test_vs_cleanrl_fidelity_keeps_both_logs_skips_finished_pairs_and_compares(t
     def sides():
         return [line.split()[:2] for line in log.read_text().splitlines()]
 
-    assert vs_cleanrl.main(argv, ours_dir=str(tmp_path / "ours")) == 0
+    threads = os.cpu_count() + 1  # not run.py's default (cores // workers), so the test sees the flag pass through
+    assert vs_cleanrl.main(argv + ["--ours-threads", str(threads)], ours_dir=str(tmp_path / "ours")) == 0
     assert sides() == [["ref", "1"], ["ours", "1"], ["ref", "2"], ["ours", "2"]]
-    assert len(os.listdir(work / "ours" / "runs" / "summaries")) == 2
+    summaries = [json.loads(f.read_text()) for f in (work / "ours" / "runs" / "summaries").iterdir()]
+    assert len(summaries) == 2 and [s["threads"] for s in summaries] == [threads] * 2
     assert [len(os.listdir(work / "cleanrl" / f"seed{s}" / "runs")) for s in (1, 2)] == [1, 1]
     md = (results / "report.md").read_text()
     assert verdicts(md) == {"charts/episodic_return": "same"}
