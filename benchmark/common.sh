@@ -8,12 +8,13 @@ MODE="${1:-full}"
 status=0
 
 # sweep SCRIPT ENV_ID...: every (env, seed) of SCRIPT through run.py; a failed run fails the sweep, the rest go on.
-# ARGS="--flag value ..." in the environment is passed on to every run (e.g. a variant's settings).
+# ARGS="--flag value ..." in the environment is passed on to every run (e.g. a variant's settings); THREADS=N caps
+# each run's threads (run.py --threads; default cores // workers), e.g. THREADS=1 beside another run on 2 cores.
 sweep() {
     local script="$1"; shift
     # shellcheck disable=SC2086  # ARGS is split into words on purpose
     python "$BENCH/run.py" --script "$REPO/$script" --env-ids "$@" --seeds $SEEDS --workers "$WORKERS" \
-        -- --total-timesteps "$STEPS" ${ARGS:-}
+        ${THREADS:+--threads "$THREADS"} -- --total-timesteps "$STEPS" ${ARGS:-}
     local code=$?
     if [ $code -gt 128 ]; then exit $code; fi  # run.py was stopped by a signal (Ctrl-C, SIGTERM): stop the sweep too
     if [ $code -ne 0 ]; then status=1; fi
