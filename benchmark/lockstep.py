@@ -1,0 +1,128 @@
+"""Ours and a CleanRL run in lockstep: seed 000's method (same seed; compare observations, actions, then losses step
+by step) for the curves of benchmark/vs_cleanrl.py --fidelity.
+
+Run:   python benchmark/lockstep.py --cleanrl-run <CleanRL's TensorBoard run dir> [--script ppo_continuous_action.py] \
+           [--iterations 5] [--work-dir DIR] -- --env-id Walker2d-v4 --seed 1 --total-timesteps 1000000 \
+           --gymnasium-normalization
+
+ppo_continuous_action.py draws the same random numbers as CleanRL's in its rollout (the init, then one standard
+normal per action component), but not in its update: CleanRL shuffles each epoch with numpy (np.random.shuffle of the
+previous epoch's order, in place), ours with torch.randperm; and CleanRL anneals the learning rate to lr / N at the
+last iteration, ours to 0 (detail 4). This writes a copy of ours with CleanRL's shuffle and schedule (the three lines
+it changes must be found exactly once), runs it for --iterations iterations with the flags after `--` (the CleanRL
+run's seed and budget, and --gymnasium-normalization so the normalisation follows CleanRL's gymnasium 0.29.1), and
+prints, per iteration, every loss both logged and their largest relative difference, then the first game whose
+return differs. Identical through an iteration means the same observations, actions, returns and update up to
+float rounding, which the chaotic MuJoCo dynamics later amplify. Exits 1 when the first iteration already differs
+by more than --tolerance (the two cannot be the same algorithm then), 2 on bad input.
+The discrete scripts sample by inverse CDF where CleanRL calls torch.multinomial: their rollouts differ from the
+first action, so lockstep does not apply to them.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import ConfigError, read_run  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TAGS = ["losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl", "losses/approx_kl",
+        "losses/clipfrac", "losses/explained_variance", "charts/learning_rate"]
+# (what ours has, CleanRL's choice in its place): the update's shuffle, detail 4's schedule, and a stop
+PATCHES = [
+    ("""    for epoch in range(args.update_epochs):
+        # detail 6: a new shuffle each epoch, split into disjoint minibatches that cover the batch
+        for mb in torch.randperm(args.batch_size, device=b["obs"].device).view(-1, args.minibatch_size):""",
+     """    b_inds = np.arange(args.batch_size)
+    for epoch in range(args.update_epochs):
+        np.random.shuffle(b_inds)  # lockstep: CleanRL's shuffle, in place, of the previous epoch's order
+        for mb in torch.as_tensor(b_inds.copy(), device=b["obs"].device).view(-1, args.minibatch_size):"""),
+    ("(1 - (iteration - 1) / max(args.num_iterations - 1, 1))", "(1 - (iteration - 1) / args.num_iterations)"),
+    ("""    for iteration in range(start_iteration, args.num_iterations + 1):
+""", """    for iteration in range(start_iteration, min(args.num_iterations, LOCKSTEP_ITERATIONS) + 1):
+"""),
+]
+
+
+def patched(text, iterations):
+    """Our script's text with CleanRL's shuffle and schedule, stopping after `iterations` iterations."""
+    for ours, theirs in PATCHES:
+        if text.count(ours) != 1:
+            raise ConfigError(f"the script has {text.count(ours)} copies of the line {ours.strip().splitlines()[-1]!r}, "
+                              "not one; lockstep patches that line (update PATCHES to the script's new text)")
+        text = text.replace(ours, theirs)
+    return text.replace("\nSCRIPT = ", f"\nLOCKSTEP_ITERATIONS = {iterations}\nSCRIPT = ", 1)
+
+
+def side_by_side(ours_dir, ref_dir, iterations, tolerance):
+    """Per iteration, "ours/CleanRL" for each tag both logged, and the largest relative difference; then the first
+    game whose return differs. Returns (lines, the number of leading iterations identical within tolerance)."""
+    rows, worst = [], np.zeros(iterations)
+    for tag in TAGS:
+        a, b = read_run(ours_dir, tag), read_run(ref_dir, tag)
+        n = min(iterations, len(a["returns"]), len(b["returns"]))
+        if n == 0:
+            continue
+        x, y = np.array(a["returns"][:n]), np.array(b["returns"][:n])
+        rel = np.abs(x - y) / np.maximum(np.abs(y), 1e-8)
+        worst[:n] = np.maximum(worst[:n], rel)
+        worst[n:] = np.inf  # a tag one side did not log that far: not shown identical
+        rows.append(f"{tag:26s} " + "  ".join(f"{u:.6g}/{v:.6g}" for u, v in zip(x, y)))
+    same = int(np.argmax(worst > tolerance)) if (worst > tolerance).any() else iterations
+    a, b = read_run(ours_dir), read_run(ref_dir)
+    n = min(len(a["returns"]), len(b["returns"]))
+    off = np.flatnonzero(np.abs(np.array(a["returns"][:n]) - np.array(b["returns"][:n])) > 1e-3)
+    games = (f"games: the first {off[0]} of {n} returns agree to 1e-3 (game {off[0] + 1} ends at step "
+             f"{a['steps'][off[0]]} in ours, {b['steps'][off[0]]} in CleanRL)" if off.size else
+             f"games: all {n} returns agree to 1e-3")
+    lines = ["iteration                  " + "  ".join(f"{i + 1:>17d}" for i in range(iterations)),
+             *rows, "largest relative difference " + "  ".join(f"{w:.1e}" for w in worst), games,
+             f"identical (relative difference <= {tolerance:g}) through iteration {same} of {iterations}"]
+    return lines, same
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ours_flags = argv[argv.index("--") + 1:] if "--" in argv else []
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--cleanrl-run", required=True, help="CleanRL's TensorBoard run dir, made with the same flags")
+    p.add_argument("--script", default=os.path.join(ROOT, "ppo_continuous_action.py"), help="our script")
+    p.add_argument("--iterations", type=int, default=5, help="iterations to run and compare")
+    p.add_argument("--tolerance", type=float, default=1e-4, help="largest relative difference counted as identical")
+    p.add_argument("--work-dir", default=None, help="where the patched copy runs (default: a temporary folder)")
+    args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    try:
+        if args.iterations < 1:
+            raise ConfigError(f"--iterations must be 1 or more, got {args.iterations}")
+        if not os.path.isdir(args.cleanrl_run) or not read_run(args.cleanrl_run, "losses/value_loss")["steps"]:
+            raise ConfigError(f"--cleanrl-run {args.cleanrl_run} holds no losses/value_loss: not a CleanRL run dir")
+        with open(args.script) as f:
+            text = patched(f.read(), args.iterations)
+        work = args.work_dir or tempfile.mkdtemp(prefix="lockstep_")
+        os.makedirs(work, exist_ok=True)
+        copy = os.path.join(work, "lockstep_" + os.path.basename(args.script))
+        with open(copy, "w") as f:
+            f.write(text)
+        before = set(os.listdir(os.path.join(work, "runs"))) if os.path.isdir(os.path.join(work, "runs")) else set()
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.dirname(os.path.abspath(args.script)))
+        cmd = [sys.executable, copy, "--no-cuda", *ours_flags]
+        print(f"lockstep.py: $ {' '.join(cmd)}  (in {work})", flush=True)
+        if subprocess.run(cmd, cwd=work, env=env, stdout=subprocess.DEVNULL).returncode != 0:
+            raise ConfigError(f"our patched script failed (its error above); it ran as {copy}")
+        new = sorted(set(os.listdir(os.path.join(work, "runs"))) - before)
+        lines, same = side_by_side(os.path.join(work, "runs", new[-1]), args.cleanrl_run, args.iterations,
+                                   args.tolerance)
+    except ConfigError as e:
+        print(f"lockstep.py: {e}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    return 0 if same >= 1 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""benchmark/lockstep.py: the patched copy shuffles and anneals as CleanRL does, and the side-by-side finds the
+first iteration that differs."""
+
+import importlib.util
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "benchmark"))
+import lockstep  # noqa: E402
+
+SCRIPT = os.path.join(ROOT, "ppo_continuous_action.py")
+TINY = ["--env-id", "Pendulum-v1", "--seed", "3", "--total-timesteps", "1024", "--num-envs", "1", "--num-steps", "128",
+        "--num-minibatches", "4", "--update-epochs", "3"]
+
+
+def load(text, path):
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def minibatch_order(module, seed):
+    """The indices of every minibatch the update visits, in order, after np.random.seed(seed)."""
+    args = module.Args(num_envs=2, num_steps=8, num_minibatches=4, update_epochs=3)
+    args.batch_size, args.minibatch_size = 16, 4
+    agent = module.Agent(1, 1)
+    seen, score = [], agent.get_action_and_value
+    agent.get_action_and_value = lambda obs, actions: (seen.append(obs[:, 0].long().tolist()), score(obs, actions))[1]
+    b = {"obs": torch.arange(16.0)[:, None], "actions": torch.zeros(16, 1), "logprobs": torch.zeros(16),
+         "values": torch.zeros(16), "advantages": torch.randn(16), "returns": torch.zeros(16)}
+    np.random.seed(seed)
+    module.update(agent, torch.optim.Adam(agent.parameters(), lr=1e-3), b, args)
+    return seen
+
+
+def test_patched_update_visits_cleanrls_minibatches_and_anneals_to_lr_over_n(tmp_path):
+    text = open(SCRIPT).read()
+    module = load(lockstep.patched(text, 2), tmp_path / "patched.py")
+    np.random.seed(5)  # CleanRL's loop: one b_inds, shuffled in place each epoch, cut into minibatches
+    b_inds, expected = np.arange(16), []
+    for _ in range(3):
+        np.random.shuffle(b_inds)
+        expected += [b_inds[i:i + 4].tolist() for i in range(0, 16, 4)]
+    assert minibatch_order(module, 5) == expected
+    assert minibatch_order(load(text, tmp_path / "ours.py"), 5) != expected  # ours shuffles with torch
+    assert module.LOCKSTEP_ITERATIONS == 2 and "(1 - (iteration - 1) / args.num_iterations)" in lockstep.patched(text, 2)
+
+
+def test_a_script_without_the_patched_lines_is_one_line(tmp_path, capsys):
+    with pytest.raises(lockstep.ConfigError, match="has 0 copies of the line"):
+        lockstep.patched("SCRIPT = 'other.py'\n", 2)
+    assert lockstep.main(["--cleanrl-run", str(tmp_path), "--iterations", "0"]) == 2
+    assert capsys.readouterr().err == "lockstep.py: --iterations must be 1 or more, got 0\n"
+
+
+def test_same_flags_run_in_lockstep_and_another_learning_rate_differs_from_iteration_1(tmp_path, capsys, monkeypatch):
+    """The patched copy against a run of itself (the stand-in for CleanRL's): identical for the 2 iterations run, the
+    8 of the budget not; a run with another learning rate differs from the first update on."""
+    reference = tmp_path / "ref"
+    assert lockstep.main(["--cleanrl-run", str(tmp_path / "none"), "--work-dir", str(reference)]) == 2  # no run yet
+    assert "holds no losses/value_loss" in capsys.readouterr().err
+    module = load(lockstep.patched(open(SCRIPT).read(), 8), tmp_path / "full.py")
+    monkeypatch.chdir(tmp_path)
+    ref_dir = module.train(module.Args(env_id="Pendulum-v1", seed=3, total_timesteps=1024, num_envs=1, num_steps=128,
+                                       num_minibatches=4, update_epochs=3, cuda=False))["run_dir"]
+    base = ["--cleanrl-run", os.path.join(tmp_path, ref_dir), "--iterations", "2", "--work-dir", str(tmp_path / "w")]
+    capsys.readouterr()
+    assert lockstep.main(base + ["--"] + TINY) == 0
+    out = capsys.readouterr().out
+    assert "identical (relative difference <= 0.0001) through iteration 2 of 2" in out
+    assert lockstep.main(base + ["--"] + TINY + ["--learning-rate", "1e-3"]) == 1
+    assert "through iteration 0 of 2" in capsys.readouterr().out
