@@ -11,12 +11,14 @@ previous epoch's order, in place), ours with torch.randperm; and CleanRL anneals
 last iteration, ours to 0 (detail 4). This writes a copy of ours with CleanRL's shuffle and schedule (the three lines
 it changes must be found exactly once), runs it for --iterations iterations with the flags after `--` (the CleanRL
 run's seed and budget, and --gymnasium-normalization so the normalisation follows CleanRL's gymnasium 0.29.1), and
-prints, per iteration, every loss both logged and their largest relative difference, then the first game whose
-return differs. Identical through an iteration means the same observations, actions, returns and update up to
+prints, per iteration, every loss both logged and their largest relative difference (relative to the larger of
+|CleanRL's value| and its mean over the iterations compared), then the first game whose return differs. Identical through an iteration means the same observations, actions, returns and update up to
 float rounding, which the chaotic MuJoCo dynamics later amplify. Exits 1 when the first iteration already differs
 by more than --tolerance (the two cannot be the same algorithm then), 2 on bad input.
-The discrete scripts sample by inverse CDF where CleanRL calls torch.multinomial: their rollouts differ from the
-first action, so lockstep does not apply to them.
+The discrete scripts sample by inverse CDF where CleanRL's Categorical calls torch.multinomial: in them the copy
+samples as CleanRL does too (ppo.py: python benchmark/lockstep.py --script ppo.py --cleanrl-run <its CartPole run> --
+--seed 1). Run so far on ppo_continuous_action.py and ppo.py; the Atari and Procgen scripts' envs are other code on
+each side (our wrappers against SB3's, other ale-py versions), so lockstep may part there for the env's sake.
 """
 
 import argparse
@@ -48,6 +50,9 @@ PATCHES = [
 """),
 ]
 
+# and in a discrete script, where it samples: CleanRL's Categorical(logits).sample() in place of the inverse CDF
+SAMPLING = ("action = (logp.exp().cumsum(-1) < torch.rand_like(logp[..., :1])).sum(-1).clamp(max=logp.shape[-1] - 1)",
+            "action = torch.distributions.Categorical(logits=logp).sample()  # lockstep: CleanRL's draw")
 
 def patched(text, iterations):
     """Our script's text with CleanRL's shuffle and schedule, stopping after `iterations` iterations."""
@@ -56,6 +61,9 @@ def patched(text, iterations):
             raise ConfigError(f"the script has {text.count(ours)} copies of the line {ours.strip().splitlines()[-1]!r}, "
                               "not one; lockstep patches that line (update PATCHES to the script's new text)")
         text = text.replace(ours, theirs)
+    if text.count(SAMPLING[0]) > 1:
+        raise ConfigError(f"the script samples by inverse CDF in {text.count(SAMPLING[0])} places, not one")
+    text = text.replace(*SAMPLING)  # the discrete scripts: CleanRL's draw (one multinomial per row)
     return text.replace("\nSCRIPT = ", f"\nLOCKSTEP_ITERATIONS = {iterations}\nSCRIPT = ", 1)
 
 
@@ -69,7 +77,8 @@ def side_by_side(ours_dir, ref_dir, iterations, tolerance):
         if n == 0:
             continue
         x, y = np.array(a["returns"][:n]), np.array(b["returns"][:n])
-        rel = np.abs(x - y) / np.maximum(np.abs(y), 1e-8)
+        # relative to the tag's size: a loss that crosses 0 (policy_loss) is judged against its usual magnitude
+        rel = np.abs(x - y) / np.maximum(np.maximum(np.abs(y), np.abs(y).mean()), 1e-12)
         worst[:n] = np.maximum(worst[:n], rel)
         worst[n:] = np.inf  # a tag one side did not log that far: not shown identical
         rows.append(f"{tag:26s} " + "  ".join(f"{u:.6g}/{v:.6g}" for u, v in zip(x, y)))

@@ -77,3 +77,15 @@ def test_same_flags_run_in_lockstep_and_another_learning_rate_differs_from_itera
     assert "identical (relative difference <= 0.0001) through iteration 2 of 2" in out
     assert lockstep.main(base + ["--"] + TINY + ["--learning-rate", "1e-3"]) == 1
     assert "through iteration 0 of 2" in capsys.readouterr().out
+
+
+def test_patched_discrete_script_samples_as_cleanrls_categorical(tmp_path):
+    text = open(os.path.join(ROOT, "ppo.py")).read()
+    patched, ours = load(lockstep.patched(text, 2), tmp_path / "patched.py"), load(text, tmp_path / "ours.py")
+    agent, x = patched.Agent(4, 3), torch.randn(64, 4)
+    torch.manual_seed(0)
+    expected = torch.distributions.Categorical(logits=agent.actor(x)).sample()  # CleanRL's get_action_and_value
+    for module, same in ((patched, True), (ours, False)):  # ours draws by inverse CDF: other actions, same seed
+        torch.manual_seed(0)
+        action, *_ = module.Agent.get_action_and_value(agent, x)
+        assert torch.equal(action, expected) == same
