@@ -55,8 +55,10 @@ PATCHES = [
 SAMPLING = ("action = (logp.exp().cumsum(-1) < torch.rand_like(logp[..., :1])).sum(-1).clamp(max=logp.shape[-1] - 1)",
             "action = torch.distributions.Categorical(logits=logp).sample()  # lockstep: CleanRL's draw")
 
+
 def patched(text, iterations):
-    """Our script's text with CleanRL's shuffle and schedule, stopping after `iterations` iterations."""
+    """Our script's text with CleanRL's shuffle and schedule (and its draw, in a discrete script), stopping after
+    `iterations` iterations."""
     for ours, theirs in PATCHES:
         if text.count(ours) != 1:
             raise ConfigError(f"the script has {text.count(ours)} copies of the line {ours.strip().splitlines()[-1]!r}, "
