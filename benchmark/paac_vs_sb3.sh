@@ -11,15 +11,14 @@
 #
 # ARGS is added to every run's args (a variant is its own group); THREADS=1 runs it beside another run on 2 cores.
 # Logs go to runs/ of the current directory, the comparisons and the report to
-# benchmark/results/paac_vs_sb3_breakout_<STEPS>/. The same command run again skips finished runs; ours (which
-# checkpoint: SAVE) continue from their last checkpoint, SB3's (no checkpoints here) start over.
+# benchmark/results/paac_vs_sb3_breakout_<STEPS>/. The same command run again skips finished runs; the others, both
+# implementations' (SAVE), continue from their last checkpoint.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WORKERS="${WORKERS:-1}"; STEPS="${STEPS:-2000000}"; SEEDS="${SEEDS:-1 2}"; MODE="breakout_$STEPS"
 ENV_ID=BreakoutNoFrameskip-v4
-SHARED="--loss-scale 5 --vf-coef 0.25 --max-grad-norm 3 --ent-coef 0.02 ${ARGS:-}"  # both implementations' flags
-SAVE="--save-model --save-every ${SAVE_EVERY:-500}"  # ours only: a checkpoint every 500 updates (80k steps)
-OURS="$SHARED $SAVE"
-OURS_115M="$OURS --anneal-timesteps 115000000"
+SAVE="--save-model --save-every ${SAVE_EVERY:-500}"  # a checkpoint every 500 updates (80k steps)
+SHARED="--loss-scale 5 --vf-coef 0.25 --max-grad-norm 3 --ent-coef 0.02 $SAVE ${ARGS:-}"  # both implementations' flags
+SHARED_115M="$SHARED --anneal-timesteps 115000000"
 
 # run_dirs SCRIPT "ARGS": the TensorBoard dir of each seed's run of SCRIPT with these args, from run.py's summaries
 run_dirs() {
@@ -43,9 +42,9 @@ compare() {
         --out "$BENCH/results/paac_vs_sb3_$MODE/$1" || status=1
 }
 
-ARGS="$OURS" sweep a2c_paac.py "$ENV_ID"
-ARGS="$OURS_115M" sweep a2c_paac.py "$ENV_ID"
+ARGS="$SHARED" sweep a2c_paac.py "$ENV_ID"
+ARGS="$SHARED_115M" sweep a2c_paac.py "$ENV_ID"
 ARGS="$SHARED" sweep benchmark/sb3_a2c.py "$ENV_ID"
-compare ours_vs_sb3 ours a2c_paac.py "$OURS" sb3 sb3_a2c.py "$SHARED"
-compare anneal_2m_vs_115m anneal_2m a2c_paac.py "$OURS" anneal_115m a2c_paac.py "$OURS_115M"
+compare ours_vs_sb3 ours a2c_paac.py "$SHARED" sb3 sb3_a2c.py "$SHARED"
+compare anneal_2m_vs_115m anneal_2m a2c_paac.py "$SHARED" anneal_115m a2c_paac.py "$SHARED_115M"
 report paac_vs_sb3 a2c_paac.py sb3_a2c.py

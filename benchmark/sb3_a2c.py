@@ -50,10 +50,16 @@ How SB3 is configured, detail by detail of a2c_paac.py, and where it still diffe
   agent steps of that game, as ours (Monitor's own "l" counts raw frames). losses/ value_loss, policy_loss,
   entropy (SB3 logs -H as entropy_loss) and explained_variance are SB3's numbers of the same definitions; SB3
   keeps no gradient norm, so losses/grad_norm is not logged.
-  Not here: ours' checkpoints and resume, --eval-checkpoint, --capture-video, --track, --bf16, --channels-last.
+  Checkpoints: --save-model writes runs/<run>/checkpoint.pt every --save-every updates and at the end, and --resume
+  continues one as ours does (benchmark/run.py resumes an interrupted run so): the policy, RMSProp's state, the random
+  number generators, and the games where they stood (each ALE's emulator and RNG, the wrappers' state, the frame
+  stack), so that a resumed run takes the same steps as an uninterrupted one.
+  Not here: --eval-checkpoint, --capture-video, --track, --bf16, --channels-last.
 """
 
 import os
+import pickle
+import random
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -75,6 +81,7 @@ import a2c_paac as paac  # noqa: E402  the flag checks, the run directory, the A
 
 SCRIPT = "sb3_a2c.py"
 ConfigError = paac.ConfigError  # bad input, found before anything starts; __main__ prints it as one line
+save_checkpoint = paac.save_checkpoint  # atomic: a crash mid-write leaves the previous checkpoint intact
 
 
 @dataclass
@@ -102,17 +109,24 @@ class Args:
     rmsprop_decay: float = 0.99  # the decay of RMSProp's mean square
     rmsprop_eps: float = 0.1  # the epsilon of RMSProp (inside the square root, as in TensorFlow)
     atari_wrapper: Literal["paac", "sb3"] = "paac"  # paac: SB3's wrappers in ours' preprocessing; sb3: AtariWrapper
+    save_model: bool = False  # write `runs/<run name>/checkpoint.pt` every --save-every updates and at the end
+    save_every: int = 5000  # updates between periodic checkpoints (with --save-model)
+    resume: Optional[str] = None  # continue this checkpoint's run (flags beside it: only those in RESUMABLE)
 
     # filled in at runtime
     batch_size: int = 0  # computed: num_envs * num_steps
     num_iterations: int = 0  # computed: total_timesteps // batch_size
 
 
-def check_args(args: Args) -> None:
+# the flags that may change beside --resume: the budget, and how the run is saved or placed
+RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads"}
+
+
+def check_args(args: Args, ckpt=None) -> None:
     """a2c_paac.py's checks (RANGES, the budget, the env id) on the flags the two scripts share."""
     shared = {k: v for k, v in asdict(args).items() if k in paac.Args.__dataclass_fields__}
     try:
-        paac.check_args(paac.Args(**shared, num_workers=1))
+        paac.check_args(paac.Args(**shared, num_workers=1), ckpt)
     except ConfigError as e:
         raise ConfigError(str(e).replace(paac.SCRIPT, SCRIPT)) from None
 
@@ -167,16 +181,57 @@ def make_model(args, envs, device="cpu"):
     return model
 
 
-class PAACLogging(BaseCallback):
-    """a2c_paac.py's TensorBoard tags and progress line from SB3's training; the history into `history`."""
+def load_checkpoint(path, args):
+    """The checkpoint at `path` and the args to resume with: the checkpoint's, with the RESUMABLE flags that `args`
+    sets to other than the defaults. Any other flag set to a value other than the checkpoint's is refused."""
+    try:  # missing, a directory, truncated or not a checkpoint at all
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:
+        raise ConfigError(f"checkpoint {path!r} could not be read ({type(e).__name__}: {e})") from None
+    if not isinstance(ckpt, dict) or ckpt.get("script") != SCRIPT or set(ckpt.get("args") or {}) - set(asdict(Args())):
+        raise ConfigError(f"checkpoint {path!r} was not written by this {SCRIPT}")
+    default, values = asdict(Args()), asdict(args)
+    given = {k for k, v in values.items() if v != default[k]}
+    for k in sorted(given - RESUMABLE):
+        if values[k] != ckpt["args"][k]:
+            raise ConfigError(f"--{k.replace('_', '-')} cannot change when resuming (the checkpoint has "
+                              f"{ckpt['args'][k]!r}); start a new run to train with {values[k]!r}")
+    return ckpt, Args(**{**ckpt["args"], **{k: values[k] for k in given & RESUMABLE}})
 
-    def __init__(self, args, writer, history):
+
+def restore(model, envs, ckpt):
+    """Put a checkpoint's training state into a new model and its envs (make_envs'), where the saved run stood."""
+    model.policy.load_state_dict(ckpt["policy"])
+    model.policy.optimizer.load_state_dict(ckpt["optimizer"])
+    model.num_timesteps, model._n_updates = ckpt["global_step"], ckpt["iteration"]
+    model._last_obs, model._last_episode_starts = ckpt["last_obs"], ckpt["episode_starts"]  # learn() resets no game
+    games = envs.venv.envs  # DummyVecEnv's: swapped for the saved ones
+    for i, saved in enumerate(ckpt["envs"]):
+        games[i].close()
+        games[i], ale_state, np_random = pickle.loads(saved)
+        games[i].unwrapped.restore_state(ale_state)  # an AtariEnv pickles only its arguments: the emulator is beside
+        games[i].unwrapped.np_random = np_random  # NoopResetEnv draws its no-ops from it
+    envs.stacked_obs.stacked_obs[:] = ckpt["stacked_obs"]
+    random.setstate(ckpt["rng"]["python"])
+    np.random.set_state(ckpt["rng"]["numpy"])
+    torch.set_rng_state(ckpt["rng"]["torch"])  # the actions are sampled from it (on a GPU, from CUDA's)
+    if "cuda" in ckpt["rng"] and model.device.type == "cuda":
+        torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+
+
+class PAACLogging(BaseCallback):
+    """a2c_paac.py's TensorBoard tags and progress line from SB3's training; the history into `history`; with
+    --save-model the checkpoints, each between an update and the next rollout."""
+
+    def __init__(self, args, writer, history, envs, run_dir, run_name, ckpt=None):
         super().__init__()
-        self.args, self.writer, self.history = args, writer, history
-        self.game_length, self.updates_logged = np.zeros(args.num_envs, dtype=np.int64), 0
+        self.args, self.writer, self.history, self.envs = args, writer, history, envs
+        self.run_dir, self.run_name = run_dir, run_name
+        self.game_length = ckpt["game_length"] if ckpt else np.zeros(args.num_envs, dtype=np.int64)
+        self.updates_logged = ckpt["iteration"] if ckpt else 0
 
     def _on_training_start(self):  # the envs are reset (the ALE loads each game twice): SPS counts from here
-        self.start_time = time.time()
+        self.start_time, self.start_step = time.time(), self.model.num_timesteps
 
     def _on_step(self):
         self.game_length += 1
@@ -189,11 +244,24 @@ class PAACLogging(BaseCallback):
                 self.game_length[i] = 0
         return True
 
-    def _on_rollout_start(self):  # the previous rollout's update is done
+    def _on_rollout_start(self):  # the previous rollout's update is done, the next rollout has drawn nothing yet
         self.log_update()
 
     def _on_training_end(self):
         self.log_update()
+
+    def save(self):
+        model, envs = self.model, self.envs
+        save_checkpoint(f"{self.run_dir}/checkpoint.pt", {
+            "script": SCRIPT, "args": asdict(self.args), "run_name": self.run_name, "iteration": model._n_updates,
+            "global_step": model.num_timesteps, "policy": model.policy.state_dict(),
+            "optimizer": model.policy.optimizer.state_dict(),
+            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                    **({"cuda": torch.cuda.get_rng_state_all()} if model.device.type == "cuda" else {})},
+            "last_obs": model._last_obs.copy(), "episode_starts": model._last_episode_starts.copy(),
+            "stacked_obs": envs.stacked_obs.stacked_obs.copy(), "game_length": self.game_length.copy(),
+            "envs": [pickle.dumps((game, game.unwrapped.clone_state(include_rng=True), game.unwrapped.np_random))
+                     for game in envs.venv.envs]})
 
     def log_update(self):
         if self.model._n_updates == self.updates_logged:
@@ -208,7 +276,7 @@ class PAACLogging(BaseCallback):
         self.writer.add_scalar("charts/learning_rate", lr, step)
         for k, v in losses.items():
             self.writer.add_scalar(f"losses/{k}", v, step)
-        sps = int(step / (time.time() - self.start_time))
+        sps = int((step - self.start_step) / (time.time() - self.start_time))
         self.writer.add_scalar("charts/SPS", sps, step)
         # progress with the time left, as ours: one updating line in a terminal, a line every 500 updates in a log file
         tty, last = sys.stdout.isatty(), self.updates_logged == self.args.num_iterations
@@ -218,18 +286,28 @@ class PAACLogging(BaseCallback):
                     f"{left % 3600 // 60:02d}:{left % 60:02d} return(last 20) "
                     f"{np.mean(self.history['episodic_return'][-20:] or np.nan):.1f}")
             print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
+        if self.args.save_model and (self.updates_logged % self.args.save_every == 0 or last):
+            self.save()
 
 
 def train(args: Args):
     """Train; return a dict with the per-game returns/lengths, per-update losses and learning rates, and the model."""
-    check_args(args)
+    ckpt, args = load_checkpoint(args.resume, args) if args.resume else (None, args)
+    check_args(args, ckpt)
     args.learning_rate = args.learning_rate or 0.0007 * args.num_envs  # the paper's rule, as ours
     args.batch_size = args.num_envs * args.num_steps
     args.num_iterations = args.total_timesteps // args.batch_size
-    run_dir = paac.new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+    if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
+        run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
+        run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
+        print(f"{SCRIPT}: resuming {run_name} after update {ckpt['iteration']} in {run_dir}", file=sys.stderr)
+    else:
+        run_dir = paac.new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+        run_name = os.path.basename(run_dir)
     from torch.utils.tensorboard import SummaryWriter
 
-    writer = SummaryWriter(run_dir)
+    # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
+    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None)
     writer.add_text("hyperparameters",  # as ours: run.py and report.py read the Args from it
                     "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
     torch.backends.cudnn.deterministic = args.torch_deterministic
@@ -241,12 +319,18 @@ def train(args: Args):
     envs = make_envs(args)
     try:
         model = make_model(args, envs, device)
-        callback = PAACLogging(args, writer, history)
-        model.learn(args.num_iterations * args.batch_size, callback=callback, log_interval=None)  # no SB3 log output
+        if ckpt:
+            restore(model, envs, ckpt)
+        callback = PAACLogging(args, writer, history, envs, run_dir, run_name, ckpt)
+        # learn() counts the steps it is given from model.num_timesteps on (0 for a new run): the schedule's steps stay
+        # the whole run's; no SB3 log output
+        model.learn(args.num_iterations * args.batch_size - model.num_timesteps, callback=callback, log_interval=None,
+                    reset_num_timesteps=False)
     finally:
         envs.close()
         writer.close()
-    history.update(run_name=os.path.basename(run_dir), run_dir=run_dir, global_step=model.num_timesteps, model=model)
+    history.update(run_name=run_name, run_dir=run_dir, global_step=model.num_timesteps, model=model,
+                   checkpoint=f"{run_dir}/checkpoint.pt" if args.save_model else None)
     return history
 
 

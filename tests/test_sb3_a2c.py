@@ -15,7 +15,13 @@ import pytest
 import torch
 from conftest import ROOT
 from test_a2c_paac import ANNEAL_CASES, assert_anneals_to_0_at
-from test_ppo import assert_rejected_before_training, read_scalars
+from test_ppo import (
+    assert_rejected_before_training,
+    assert_resumed_log_reads_once,
+    keep_checkpoint,
+    read_scalars,
+    resume_later,
+)
 from test_ppo_atari import ASTERIX
 
 sys.path.insert(0, os.path.join(ROOT, "benchmark"))
@@ -207,6 +213,30 @@ def test_run_py_drives_it_unmodified(capsys):
     summary = json.load(open(path))
     assert summary["ok"] and summary["global_step"] == 100 and summary["total_timesteps"] == "100"
     assert summary["tb_dir"].startswith(f"{ASTERIX}__sb3_a2c-") and "ok" in capsys.readouterr().out
+
+
+def test_resume_matches_uninterrupted_run(monkeypatch):
+    """Resumed from its checkpoint at update 20 of 50, a run takes the uninterrupted run's steps: the same losses and
+    learning rates, and the same games, two of which end after the checkpoint (their no-ops, frame stacks and
+    Monitor sums were saved); the log reads once. A finished run, or another setting, is refused."""
+    keep_checkpoint(sb3, monkeypatch, kept := "update20.pt", at=20)
+    full = sb3.train(tiny(total_timesteps=2 * 5 * 50, save_model=True, save_every=10, **RELEASED))
+    resumed = resume_later(sb3, kept)
+    assert resumed["global_step"] == 500 and resumed["run_dir"] == full["run_dir"]
+    assert resumed["losses"] == full["losses"][20:] and resumed["learning_rate"] == full["learning_rate"][20:]
+    n_before = len(full["episodic_return"]) - len(resumed["episodic_return"])
+    assert len(resumed["episodic_return"]) >= 2 and resumed["episodic_return"] == full["episodic_return"][n_before:]
+    assert resumed["episodic_length"] == full["episodic_length"][n_before:]
+    assert_resumed_log_reads_once(full)
+    with pytest.raises(sb3.ConfigError, match="--total-timesteps 500 leaves no iteration to run"):
+        sb3.train(sb3.Args(resume=full["checkpoint"]))
+    with pytest.raises(sb3.ConfigError, match="--num-envs cannot change when resuming"):
+        sb3.train(sb3.Args(resume=full["checkpoint"], num_envs=4))
+    torch.save({"script": "a2c_paac.py", "args": {}}, "ours.pt")
+    with pytest.raises(sb3.ConfigError, match="checkpoint 'ours.pt' was not written by this sb3_a2c.py"):
+        sb3.train(sb3.Args(resume="ours.pt"))
+    with pytest.raises(sb3.ConfigError, match="checkpoint 'missing.pt' could not be read"):
+        sb3.train(sb3.Args(resume="missing.pt"))
 
 
 def test_bad_input_is_one_line_naming_this_script(monkeypatch):
