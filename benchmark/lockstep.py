@@ -7,23 +7,28 @@ Run:   python benchmark/lockstep.py --cleanrl-run <CleanRL's TensorBoard run dir
 
 ppo_continuous_action.py draws the same random numbers as CleanRL's in its rollout (the init, then one standard
 normal per action component), but not in its update: CleanRL shuffles each epoch with numpy (np.random.shuffle of the
-previous epoch's order, in place), ours with torch.randperm; and CleanRL anneals the learning rate to lr / N at the
-last iteration, ours to 0 (detail 4). This writes a copy of ours with CleanRL's shuffle and schedule (the three lines
-it changes must be found exactly once), runs it for --iterations iterations with the flags after `--` (the CleanRL
-run's seed and budget, and --gymnasium-normalization so the normalisation follows CleanRL's gymnasium 0.29.1), and
-prints, per iteration, every loss both logged and their largest relative difference (relative to the larger of
-|CleanRL's value| and its mean over the iterations compared), then the first game whose return differs. Identical through an iteration means the same observations, actions, returns and update up to
-float rounding, which the chaotic MuJoCo dynamics later amplify. Exits 1 when the first iteration already differs
-by more than --tolerance (the two cannot be the same algorithm then), 2 on bad input.
+previous epoch's order, in place; of the envs in ppo_atari_lstm.py), ours with torch.randperm; and CleanRL anneals the
+learning rate to lr / N at the last iteration, ours to 0 (detail 4). This writes a copy of ours with CleanRL's shuffle
+and schedule (each line it changes must be found exactly once), runs it for --iterations iterations with the flags
+after `--` (the CleanRL run's seed and budget, and for ppo_continuous_action.py --gymnasium-normalization so the
+normalisation follows CleanRL's gymnasium 0.29.1), and prints, per iteration, every loss both logged and their
+largest relative difference (relative to the larger of |CleanRL's value| and its mean over the iterations compared),
+then the first game whose return differs. Identical through an iteration means the same observations, actions,
+returns and update up to float rounding, which the chaotic MuJoCo dynamics later amplify. Exits 1 when the first
+iteration already differs by more than --tolerance (the two cannot be the same algorithm then), 2 on bad input.
 The discrete scripts sample by inverse CDF where CleanRL's Categorical calls torch.multinomial: in them the copy
 samples as CleanRL does too (ppo.py: python benchmark/lockstep.py --script ppo.py --cleanrl-run <its CartPole run> --
---seed 1). ppo_atari.py's games stay the same (Breakout seed 1: the first 17), but its losses differ by 1-3% from
-the first update: CleanRL resizes frames before converting them to gray, ours after, and 0.08% of the pixels differ
-by one level.
+--seed 1). Measured on seed 1 (benchmark/results/): ppo.py on CartPole is identical to CleanRL's run through 8 of 8
+iterations, ppo_atari_envpool.py on Breakout-v5 through 2 of 4 (to 8e-6; then rounding grows to 1e-2 by the 4th, the
+games still equal; envpool 1.2.5 against CleanRL's 0.8.4: the same frames); ppo_atari.py and
+ppo_atari_lstm.py play the same games, but their losses differ by 0.1-3% from the first update: CleanRL resizes frames
+before converting them to gray, ours after, and 0.08% of the pixels differ by one level (ppo_atari_lstm.py with the
+two swapped is identical to CleanRL's at the first iteration).
 """
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -36,20 +41,17 @@ from run import ConfigError, read_run  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TAGS = ["losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl", "losses/approx_kl",
         "losses/clipfrac", "losses/explained_variance", "charts/learning_rate"]
-# (what ours has, CleanRL's choice in its place): the update's shuffle, detail 4's schedule, and a stop
+# (what ours has, CleanRL's choice in its place): detail 4's schedule, and a stop
 PATCHES = [
-    ("""    for epoch in range(args.update_epochs):
-        # detail 6: a new shuffle each epoch, split into disjoint minibatches that cover the batch
-        for mb in torch.randperm(args.batch_size, device=b["obs"].device).view(-1, args.minibatch_size):""",
-     """    b_inds = np.arange(args.batch_size)
-    for epoch in range(args.update_epochs):
-        np.random.shuffle(b_inds)  # lockstep: CleanRL's shuffle, in place, of the previous epoch's order
-        for mb in torch.as_tensor(b_inds.copy(), device=b["obs"].device).view(-1, args.minibatch_size):"""),
     ("(1 - (iteration - 1) / max(args.num_iterations - 1, 1))", "(1 - (iteration - 1) / args.num_iterations)"),
     ("""    for iteration in range(start_iteration, args.num_iterations + 1):
 """, """    for iteration in range(start_iteration, min(args.num_iterations, LOCKSTEP_ITERATIONS) + 1):
 """),
 ]
+# and the update's shuffle: ours draws torch.randperm(n) once an epoch (of the samples, or of the envs in
+# ppo_atari_lstm.py); CleanRL makes one np.arange(n) before the epochs and np.random.shuffle's it in place each epoch
+EPOCHS = "    for epoch in range(args.update_epochs):\n"
+RANDPERM = re.compile(r"torch\.randperm\(([^,]+), device=([^)]+)\)")
 
 # and in a discrete script, where it samples: CleanRL's Categorical(logits).sample() in place of the inverse CDF
 SAMPLING = ("action = (logp.exp().cumsum(-1) < torch.rand_like(logp[..., :1])).sum(-1).clamp(max=logp.shape[-1] - 1)",
@@ -59,15 +61,31 @@ SAMPLING = ("action = (logp.exp().cumsum(-1) < torch.rand_like(logp[..., :1])).s
 def patched(text, iterations):
     """Our script's text with CleanRL's shuffle and schedule (and its draw, in a discrete script), stopping after
     `iterations` iterations."""
-    for ours, theirs in PATCHES:
-        if text.count(ours) != 1:
-            raise ConfigError(f"the script has {text.count(ours)} copies of the line {ours.strip().splitlines()[-1]!r}, "
+    draws = RANDPERM.findall(text)
+    counts = [(ours, text.count(ours)) for ours, _ in PATCHES] + [(EPOCHS, text.count(EPOCHS)),
+                                                                 ("torch.randperm(n, device=...)", len(draws))]
+    for line, count in counts:
+        if count != 1:
+            raise ConfigError(f"the script has {count} copies of the line {line.strip().splitlines()[-1]!r}, "
                               "not one; lockstep patches that line (update PATCHES to the script's new text)")
+    for ours, theirs in PATCHES:
         text = text.replace(ours, theirs)
+    ((n, device),) = draws
+    text = text.replace(EPOCHS, f"    order = np.arange({n})  # lockstep: CleanRL's order, shuffled in place\n{EPOCHS}")
+    text = RANDPERM.sub(f"torch.as_tensor(cleanrl_shuffle(order), device={device})", text)
     if text.count(SAMPLING[0]) > 1:
         raise ConfigError(f"the script samples by inverse CDF in {text.count(SAMPLING[0])} places, not one")
     text = text.replace(*SAMPLING)  # the discrete scripts: CleanRL's draw (one multinomial per row)
-    return text.replace("\nSCRIPT = ", f"\nLOCKSTEP_ITERATIONS = {iterations}\nSCRIPT = ", 1)
+    return text.replace("\nSCRIPT = ", f"""
+LOCKSTEP_ITERATIONS = {iterations}
+
+
+def cleanrl_shuffle(order):  # lockstep: CleanRL's draw of an epoch's order, np.random.shuffle of the last one
+    np.random.shuffle(order)
+    return order.copy()
+
+
+SCRIPT = """, 1)
 
 
 def side_by_side(ours_dir, ref_dir, iterations, tolerance):
@@ -103,7 +121,8 @@ def main(argv=None):
     ours_flags = argv[argv.index("--") + 1:] if "--" in argv else []
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cleanrl-run", required=True, help="CleanRL's TensorBoard run dir, made with the same flags")
-    p.add_argument("--script", default=os.path.join(ROOT, "ppo_continuous_action.py"), help="our script")
+    p.add_argument("--script", default="ppo_continuous_action.py",
+                   help="our script: a path, or the name of one at the top of this repository")
     p.add_argument("--iterations", type=int, default=5, help="iterations to run and compare")
     p.add_argument("--tolerance", type=float, default=1e-4, help="largest relative difference counted as identical")
     p.add_argument("--work-dir", default=None, help="where the patched copy runs (default: a temporary folder)")
@@ -113,15 +132,18 @@ def main(argv=None):
             raise ConfigError(f"--iterations must be 1 or more, got {args.iterations}")
         if not os.path.isdir(args.cleanrl_run) or not read_run(args.cleanrl_run, "losses/value_loss")["steps"]:
             raise ConfigError(f"--cleanrl-run {args.cleanrl_run} holds no losses/value_loss: not a CleanRL run dir")
-        with open(args.script) as f:
+        script = args.script if os.path.isfile(args.script) else os.path.join(ROOT, args.script)
+        if not os.path.isfile(script):
+            raise ConfigError(f"--script {args.script}: no such file here or at the top of {ROOT}")
+        with open(script) as f:
             text = patched(f.read(), args.iterations)
         work = args.work_dir or tempfile.mkdtemp(prefix="lockstep_")
         os.makedirs(work, exist_ok=True)
-        copy = os.path.join(work, "lockstep_" + os.path.basename(args.script))
+        copy = os.path.join(work, "lockstep_" + os.path.basename(script))
         with open(copy, "w") as f:
             f.write(text)
         before = set(os.listdir(os.path.join(work, "runs"))) if os.path.isdir(os.path.join(work, "runs")) else set()
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.dirname(os.path.abspath(args.script)))
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.dirname(os.path.abspath(script)))
         cmd = [sys.executable, copy, "--no-cuda", *ours_flags]
         print(f"lockstep.py: $ {' '.join(cmd)}  (in {work})", flush=True)
         if subprocess.run(cmd, cwd=work, env=env, stdout=subprocess.DEVNULL).returncode != 0:

@@ -26,30 +26,55 @@ def load(text, path):
     return module
 
 
-def minibatch_order(module, seed):
-    """The indices of every minibatch the update visits, in order, after np.random.seed(seed)."""
-    args = module.Args(num_envs=2, num_steps=8, num_minibatches=4, update_epochs=3)
-    args.batch_size, args.minibatch_size = 16, 4
-    agent = module.Agent(1, 1)
-    seen, score = [], agent.get_action_and_value
-    agent.get_action_and_value = lambda obs, actions: (seen.append(obs[:, 0].long().tolist()), score(obs, actions))[1]
+class Recorder(torch.nn.Module):
+    """A stand-in agent for a script's update(): one weight gives every minibatch a loss; it records each minibatch's
+    sample indices (the batch's observations are their own indices)."""
+
+    def __init__(self, outputs):
+        super().__init__()
+        self.w, self.outputs, self.seen = torch.nn.Parameter(torch.zeros(())), outputs, []
+
+    def get_action_and_value(self, obs, *rest):
+        self.seen.append(obs[:, 0].long().tolist())
+        z = self.w * obs[:, 0]
+        return (None, z, z, z, None)[:self.outputs]
+
+
+def minibatch_order(module, seed, lstm):
+    """The indices of every minibatch a script's update visits over a 16-sample batch, in order, after
+    np.random.seed(seed): 2 envs x 8 steps in 4 minibatches, or (ppo_atari_lstm.py) 4 envs x 4 steps in 2 of 2 envs."""
+    args = module.Args(num_envs=4 if lstm else 2, num_steps=4 if lstm else 8, num_minibatches=2 if lstm else 4,
+                       update_epochs=3)
+    args.batch_size, args.minibatch_size = 16, 8 if lstm else 4
+    agent = Recorder(5 if lstm else 4)
     b = {"obs": torch.arange(16.0)[:, None], "actions": torch.zeros(16, 1), "logprobs": torch.zeros(16),
-         "values": torch.zeros(16), "advantages": torch.randn(16), "returns": torch.zeros(16)}
+         "values": torch.zeros(16), "advantages": torch.randn(16), "returns": torch.zeros(16),
+         **({"lstm_state": (torch.zeros(1, 4, 1),) * 2, "starts": torch.zeros(16)} if lstm else {})}
     np.random.seed(seed)
     module.update(agent, torch.optim.Adam(agent.parameters(), lr=1e-3), b, args)
-    return seen
+    return agent.seen
 
 
-def test_patched_update_visits_cleanrls_minibatches_and_anneals_to_lr_over_n(tmp_path):
-    text = open(SCRIPT).read()
-    module = load(lockstep.patched(text, 2), tmp_path / "patched.py")
-    np.random.seed(5)  # CleanRL's loop: one b_inds, shuffled in place each epoch, cut into minibatches
-    b_inds, expected = np.arange(16), []
+def cleanrl_order(seed, lstm):
+    """CleanRL's loops: one np.arange before the epochs, shuffled in place each epoch and cut into minibatches (of
+    samples; in its ppo_atari_lstm.py of envs, a minibatch being their whole sequences, time-major)."""
+    np.random.seed(seed)
+    inds, order = np.arange(4 if lstm else 16), []
     for _ in range(3):
-        np.random.shuffle(b_inds)
-        expected += [b_inds[i:i + 4].tolist() for i in range(0, 16, 4)]
-    assert minibatch_order(module, 5) == expected
-    assert minibatch_order(load(text, tmp_path / "ours.py"), 5) != expected  # ours shuffles with torch
+        np.random.shuffle(inds)
+        if lstm:
+            order += [[t * 4 + e for t in range(4) for e in inds[i:i + 2]] for i in (0, 2)]
+        else:
+            order += [inds[i:i + 4].tolist() for i in range(0, 16, 4)]
+    return order
+
+
+@pytest.mark.parametrize("script", ["ppo_continuous_action.py", "ppo_atari_envpool.py", "ppo_atari_lstm.py"])
+def test_patched_update_visits_cleanrls_minibatches_and_anneals_to_lr_over_n(tmp_path, script):
+    text, lstm = open(os.path.join(ROOT, script)).read(), script == "ppo_atari_lstm.py"
+    module = load(lockstep.patched(text, 2), tmp_path / "patched.py")
+    assert minibatch_order(module, 5, lstm) == cleanrl_order(5, lstm)
+    assert minibatch_order(load(text, tmp_path / "ours.py"), 5, lstm) != cleanrl_order(5, lstm)  # ours: torch's draw
     assert module.LOCKSTEP_ITERATIONS == 2 and "(1 - (iteration - 1) / args.num_iterations)" in lockstep.patched(text, 2)
 
 
@@ -72,6 +97,9 @@ def test_same_flags_run_in_lockstep_and_another_learning_rate_differs_from_itera
                                        num_minibatches=4, update_epochs=3, cuda=False))["run_dir"]
     base = ["--cleanrl-run", os.path.join(tmp_path, ref_dir), "--iterations", "2", "--work-dir", str(tmp_path / "w")]
     capsys.readouterr()
+    assert lockstep.main(base + ["--script", "ppo_nosuch.py"]) == 2
+    assert capsys.readouterr().err == f"lockstep.py: --script ppo_nosuch.py: no such file here or at the top of {ROOT}\n"
+    base += ["--script", "ppo_continuous_action.py"]  # a name, from another folder: the script at the repository's top
     assert lockstep.main(base + ["--"] + TINY) == 0
     out = capsys.readouterr().out
     assert "identical (relative difference <= 0.0001) through iteration 2 of 2" in out
