@@ -205,14 +205,16 @@ def run_child(cmd, **popen_kwargs):
 
 
 def reference_run(path, script, env_id, seed, steps, work, args):
-    """CleanRL's run of one seed in <work>/cleanrl/seed<S>/ (skipped when its done.json is there, else started over):
-    its TensorBoard run dir."""
+    """CleanRL's run of one seed in <work>/cleanrl/seed<S>/ (skipped when its done.json is there, else started over;
+    an interrupted run's folder is kept as seed<S>.interrupted/, for lockstep.py): its TensorBoard run dir."""
     run_dir = os.path.join(work, "cleanrl", f"seed{seed}")
     done = os.path.join(run_dir, "done.json")
     if os.path.isfile(done):
         print(f"CleanRL {script} {env_id} seed {seed}: already finished, skipped", flush=True)
     else:
-        shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted run: CleanRL's scripts cannot resume
+        if os.path.isdir(run_dir):  # an interrupted run: CleanRL's scripts cannot resume; its logs are kept aside
+            shutil.rmtree(f"{run_dir}.interrupted", ignore_errors=True)
+            os.replace(run_dir, f"{run_dir}.interrupted")
         os.makedirs(run_dir)
         cmd = command(path, env_id, seed, steps, args.cleanrl_python, script in NEEDS_ALE_IMPORT)
         print(f"CleanRL {script} {env_id} seed {seed}: $ {shlex.join(cmd)}", flush=True)

@@ -195,14 +195,18 @@ def test_vs_cleanrl_fidelity_keeps_both_logs_skips_finished_pairs_and_compares(t
 
     assert vs_cleanrl.main(argv, ours_dir=str(tmp_path / "ours")) == 0  # finished pairs are skipped
     assert len(sides()) == 4
-    os.remove(work / "cleanrl" / "seed2" / "done.json")  # as if CleanRL's run had been interrupted: it starts over
-    assert vs_cleanrl.main(argv, ours_dir=str(tmp_path / "ours")) == 0
-    assert sides()[4:] == [["ref", "2"]] and len(os.listdir(work / "cleanrl" / "seed2" / "runs")) == 1
+    for interruption in range(2):  # as if CleanRL's run had been interrupted: it starts over, the last one kept aside
+        before = sorted(os.listdir(work / "cleanrl" / "seed2" / "runs"))
+        os.remove(work / "cleanrl" / "seed2" / "done.json")
+        assert vs_cleanrl.main(argv, ours_dir=str(tmp_path / "ours")) == 0
+        assert sides()[4 + interruption:] == [["ref", "2"]] and len(os.listdir(work / "cleanrl" / "seed2" / "runs")) == 1
+        assert sorted(os.listdir(work / "cleanrl" / "seed2.interrupted" / "runs")) == before
+        assert not (work / "cleanrl" / "seed2.interrupted" / "done.json").exists()
 
     # ours with one more flag: new runs of ours only (run.py tells them apart by their args), a report of their own
     md = (results / "report.md").read_text()
     assert vs_cleanrl.main(argv + ["--ours-args=--torch-threads 1"], ours_dir=str(tmp_path / "ours")) == 0
-    assert sides()[5:] == [["ours", "1"], ["ours", "2"]] and len(os.listdir(work / "ours" / "runs" / "summaries")) == 4
+    assert sides()[6:] == [["ours", "1"], ["ours", "2"]] and len(os.listdir(work / "ours" / "runs" / "summaries")) == 4
     flagged = (results.parent / f"{results.name}_torch-threads-1" / "report.md").read_text()
     assert " with --torch-threads 1\n" in flagged and verdicts(flagged) == {"charts/episodic_return": "same"}
     assert (results / "report.md").read_text() == md  # the default's report stays as it was
