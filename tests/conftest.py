@@ -1,5 +1,7 @@
-"""Shared fixtures: the repo root on sys.path, a scratch working directory, and small test envs."""
+"""Shared fixtures: the repo root on sys.path, a scratch working directory, edited copies of a script imported, and
+small test envs."""
 
+import importlib.util
 import os
 import sys
 import time
@@ -12,6 +14,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 # each test process trains with one thread, as the scripts do; keeps two xdist workers off each other
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def import_copy(text, path):
+    """Write `text` (a script, edited) to `path` and import it as a module named after the file, registered in
+    sys.modules as an import would (pickle finds its classes there)."""
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def next_second():

@@ -10,13 +10,12 @@ the way CleanRL users do must either work or fail loudly.
 Each takes the script's module, Args for a short run, and the name of the policy head attribute of its Agent.
 """
 
-import importlib.util
 import re
-import sys
 
 import numpy as np
 import torch
 import torch.nn as nn
+from conftest import import_copy
 
 CLEANRL_STEP = ("optimizer.zero_grad()\n{i}loss.backward()\n"
                 "{i}nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)\n{i}optimizer.step()")
@@ -29,13 +28,7 @@ def cleanrl_edited_copy(mod, tmp_path):
     match = block.search(source)
     assert match, f"{mod.__name__}: no zero_grad ... step block to replace"
     edited = source[:match.start()] + CLEANRL_STEP.format(i=match.group(1)) + source[match.end():]
-    path = tmp_path / f"edited_{mod.__name__}.py"
-    path.write_text(edited)
-    spec = importlib.util.spec_from_file_location(f"edited_{mod.__name__}", path)
-    copy = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = copy
-    spec.loader.exec_module(copy)
-    return copy
+    return import_copy(edited, tmp_path / f"edited_{mod.__name__}.py")
 
 
 def initial_parameters(mod, monkeypatch):

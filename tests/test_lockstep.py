@@ -1,14 +1,13 @@
 """benchmark/lockstep.py: the patched copy shuffles and anneals as CleanRL does, and the side-by-side finds the
 first iteration that differs."""
 
-import importlib.util
 import os
 import sys
 
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, import_copy
 
 sys.path.insert(0, os.path.join(ROOT, "benchmark"))
 import lockstep  # noqa: E402
@@ -16,14 +15,6 @@ import lockstep  # noqa: E402
 SCRIPT = os.path.join(ROOT, "ppo_continuous_action.py")
 TINY = ["--env-id", "Pendulum-v1", "--seed", "3", "--total-timesteps", "1024", "--num-envs", "1", "--num-steps", "128",
         "--num-minibatches", "4", "--update-epochs", "3"]
-
-
-def load(text, path):
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class Recorder(torch.nn.Module):
@@ -72,10 +63,12 @@ def cleanrl_order(seed, lstm):
 @pytest.mark.parametrize("script", ["ppo_continuous_action.py", "ppo_atari_envpool.py", "ppo_atari_lstm.py"])
 def test_patched_update_visits_cleanrls_minibatches_and_anneals_to_lr_over_n(tmp_path, script):
     text, lstm = open(os.path.join(ROOT, script)).read(), script == "ppo_atari_lstm.py"
-    module = load(lockstep.patched(text, 2), tmp_path / "patched.py")
+    module = import_copy(lockstep.patched(text, 2), tmp_path / "lockstep_patched.py")
     assert minibatch_order(module, 5, lstm) == cleanrl_order(5, lstm)
-    assert minibatch_order(load(text, tmp_path / "ours.py"), 5, lstm) != cleanrl_order(5, lstm)  # ours: torch's draw
-    assert module.LOCKSTEP_ITERATIONS == 2 and "(1 - (iteration - 1) / args.num_iterations)" in lockstep.patched(text, 2)
+    ours = import_copy(text, tmp_path / "lockstep_ours.py")
+    assert minibatch_order(ours, 5, lstm) != cleanrl_order(5, lstm)  # ours shuffles with torch
+    assert module.LOCKSTEP_ITERATIONS == 2
+    assert "(1 - (iteration - 1) / args.num_iterations)" in lockstep.patched(text, 2)
 
 
 def test_a_script_without_the_patched_lines_is_one_line(tmp_path, capsys):
@@ -91,14 +84,15 @@ def test_same_flags_run_in_lockstep_and_another_learning_rate_differs_from_itera
     reference = tmp_path / "ref"
     assert lockstep.main(["--cleanrl-run", str(tmp_path / "none"), "--work-dir", str(reference)]) == 2  # no run yet
     assert "holds no losses/value_loss" in capsys.readouterr().err
-    module = load(lockstep.patched(open(SCRIPT).read(), 8), tmp_path / "full.py")
+    module = import_copy(lockstep.patched(open(SCRIPT).read(), 8), tmp_path / "lockstep_full.py")
     monkeypatch.chdir(tmp_path)
     ref_dir = module.train(module.Args(env_id="Pendulum-v1", seed=3, total_timesteps=1024, num_envs=1, num_steps=128,
                                        num_minibatches=4, update_epochs=3, cuda=False))["run_dir"]
     base = ["--cleanrl-run", os.path.join(tmp_path, ref_dir), "--iterations", "2", "--work-dir", str(tmp_path / "w")]
     capsys.readouterr()
     assert lockstep.main(base + ["--script", "ppo_nosuch.py"]) == 2
-    assert capsys.readouterr().err == f"lockstep.py: --script ppo_nosuch.py: no such file here or at the top of {ROOT}\n"
+    err = capsys.readouterr().err
+    assert err == f"lockstep.py: --script ppo_nosuch.py: no such file here or at the top of {ROOT}\n"
     base += ["--script", "ppo_continuous_action.py"]  # a name, from another folder: the script at the repository's top
     assert lockstep.main(base + ["--"] + TINY) == 0
     out = capsys.readouterr().out
@@ -109,7 +103,8 @@ def test_same_flags_run_in_lockstep_and_another_learning_rate_differs_from_itera
 
 def test_patched_discrete_script_samples_as_cleanrls_categorical(tmp_path):
     text = open(os.path.join(ROOT, "ppo.py")).read()
-    patched, ours = load(lockstep.patched(text, 2), tmp_path / "patched.py"), load(text, tmp_path / "ours.py")
+    patched = import_copy(lockstep.patched(text, 2), tmp_path / "lockstep_patched.py")
+    ours = import_copy(text, tmp_path / "lockstep_ours.py")
     agent, x = patched.Agent(4, 3), torch.randn(64, 4)
     torch.manual_seed(0)
     expected = torch.distributions.Categorical(logits=agent.actor(x)).sample()  # CleanRL's get_action_and_value
