@@ -9,9 +9,9 @@ import pytest
 import torch
 from hacks import hack_safety_tests
 from precision import bf16_tests
-from test_ppo import (PPO_BAD_INPUT, assert_cli_error_is_one_line, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
+from test_ppo import (assert_cli_error_is_one_line, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
                       assert_memory_checked, assert_resumes_with_fresh_episodes)
-from test_ppo_atari import assert_channels_last_is_the_same_math
+from test_ppo_atari import ATARI_BAD_INPUT, assert_channels_last_is_the_same_math
 
 import ppo_atari_lstm as lstm_mod
 
@@ -276,13 +276,7 @@ def test_resume_continues_from_checkpoint_and_evaluate(capsys, monkeypatch):
 
 @pytest.mark.parametrize(
     "kw,message",
-    [
-        (dict(env_id="NoSuchGame-v4"), "unknown env id"),
-        (dict(env_id="CartPole-v1"), "not an Atari"),
-        (dict(env_id="ALE/Breakout-v5"), "NoFrameskip-v4"),
-        (dict(total_timesteps=10), "leaves no iteration to run"),
-        (dict(num_envs=6, num_minibatches=4, num_steps=32), "num-envs 6 is not divisible.*whole environments"),
-    ] + PPO_BAD_INPUT,
+    ATARI_BAD_INPUT + [(dict(num_envs=6, num_minibatches=4, num_steps=32), "num-envs 6 is not divisible.*whole environments")],
 )
 def test_bad_input_rejected_before_training(kw, message):
     assert_rejected_before_training(lstm_mod, tiny(**kw), message)
