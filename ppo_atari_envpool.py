@@ -30,6 +30,7 @@ core); --channels-last (on, same math, faster CPU convolutions); --resume starts
 
 import gc
 import importlib.util
+import io
 import math
 import os
 import random
@@ -311,9 +312,11 @@ def new_run_dir(name, suffix=""):
 
 def save_checkpoint(path, state):
     """Write atomically: a crash, Ctrl-C or full disk mid-write leaves the previous checkpoint intact, no partial file."""
-    try:
+    buffer = io.BytesIO()  # a Ctrl-C inside torch.save can leave its zip writer to end the zip later, from its destructor:
+    try:  # into this buffer, still open then, not into a file already closed (which aborts the process, message unsaid)
+        torch.save(state, buffer)
         with open(f"{path}.tmp", "wb") as f:  # to a file object, a full disk is an OSError that names its cause
-            torch.save(state, f)
+            f.write(buffer.getvalue())
         os.replace(f"{path}.tmp", path)
     except OSError as e:
         raise ConfigError(f"cannot write {path} ({e.strerror}); an earlier checkpoint there is intact: --resume it") from None

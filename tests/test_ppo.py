@@ -471,6 +471,28 @@ def test_interrupted_run_keeps_its_last_checkpoint(mod, monkeypatch):
     assert not os.path.exists(f"{ckpt}.tmp")  # the failed save left no partial file behind
 
 
+def test_ctrl_c_as_torch_save_ends_its_zip_still_exits_with_the_message(mod, tmp_path):
+    """A Ctrl-C landing just as torch.save's zip writer context exits, before it ends the zip (a CI failure under
+    --save-every 1), leaves the writer to end it from its destructor once the exception is dropped: into a file that was
+    closed by then, the process aborted ("terminate called ... write to closed file") before printing its message. A
+    child process here, as the abort would take pytest with it."""
+    child = f"""import sys, torch, torch.serialization
+sys.path.insert(0, {ROOT!r})
+import {mod.__name__} as mod
+mod.save_checkpoint("checkpoint.pt", {{"iteration": 1}})
+def interrupted(self, *exc_info):
+    raise KeyboardInterrupt
+torch.serialization._open_zipfile_writer_buffer.__exit__ = interrupted
+try:
+    mod.save_checkpoint("checkpoint.pt", {{"iteration": 2, "weights": torch.zeros(1000)}})
+except KeyboardInterrupt:
+    sys.exit("interrupted")
+"""
+    run = subprocess.run([sys.executable, "-c", child], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert (run.returncode, run.stderr.splitlines()[-1:]) == (1, ["interrupted"]), run.stderr[-2000:]
+    assert os.listdir(tmp_path) == ["checkpoint.pt"] and torch.load(tmp_path / "checkpoint.pt")["iteration"] == 1
+
+
 def test_capture_video_records_env_0(mod):
     out = mod.train(tiny(mod, env_id="CartPole-v1", capture_video=True))
     videos = os.listdir(f"videos/{out['run_name']}")

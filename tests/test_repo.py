@@ -118,12 +118,14 @@ def test_every_target_pins_what_the_whole_lock_pins():
 # By 14 in impala_vtrace.py (and its diff to _distributed, which has no multiprocessing queue) for put_holding_signals:
 # a Ctrl-C landing inside the learner's queue put hung it at exit (a CI failure).
 # By 2 in ppo_atari_envpool.py for --mask-reset-steps: masking envpool's reset steps became a flag, off as in the reference.
+# And by 3 in all for save_checkpoint's in-memory buffer: a Ctrl-C as torch.save ended its zip aborted the process, its
+# message unprinted (a CI failure).
 LINE_TARGETS = {"ppo.py": 400, "a2c_paac.py": 550, "impala_vtrace.py": 550,  # every other PPO script: 450
                 "ppo_atari_multigpu.py": 520, "impala_vtrace_distributed.py": 550}  # issue 21: the torch.distributed pair
-LINE_CEILINGS = {"ppo.py": 480, "ppo_shared.py": 482, "ppo_atari.py": 538, "ppo_atari_lstm.py": 580,
-                 "ppo_atari_envpool.py": 516, "ppo_continuous_action.py": 575, "ppo_procgen.py": 517,
-                 "ppo_multidiscrete.py": 514, "ppo_multidiscrete_mask.py": 525, "a2c_paac.py": 578, "impala_vtrace.py": 586,
-                 "ppo_atari_multigpu.py": 623, "impala_vtrace_distributed.py": 572}
+LINE_CEILINGS = {"ppo.py": 483, "ppo_shared.py": 485, "ppo_atari.py": 541, "ppo_atari_lstm.py": 583,
+                 "ppo_atari_envpool.py": 519, "ppo_continuous_action.py": 578, "ppo_procgen.py": 520,
+                 "ppo_multidiscrete.py": 517, "ppo_multidiscrete_mask.py": 528, "a2c_paac.py": 581, "impala_vtrace.py": 589,
+                 "ppo_atari_multigpu.py": 626, "impala_vtrace_distributed.py": 575}
 SIBLINGS = [("ppo.py", "ppo_shared.py", 40, 40), ("ppo.py", "ppo_atari.py", 250, 254),
             ("ppo.py", "ppo_continuous_action.py", 200, 179), ("ppo_atari.py", "ppo_atari_lstm.py", 150, 104),
             ("ppo_atari.py", "ppo_atari_envpool.py", 180, 176), ("ppo_atari.py", "ppo_procgen.py", 250, 253),
