@@ -34,6 +34,31 @@ def next_second():
     time.sleep(1.01 - time.time() % 1)
 
 
+def interrupt_at_update(mod, monkeypatch, n):
+    """Make the n-th call of mod.update raise KeyboardInterrupt, as a Ctrl-C during that update would."""
+    real_update, calls = mod.update, []
+
+    def update_then_interrupt(*a):
+        calls.append(1)
+        if len(calls) == n:
+            raise KeyboardInterrupt
+        return real_update(*a)
+
+    monkeypatch.setattr(mod, "update", update_then_interrupt)
+
+
+def resume_elsewhere(mod, full, tmp_path, monkeypatch, **args):
+    """Resume the run `full` (what train() returned, run in tmp_path) from another directory with mod.Args(**args): it
+    logs on in the run's own directory and makes no runs/ where it was started. Returns what the resumed train() did."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    next_second()
+    resumed = mod.train(mod.Args(resume=str(tmp_path / full["checkpoint"]), **args))
+    assert resumed["run_dir"] == str(tmp_path / full["run_dir"]) and not os.path.exists("runs")
+    return resumed
+
+
 @pytest.fixture(autouse=True)
 def scratch_dir(tmp_path, monkeypatch):
     """Scripts write runs/ and videos/ into the working directory: keep them out of the repo."""

@@ -11,21 +11,23 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, next_second
+from conftest import ROOT, interrupt_at_update, next_second, resume_elsewhere
 from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout
 from precision import bf16_tests
 from test_ppo import (
+    assert_checkpoint_evaluates,
     assert_envs_of_another_version_refused,
     assert_foreign_and_corrupt_checkpoints_rejected,
     assert_memory_checked,
     assert_rejected_before_training,
     assert_resumed_log_reads_once,
+    assert_unwritable_directory_is_one_line,
     assert_resumes_with_fresh_episodes,
     keep_checkpoint,
     read_scalars,
     resume_later,
 )
-from test_ppo_atari import assert_channels_last_is_the_same_math
+from test_ppo_atari import assert_channels_last_is_the_same_math, assert_samples_the_softmax_and_scores_it
 
 import a2c_paac as paac
 
@@ -187,19 +189,7 @@ def test_channels_last_is_the_same_math(arch):
 
 
 def test_get_action_and_value_samples_the_softmax_and_scores_it():
-    torch.manual_seed(0)
-    agent = paac.Agent(4)
-    with torch.no_grad():  # a head that makes the four probabilities clearly different
-        agent.actor.weight.zero_()
-        agent.actor.bias.copy_(torch.tensor([0.0, 1.0, 2.0, -1.0]))
-        x = torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8).repeat(2500, 1, 1, 1)
-        action, logprob, entropy, value = agent.get_action_and_value(x)
-    probs = agent.actor.bias.softmax(-1).detach()
-    np.testing.assert_allclose(torch.bincount(action, minlength=4).numpy() / 20000, probs.numpy(), atol=0.015)
-    dist = torch.distributions.Categorical(probs=probs)
-    torch.testing.assert_close(logprob, dist.log_prob(action), rtol=0, atol=1e-6)
-    torch.testing.assert_close(entropy, dist.entropy().expand(20000), rtol=0, atol=1e-6)
-    assert value.shape == (20000,)
+    assert_samples_the_softmax_and_scores_it(paac.Agent(4), 20000, atol=0.015)
 
 
 # ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
@@ -496,12 +486,7 @@ def test_resume_matches_uninterrupted_run_and_evaluate(monkeypatch):
     assert resumed["episodic_return"] == full["episodic_return"][n_before:]
     assert_resumed_log_reads_once(full, returns=False)  # no Breakout game ends in 60 steps
 
-    ckpt, _ = paac.load_checkpoint(full["checkpoint"])
-    assert all(torch.equal(ckpt["model"][k], v) for k, v in full["agent"].state_dict().items())
-    from_ckpt = paac.evaluate(full["checkpoint"], eval_episodes=1, seed=7)
-    assert len(from_ckpt) == 1 and from_ckpt == paac.evaluate(full["checkpoint"], eval_episodes=1, seed=7)
-    with pytest.raises(paac.ConfigError, match="eval-episodes must be"):
-        paac.evaluate(full["checkpoint"], eval_episodes=0)
+    assert_checkpoint_evaluates(paac, full, episodes=1)  # one Breakout game: a long one
 
 
 def test_resumes_with_fresh_episodes_when_the_envs_cannot_be_saved(monkeypatch, capsys):
@@ -511,15 +496,7 @@ def test_resumes_with_fresh_episodes_when_the_envs_cannot_be_saved(monkeypatch, 
 
 
 def test_interrupted_run_keeps_its_last_checkpoint_and_no_worker(monkeypatch):
-    real_update, calls = paac.update, []
-
-    def update_then_interrupt(*a):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real_update(*a)
-
-    monkeypatch.setattr(paac, "update", update_then_interrupt)
+    interrupt_at_update(paac, monkeypatch, 3)
     with pytest.raises(KeyboardInterrupt):
         paac.train(tiny(save_model=True, save_every=1))
     assert multiprocessing.active_children() == []  # the workers were closed on the way out
@@ -559,13 +536,7 @@ def test_resume_applies_a_longer_budget_and_resumable_flags_and_refuses_others(t
                                   channels_last=False))
     assert longer["global_step"] == 30 and len(longer["losses"]) == 1 and longer["run_dir"] == full["run_dir"]
     assert longer["first_minibatch"][0]["ratio_max_dev"] < 1e-5
-    # from another directory, the resumed run still logs into the run's own
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    monkeypatch.chdir(elsewhere)
-    next_second()
-    resumed = paac.train(paac.Args(resume=str(tmp_path / full["checkpoint"]), total_timesteps=2 * 5 * 4))
-    assert resumed["run_dir"] == str(tmp_path / full["run_dir"]) and not os.path.exists("runs")
+    resume_elsewhere(paac, full, tmp_path, monkeypatch, total_timesteps=2 * 5 * 4)  # logs on in the run's own directory
     assert paac.load_checkpoint(str(tmp_path / full["checkpoint"]))[0]["iteration"] == 4
 
 
@@ -628,12 +599,7 @@ def test_envs_saved_by_another_version_refused():
 
 
 def test_unwritable_directory_is_one_line(tmp_path):
-    if os.geteuid() == 0:  # root writes anywhere: make runs/ a file instead, which no one can make a directory in
-        open("runs", "w").close()
-    else:
-        os.chmod(tmp_path, 0o500)
-    with pytest.raises(paac.ConfigError, match="cannot create runs/.*run from a writable directory"):
-        paac.train(tiny())
+    assert_unwritable_directory_is_one_line(paac, tiny(), tmp_path)
 
 
 def test_cli_error_help_and_import_without_side_effects():

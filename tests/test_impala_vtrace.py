@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from conftest import ROOT, next_second
+from conftest import ROOT, next_second, resume_elsewhere
 from hacks import Scale, assert_cleanrl_update_trains, edited_agent
 from precision import bf16_tests
 from test_ppo import (
@@ -22,11 +22,12 @@ from test_ppo import (
     assert_memory_checked,
     assert_rejected_before_training,
     assert_resumed_log_reads_once,
+    assert_unwritable_directory_is_one_line,
     keep_checkpoint,
     read_scalars,
     resume_later,
 )
-from test_ppo_atari import assert_channels_last_is_the_same_math
+from test_ppo_atari import assert_channels_last_is_the_same_math, assert_samples_the_softmax_and_scores_it
 
 import impala_vtrace as iv
 
@@ -174,19 +175,7 @@ def test_update_clips_the_global_gradient_norm_at_40(deep):
 
 
 def test_get_action_and_value_samples_the_softmax_and_scores_it():
-    torch.manual_seed(0)
-    agent = iv.Agent(4)
-    with torch.no_grad():  # a head that makes the four probabilities clearly different
-        agent.actor.weight.zero_()
-        agent.actor.bias.copy_(torch.tensor([0.0, 1.0, 2.0, -1.0]))
-        x = torch.randint(0, 256, (1500, 4, 84, 84), dtype=torch.uint8)
-        action, logprob, entropy, value = agent.get_action_and_value(x)
-    dist = torch.distributions.Categorical(logits=agent.actor.bias.detach())
-    np.testing.assert_allclose(torch.bincount(action, minlength=4).numpy() / 1500, dist.probs.numpy(), atol=0.05)
-    torch.testing.assert_close(logprob, dist.log_prob(action), rtol=0, atol=1e-6)
-    torch.testing.assert_close(entropy, dist.entropy().expand(1500), rtol=0, atol=1e-6)
-    assert value.shape == (1500,)
-    torch.testing.assert_close(value, agent.get_value(x).detach())
+    assert_samples_the_softmax_and_scores_it(iv.Agent(4), 1500, atol=0.05)
 
 
 # ---- details 9 and 11: the Atari pipeline and the networks ---------------------------------------
@@ -544,22 +533,12 @@ def test_resume_applies_a_longer_budget_and_refuses_other_flags():
 
 def test_resume_from_another_directory_logs_into_the_run(tmp_path, monkeypatch):
     full = iv.train(tiny(save_model=True, total_timesteps=10 * 4))
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    monkeypatch.chdir(elsewhere)
-    next_second()
-    resumed = iv.train(iv.Args(resume=str(tmp_path / full["checkpoint"]), total_timesteps=10 * 4 * 2))
-    assert resumed["run_dir"] == str(tmp_path / full["run_dir"]) and not os.path.exists("runs")
+    resume_elsewhere(iv, full, tmp_path, monkeypatch, total_timesteps=10 * 4 * 2)
     assert iv.load_checkpoint(str(tmp_path / full["checkpoint"]))[0]["update"] == 2
 
 
 def test_unwritable_directory_is_one_line(tmp_path):
-    if os.geteuid() == 0:  # root writes anywhere: make runs/ a file instead, which no one can make a directory in
-        open("runs", "w").close()
-    else:
-        os.chmod(tmp_path, 0o500)
-    with pytest.raises(iv.ConfigError, match="cannot create runs/.*run from a writable directory"):
-        iv.train(tiny())
+    assert_unwritable_directory_is_one_line(iv, tiny(), tmp_path)
 
 
 test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_across_precisions, test_bf16_without_bf16_kernels_is_refused = bf16_tests(iv, tiny(num_actors=1))

@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, CountingEnv, next_second
+from conftest import ROOT, CountingEnv, interrupt_at_update, next_second, resume_elsewhere
 from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout, edited_agent
 
 SCRIPTS = ["ppo", "ppo_shared"]
@@ -441,15 +441,7 @@ def test_resume_matches_uninterrupted_run(mod, monkeypatch):
 
 
 def test_interrupted_run_keeps_its_last_checkpoint(mod, monkeypatch):
-    real_update, calls = mod.update, []
-
-    def update_then_interrupt(*a):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real_update(*a)
-
-    monkeypatch.setattr(mod, "update", update_then_interrupt)
+    interrupt_at_update(mod, monkeypatch, 3)
     with pytest.raises(KeyboardInterrupt):
         mod.train(tiny(mod, save_model=True, save_every=1, total_timesteps=2 * 16 * 6))
     (ckpt,) = [os.path.join(r, f) for r, _, fs in os.walk("runs") for f in fs if f == "checkpoint.pt"]
@@ -500,13 +492,7 @@ def test_capture_video_records_env_0(mod):
 
 
 def test_evaluate_checkpoint_matches_live_agent(mod):
-    out = mod.train(tiny(mod, env_id="CartPole-v1", save_model=True))
-    ckpt, _ = mod.load_checkpoint(out["checkpoint"])
-    assert all(torch.equal(ckpt["model"][k], v) for k, v in out["agent"].state_dict().items())
-    from_ckpt = mod.evaluate(out["checkpoint"], eval_episodes=3, seed=7)
-    assert len(from_ckpt) == 3 and from_ckpt == mod.evaluate(out["checkpoint"], eval_episodes=3, seed=7)
-    with pytest.raises(mod.ConfigError, match="eval-episodes must be"):
-        mod.evaluate(out["checkpoint"], eval_episodes=0)
+    assert_checkpoint_evaluates(mod, mod.train(tiny(mod, env_id="CartPole-v1", save_model=True)), episodes=3)
 
 
 # the shared trunk learns more slowly on classic control (seed 000): it gets a lower bar, still far
@@ -532,12 +518,12 @@ def assert_rejected_before_training(mod, args, message):
     assert not os.path.exists("runs")  # nothing started
 
 
-def assert_checkpoint_evaluates(mod, out):
+def assert_checkpoint_evaluates(mod, out, episodes=2):
     """A run's saved checkpoint holds its final weights and evaluates, seeded: the same scores twice; 0 episodes refused."""
     ckpt, _ = mod.load_checkpoint(out["checkpoint"])
     assert all(torch.equal(ckpt["model"][k], v) for k, v in out["agent"].state_dict().items())
-    scores = mod.evaluate(out["checkpoint"], eval_episodes=2, seed=3)
-    assert len(scores) == 2 and scores == mod.evaluate(out["checkpoint"], eval_episodes=2, seed=3)  # seeded
+    scores = mod.evaluate(out["checkpoint"], eval_episodes=episodes, seed=3)
+    assert len(scores) == episodes and scores == mod.evaluate(out["checkpoint"], eval_episodes=episodes, seed=3)  # seeded
     with pytest.raises(mod.ConfigError, match="eval-episodes must be"):
         mod.evaluate(out["checkpoint"], eval_episodes=0)
 
@@ -744,22 +730,22 @@ def test_a_flag_named_beside_resume_counts_even_at_its_default_value(mod):
 
 def test_resume_from_another_directory_logs_into_the_run(mod, tmp_path, monkeypatch):
     full = mod.train(tiny(mod, save_model=True, total_timesteps=2 * 16 * 2))
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    monkeypatch.chdir(elsewhere)
-    next_second()
-    resumed = mod.train(mod.Args(resume=str(tmp_path / full["checkpoint"]), total_timesteps=2 * 16 * 3))
-    assert resumed["run_dir"] == str(tmp_path / full["run_dir"]) and not os.path.exists("runs")
+    resume_elsewhere(mod, full, tmp_path, monkeypatch, total_timesteps=2 * 16 * 3)
     assert mod.load_checkpoint(str(tmp_path / full["checkpoint"]))[0]["iteration"] == 3
 
 
-def test_unwritable_directory_is_one_line(mod, tmp_path, monkeypatch):
+def assert_unwritable_directory_is_one_line(mod, args, tmp_path):
+    """Training args from a directory where runs/ cannot be made is refused in one line that says what to do."""
     if os.geteuid() == 0:  # root writes anywhere: make runs/ a file instead, which no one can make a directory in
         open("runs", "w").close()
     else:
         os.chmod(tmp_path, 0o500)
     with pytest.raises(mod.ConfigError, match="cannot create runs/.*run from a writable directory"):
-        mod.train(tiny(mod))
+        mod.train(args)
+
+
+def test_unwritable_directory_is_one_line(mod, tmp_path):
+    assert_unwritable_directory_is_one_line(mod, tiny(mod), tmp_path)
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full, a device that is always full")

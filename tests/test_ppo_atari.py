@@ -61,15 +61,39 @@ def test_nature_cnn_init_and_pixel_scaling():
     assert layers["network.7"].in_features == 64 * 7 * 7
     # detail A9: uint8 pixels give the same outputs as the float input already scaled to [0, 1]; both heads
     # read one trunk (detail A8)
-    x, actions = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8), torch.tensor([0, 5])
+    assert_heads_read_one_trunk_of_scaled_pixels(agent, torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8),
+                                                 torch.tensor([0, 5]))
+
+
+def assert_heads_read_one_trunk_of_scaled_pixels(agent, x, actions):
+    """Details A8-A9 on uint8 frames x: the agent's log-prob, entropy and value are those of its actor and critic on
+    one trunk output, of the frames already scaled to [0, 1]."""
     _, logprob, entropy, value = agent.get_action_and_value(x, actions)
-    h = agent.network(x.float() / 255.0)
-    dist = torch.distributions.Categorical(logits=agent.actor(h))
+    hidden = agent.network(x.float() / 255.0)
+    dist = torch.distributions.Categorical(logits=agent.actor(hidden))
     torch.testing.assert_close(logprob, dist.log_prob(actions))
     torch.testing.assert_close(entropy, dist.entropy())
-    torch.testing.assert_close(value, agent.critic(h).squeeze(-1))
+    torch.testing.assert_close(value, agent.critic(hidden).squeeze(-1))
     torch.testing.assert_close(agent.get_value(x), value)
-    assert value.shape == (2,)
+    assert value.shape == (len(x),)
+
+
+def assert_samples_the_softmax_and_scores_it(agent, n, atol):
+    """With the actor's weight zeroed and its bias making four clearly different probabilities, get_action_and_value
+    on n frames draws the actions at the softmax's frequencies (to atol) and scores each draw: its log-prob, the
+    entropy, and (on the first 64) the value get_value gives."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        agent.actor.weight.zero_()
+        agent.actor.bias.copy_(torch.tensor([0.0, 1.0, 2.0, -1.0]))
+        x = torch.randint(0, 256, (n, 4, 84, 84), dtype=torch.uint8)
+        action, logprob, entropy, value = agent.get_action_and_value(x)
+    dist = torch.distributions.Categorical(logits=agent.actor.bias.detach())
+    np.testing.assert_allclose(torch.bincount(action, minlength=4).numpy() / n, dist.probs.numpy(), atol=atol)
+    torch.testing.assert_close(logprob, dist.log_prob(action), rtol=0, atol=1e-6)
+    torch.testing.assert_close(entropy, dist.entropy().expand(n), rtol=0, atol=1e-6)
+    assert value.shape == (n,)
+    torch.testing.assert_close(value[:64], agent.get_value(x[:64]).detach())
 
 
 def assert_channels_last_is_the_same_math(make_agent, forward, x):

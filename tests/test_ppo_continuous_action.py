@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from conftest import ROOT, next_second
+from conftest import ROOT, resume_elsewhere
 from hacks import Scale, assert_added_layer_trains, assert_cleanrl_update_trains, edited_agent
 from test_ppo import (PPO_BAD_INPUT, assert_envs_of_another_version_refused, assert_foreign_and_corrupt_checkpoints_rejected,
                       assert_rejected_before_training, assert_resumed_log_reads_once, assert_resumes_with_fresh_episodes,
@@ -454,13 +454,8 @@ def test_resume_applies_a_longer_budget_and_refuses_other_flags(tmp_path, monkey
         pca.train(pca.Args(resume=full["checkpoint"], clip_obs=5.0))
     with pytest.raises(pca.ConfigError, match="leaves no iteration to run"):  # the run is already finished
         pca.train(pca.Args(resume=full["checkpoint"]))
-    elsewhere = tmp_path / "elsewhere"  # resumed from another directory, it logs on in the run's own
-    elsewhere.mkdir()
-    monkeypatch.chdir(elsewhere)
-    next_second()
-    longer = pca.train(pca.Args(resume=str(tmp_path / full["checkpoint"]), total_timesteps=128))
+    longer = resume_elsewhere(pca, full, tmp_path, monkeypatch, total_timesteps=128)
     assert longer["global_step"] == 128 and len(longer["losses"]) == 1
-    assert longer["run_dir"] == str(tmp_path / full["run_dir"]) and not os.path.exists("runs")
 
 
 # ---- bad input -----------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from precision import bf16_tests
 from test_ppo import (PPO_BAD_INPUT, assert_checkpoint_evaluates, assert_envs_of_another_version_refused,
                       assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
                       assert_memory_checked, assert_resumed_log_reads_once, keep_checkpoint, read_scalars, resume_later)
-from test_ppo_atari import assert_channels_last_is_the_same_math
+from test_ppo_atari import assert_channels_last_is_the_same_math, assert_heads_read_one_trunk_of_scaled_pixels
 
 import ppo_procgen as mod
 
@@ -61,14 +61,8 @@ def test_impala_cnn_shapes_init_and_pixel_scaling():
     z = torch.randn(2, 16, 6, 6)
     assert torch.equal(block(z), z)
     # detail A9: uint8 frames give the outputs of the float frames already scaled to [0, 1]; one trunk for both heads
-    x, actions = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8), torch.tensor([0, 14])
-    _, logprob, entropy, value = agent.get_action_and_value(x, actions)
-    hidden = agent.network(x.float() / 255.0)
-    dist = torch.distributions.Categorical(logits=agent.actor(hidden))
-    torch.testing.assert_close(logprob, dist.log_prob(actions))
-    torch.testing.assert_close(entropy, dist.entropy())
-    torch.testing.assert_close(value, agent.critic(hidden).squeeze(-1))
-    torch.testing.assert_close(agent.get_value(x), value)
+    assert_heads_read_one_trunk_of_scaled_pixels(agent, torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8),
+                                                 torch.tensor([0, 14]))
 
 
 def test_channels_last_is_the_same_math():
