@@ -316,8 +316,8 @@ def new_run_dir(name, suffix=""):
 
 def save_checkpoint(path, state):
     """Write atomically: a crash, Ctrl-C or full disk mid-write leaves the previous checkpoint intact, no partial file."""
-    buffer = io.BytesIO()  # a Ctrl-C inside torch.save can leave its zip writer to end the zip later, from its destructor:
-    try:  # into this buffer, still open then, not into a file already closed (which aborts the process, message unsaid)
+    buffer = io.BytesIO()  # torch.save into memory first: after a Ctrl-C inside it, its zip writer may still end the
+    try:  # zip from its destructor, which must find an open buffer (into a closed file, it aborts the process)
         torch.save(state, buffer)
         with open(f"{path}.tmp", "wb") as f:  # to a file object, a full disk is an OSError that names its cause
             f.write(buffer.getvalue())

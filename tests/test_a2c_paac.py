@@ -21,8 +21,9 @@ from test_ppo import (
     assert_memory_checked,
     assert_rejected_before_training,
     assert_resumed_log_reads_once,
-    assert_unwritable_directory_is_one_line,
     assert_resumes_with_fresh_episodes,
+    assert_runs_in_one_second_get_their_own_directories,
+    assert_unwritable_directory_is_one_line,
     keep_checkpoint,
     read_scalars,
     resume_later,
@@ -514,12 +515,7 @@ def test_capture_video_records_env_0():
 
 
 def test_runs_started_in_the_same_second_get_their_own_directories(monkeypatch):
-    clock = iter(1234567890.0 + 1e-6 * np.arange(1, 10**6))  # every run starts within the same second
-    monkeypatch.setattr(paac.time, "time", lambda: next(clock))
-    runs = [paac.train(tiny(save_model=True, total_timesteps=10)) for _ in range(3)]
-    name = "runs/BreakoutNoFrameskip-v4__a2c_paac__1__1234567890"
-    assert [r["run_dir"] for r in runs] == [name, f"{name}-2", f"{name}-3"]
-    assert all(os.path.isfile(r["checkpoint"]) for r in runs)
+    assert_runs_in_one_second_get_their_own_directories(paac, tiny(save_model=True, total_timesteps=10), monkeypatch)
 
 
 def test_resume_applies_a_longer_budget_and_resumable_flags_and_refuses_others(tmp_path, monkeypatch):

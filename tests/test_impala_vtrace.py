@@ -22,6 +22,7 @@ from test_ppo import (
     assert_memory_checked,
     assert_rejected_before_training,
     assert_resumed_log_reads_once,
+    assert_runs_in_one_second_get_their_own_directories,
     assert_unwritable_directory_is_one_line,
     keep_checkpoint,
     read_scalars,
@@ -509,12 +510,7 @@ def test_cuda_falls_back_with_notice(capsys):
 
 
 def test_runs_started_in_the_same_second_get_their_own_directories(monkeypatch):
-    clock = iter(1234567890.0 + 1e-6 * np.arange(1, 10**6))  # every run starts within the same second
-    monkeypatch.setattr(iv.time, "time", lambda: next(clock))
-    runs = [iv.train(tiny(save_model=True, total_timesteps=10 * 4)) for _ in range(3)]
-    assert [r["run_dir"] for r in runs] == [
-        f"runs/BreakoutNoFrameskip-v4__impala_vtrace__1__1234567890{s}" for s in ("", "-2", "-3")]
-    assert all(os.path.isfile(r["checkpoint"]) for r in runs)
+    assert_runs_in_one_second_get_their_own_directories(iv, tiny(save_model=True, total_timesteps=10 * 4), monkeypatch)
 
 
 def test_resume_applies_a_longer_budget_and_refuses_other_flags():

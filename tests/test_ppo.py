@@ -685,12 +685,18 @@ def test_capture_video_without_a_renderer_is_named_before_training(mod, monkeypa
 # ---- run identity and resume (issue 24) ------------------------------------------------------------
 
 
-def test_runs_started_in_the_same_second_get_their_own_directories(mod, monkeypatch):
+def assert_runs_in_one_second_get_their_own_directories(mod, args, monkeypatch, n=3):
+    """n runs of args (with --save-model) started within one second: runs/<name>, <name>-2, ..., each its checkpoint."""
     clock = iter(1234567890.0 + 1e-6 * np.arange(1, 10**6))  # every run starts within the same second
     monkeypatch.setattr(mod.time, "time", lambda: next(clock))
-    runs = [mod.train(tiny(mod, save_model=True)) for _ in range(3)]
-    assert [r["run_dir"] for r in runs] == [f"runs/CartPole-v1__{mod.__name__}__1__1234567890{s}" for s in ("", "-2", "-3")]
+    runs = [mod.train(args) for _ in range(n)]
+    name = f"runs/{args.env_id}__{mod.__name__}__{args.seed}__1234567890"
+    assert [r["run_dir"] for r in runs] == [name] + [f"{name}-{i}" for i in range(2, n + 1)]
     assert all(os.path.isfile(r["checkpoint"]) for r in runs)
+
+
+def test_runs_started_in_the_same_second_get_their_own_directories(mod, monkeypatch):
+    assert_runs_in_one_second_get_their_own_directories(mod, tiny(mod, save_model=True), monkeypatch)
 
 
 def test_resume_applies_a_longer_budget_and_refuses_other_flags(mod):
@@ -735,7 +741,7 @@ def test_resume_from_another_directory_logs_into_the_run(mod, tmp_path, monkeypa
 
 
 def assert_unwritable_directory_is_one_line(mod, args, tmp_path):
-    """Training args from a directory where runs/ cannot be made is refused in one line that says what to do."""
+    """Training with args where runs/ cannot be made is refused in one line that says what to do."""
     if os.geteuid() == 0:  # root writes anywhere: make runs/ a file instead, which no one can make a directory in
         open("runs", "w").close()
     else:

@@ -15,7 +15,8 @@ from conftest import ROOT, resume_elsewhere
 from hacks import Scale, assert_added_layer_trains, assert_cleanrl_update_trains, edited_agent
 from test_ppo import (PPO_BAD_INPUT, assert_envs_of_another_version_refused, assert_foreign_and_corrupt_checkpoints_rejected,
                       assert_rejected_before_training, assert_resumed_log_reads_once, assert_resumes_with_fresh_episodes,
-                      assert_memory_checked, keep_checkpoint, resume_later)
+                      assert_memory_checked, assert_runs_in_one_second_get_their_own_directories, keep_checkpoint,
+                      resume_later)
 
 import ppo_continuous_action as pca
 
@@ -439,11 +440,7 @@ def test_mujoco_v4_and_v5_ids_train(env_id):
 
 
 def test_runs_started_in_the_same_second_get_their_own_directories(monkeypatch):
-    clock = iter(1234567890.0 + 1e-6 * np.arange(1, 10**6))  # every run starts within the same second
-    monkeypatch.setattr(pca.time, "time", lambda: next(clock))
-    runs = [pca.train(tiny(save_model=True, total_timesteps=64)) for _ in range(2)]
-    assert [r["run_dir"] for r in runs] == [f"runs/Hopper-v4__ppo_continuous_action__1__1234567890{s}" for s in ("", "-2")]
-    assert all(os.path.isfile(r["checkpoint"]) for r in runs)
+    assert_runs_in_one_second_get_their_own_directories(pca, tiny(save_model=True, total_timesteps=64), monkeypatch, n=2)
 
 
 def test_resume_applies_a_longer_budget_and_refuses_other_flags(tmp_path, monkeypatch):
