@@ -27,6 +27,14 @@ The 9 details for continuous action domains (seed 000), C1-C9 in the comments:
   C7. normalised observations clipped to [-10, 10]
   C8. rewards divided by the standard deviation of a running discounted return
   C9. scaled rewards clipped to [-10, 10]
+Seed 004 (Engstrom et al., Implementation Matters in Deep Policy Gradients) turns these code-level details off one
+flag at a time, each on by default: --no-norm-obs (C6), --clip-obs inf (C7), --reward-scaling rewards|none (C8: by the
+std of the rewards, or raw rewards with no C9 clip), --clip-reward inf (C9), --no-ortho-init (detail 2: its released
+PPO-M init, Xavier-uniform weights and zero biases), --max-grad-norm inf (detail 11), --no-clip-vloss (9),
+--no-anneal-lr (4), --clip-coef 1e32 (8, its PPO-NoClip); --value-lr gives the critic its own learning rate.
+After each update it logs its Figure 2: the largest ratio new / old over the batch and the exact KL(old || new) of the
+Gaussians over the batch's states (losses/max_ratio, losses/mean_kl, losses/max_kl). benchmark/implementation_matters.sh
+runs its study; the settings of its PPO, PPO-M and PPO-NoClip are there.
 
 To hack: the rollout and the update both call Agent.get_action_and_value, the optimizer holds agent.parameters()
 and update() is CleanRL's loop, so an edit to the network, a head or the loop applies everywhere.
@@ -47,7 +55,7 @@ import random
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import Literal, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -90,12 +98,17 @@ class Args:
     clip_vloss: bool = True  # use the clipped value loss (detail 9)
     ent_coef: float = 0.0  # coefficient of the entropy bonus
     vf_coef: float = 0.5  # coefficient of the value loss
-    max_grad_norm: float = 0.5  # the maximum global norm of the gradients
+    max_grad_norm: float = 0.5  # the maximum global norm of the gradients (inf: no clipping)
     target_kl: Optional[float] = None  # stop the epochs early when approx_kl exceeds this (off in the reference)
     bootstrap_truncated: bool = False  # bootstrap time-limit ends from the value of their final observation
-    clip_obs: float = 10.0  # normalised observations are clipped to [-clip_obs, clip_obs] (detail C7)
-    clip_reward: float = 10.0  # scaled rewards are clipped to [-clip_reward, clip_reward] (detail C9)
+    clip_obs: float = 10.0  # normalised observations are clipped to [-clip_obs, clip_obs] (detail C7; inf: not)
+    clip_reward: float = 10.0  # scaled rewards are clipped to [-clip_reward, clip_reward] (detail C9; inf: not)
     gymnasium_normalization: bool = False  # normalise by the rules of gymnasium's per-env wrappers (see above)
+    norm_obs: bool = True  # normalise observations by their running statistics (detail C6); off: raw ones, unclipped
+    reward_scaling: Literal["returns", "rewards", "none"] = "returns"  # divide rewards by the std of the running
+    # discounted return (detail C8), of the rewards themselves (seed 004's PPO-NoClip), or not at all (none: no C9 clip)
+    ortho_init: bool = True  # orthogonal init (detail 2); off: Xavier-uniform weights, zero biases (seed 004's PPO-M)
+    value_lr: Optional[float] = None  # the critic's learning rate, in a param group of its own (None: --learning-rate)
 
     # filled in at runtime
     batch_size: int = 0  # computed: num_envs * num_steps
@@ -107,21 +120,32 @@ class ConfigError(ValueError):
     """Bad input found before training, or a checkpoint that cannot be written; __main__ prints it as one line."""
 
 
-# every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
+# every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created; ent_coef may
+# be negative (seed 004's PPO-NoClip penalises entropy), and a clip's bound may be inf: no clip (OFF_AT_INF)
 RANGES = [("total_timesteps num_envs num_steps num_minibatches update_epochs save_every eval_episodes", 1, math.inf, True),
-          ("learning_rate clip_coef max_grad_norm target_kl clip_obs clip_reward", 0, math.inf, False),
-          ("ent_coef vf_coef torch_threads", 0, math.inf, True), ("gamma gae_lambda", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
+          ("learning_rate value_lr clip_coef max_grad_norm target_kl clip_obs clip_reward", 0, math.inf, False),
+          ("vf_coef torch_threads", 0, math.inf, True), ("ent_coef", -math.inf, math.inf, True),
+          ("gamma gae_lambda", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
+OFF_AT_INF = {"max_grad_norm", "clip_obs", "clip_reward"}
 # the flags that may change beside --resume: the budget, and how the run is saved or placed
 RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "track"}
 
 
 def check_args(args: Args, ckpt=None) -> None:
     """Fail before any training with a message that names the problem and the fix."""
+    if "/" in args.exp_name or len(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}-99".encode()) > 255:
+        raise ConfigError(f"--exp-name {args.exp_name[:60]!r} must be one directory's name in runs/: no '/', and short enough "
+                          "that the run name (env id, exp name, seed, time) fits in 255 bytes; choose a short plain name")
     for names, low, high, closed in RANGES:
         for name, v in ((name, getattr(args, name)) for name in names.split()):
-            if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
-                raise ConfigError(f"--{name.replace('_', '-')} must be a finite number {'>=' if closed else '>'} {low}"
-                                  + (f" and <= {high}" if high < math.inf else "") + f", got {v}")
+            if v is not None and not ((math.isfinite(v) or v == math.inf and name in OFF_AT_INF)
+                                      and (low <= v if closed else low < v) and v <= high):
+                raise ConfigError(f"--{name.replace('_', '-')} must be a finite number"
+                                  + (f" {'>=' if closed else '>'} {low}" if low > -math.inf else "")
+                                  + (f" and <= {high}" if high < math.inf else "")
+                                  + (" or inf (no clip)" if name in OFF_AT_INF else "") + f", got {v}")
+    if args.reward_scaling not in ("returns", "rewards", "none"):
+        raise ConfigError(f"--reward-scaling must be returns, rewards or none, got {args.reward_scaling!r}")
     need = args.num_envs * (2e6 + args.num_steps * 2e3)  # measured: ~1.1 MB per MuJoCo env, ~1 kB per env-step
     if need > (ram := os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")):
         raise ConfigError(f"--num-envs {args.num_envs} needs about {need / 1e9:.1f} GB (envs and rollout storage), "
@@ -195,9 +219,11 @@ def update_rms(rms, x):
     return mean + delta * (n / total), m2 / total, total
 
 
-def normalize_obs(obs, obs_rms, clip):
-    """Details C6-C7: standardise by the running statistics (never updated here), then clip."""
-    return np.clip((obs - obs_rms[0]) / np.sqrt(obs_rms[1] + 1e-8), -clip, clip).astype(np.float32)
+def normalize_obs(obs, obs_rms, args):
+    """Details C6-C7: standardise by the running statistics (never updated here), then clip; raw with --no-norm-obs."""
+    if not args.norm_obs:
+        return obs.astype(np.float32)
+    return np.clip((obs - obs_rms[0]) / np.sqrt(obs_rms[1] + 1e-8), -args.clip_obs, args.clip_obs).astype(np.float32)
 
 
 class VecNormalize(gym.vector.VectorWrapper):
@@ -214,7 +240,7 @@ class VecNormalize(gym.vector.VectorWrapper):
     def reset(self, **kwargs):
         obs, infos = self.env.reset(**kwargs)
         self.obs_rms = update_rms(self.obs_rms, obs)
-        return normalize_obs(obs, self.obs_rms, self.args.clip_obs), infos
+        return normalize_obs(obs, self.obs_rms, self.args), infos
 
     def step(self, actions):
         low, high, gymnasium_rules = self.action_space.low, self.action_space.high, self.args.gymnasium_normalization
@@ -225,10 +251,12 @@ class VecNormalize(gym.vector.VectorWrapper):
         self.obs_rms = update_rms(self.obs_rms, obs)  # after a done: the next episode's first observation
         # ... and restarts the return at a termination, before adding the reward (VecNormalize: after any episode end)
         self.ret = self.ret * (1 - terminations if gymnasium_rules else 1) * self.args.gamma + reward
-        self.ret_rms = update_rms(self.ret_rms, self.ret)
+        scaling = self.args.reward_scaling  # the std of the returns (C8), of the rewards (seed 004), or no scaling
+        self.ret_rms = update_rms(self.ret_rms, self.ret if scaling == "returns" else reward)
         scaled = np.clip(reward / np.sqrt(self.ret_rms[1] + 1e-8), -self.args.clip_reward, self.args.clip_reward)
+        scaled = reward if scaling == "none" else scaled
         self.ret = self.ret if gymnasium_rules else np.where(terminations | truncations, 0.0, self.ret)
-        obs = normalize_obs(obs, self.obs_rms, self.args.clip_obs)
+        obs = normalize_obs(obs, self.obs_rms, self.args)
         return obs, scaled, terminations, truncations, {**infos, "reward": reward}
 
 
@@ -252,11 +280,15 @@ class Agent(nn.Module):
     def get_value(self, x):
         return self.critic(x).squeeze(-1)
 
+    def get_mean_and_logstd(self, x):
+        """The Gaussian policy at states x: get_action_and_value samples and scores it, the KL diagnostic compares it."""
+        mean = self.actor_mean(x)
+        return mean, self.actor_logstd.expand_as(mean)  # detail C2: one std for every state (edit here for more)
+
     def get_action_and_value(self, x, action=None):
         """Sample an action, or score the given one: (action, log-prob, entropy, value).
         The rollout and the update both call this, so an edit here applies to both."""
-        mean = self.actor_mean(x)
-        logstd = self.actor_logstd.expand_as(mean)  # detail C2: one std for every state (edit here for more)
+        mean, logstd = self.get_mean_and_logstd(x)
         if action is None:  # unbounded: the env gets it clipped to its bounds (detail C5)
             action = mean + logstd.exp() * torch.randn_like(mean)
         # Normal(mean, std) written out, cheaper per step; detail C3: sums over the independent action components
@@ -294,6 +326,13 @@ def ppo_losses(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns, 
     entropy_loss = entropy.mean()
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
     return loss, pg_loss, v_loss, entropy_loss, logratio
+
+
+def gaussian_kl(mean0, logstd0, mean1, logstd1):
+    """KL(N0 || N1) of two diagonal Gaussians at each state, summed over the action components (C3): exact, not a
+    sample estimate, for seed 004's Figure 2 (the KL between the policies before and after an update)."""
+    r = 2 * (logstd0 - logstd1)  # log(var0 / var1); expm1(r) - r keeps the digits a small KL has in float32
+    return 0.5 * (torch.expm1(r) - r + (mean0 - mean1).square() / (2 * logstd1).exp()).sum(-1)
 
 
 @torch.no_grad()
@@ -389,7 +428,7 @@ def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
     ckpt, args = load_checkpoint(checkpoint_path)
     check_args(Args(env_id=args.env_id, eval_episodes=eval_episodes, seed=seed))
     env = gym.wrappers.TransformObservation(gym.wrappers.ClipAction(gym.make(args.env_id)),
-                                            lambda obs: normalize_obs(obs, ckpt["obs_rms"], args.clip_obs), None)
+                                            lambda obs: normalize_obs(obs, ckpt["obs_rms"], args), None)
     agent = Agent(int(np.prod(env.observation_space.shape)), int(np.prod(env.action_space.shape))).to(device)
     agent.load_state_dict(ckpt["model"])
     returns, (obs, _), episode_return = [], env.reset(seed=seed), 0.0
@@ -442,8 +481,16 @@ def train(args: Args, given=None):
     envs = make_envs(args, run_name)
     obs_shape, action_shape = envs.single_observation_space.shape, envs.single_action_space.shape
     agent = Agent(int(np.prod(obs_shape)), int(np.prod(action_shape))).to(device)
-    # detail 3: eps 1e-5; fused: the same Adam in one kernel per step, on CPU and CUDA
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+    if not args.ortho_init:  # detail 2 off: seed 004's PPO-M init (its released "xavier")
+        for layer in (m for m in agent.modules() if isinstance(m, nn.Linear)):
+            nn.init.xavier_uniform_(layer.weight)
+            nn.init.zeros_(layer.bias)
+    # detail 3: eps 1e-5; fused: the same Adam in one kernel per step, on CPU and CUDA. The critic is a param group of
+    # its own, at --value-lr (seed 004's value network learning rate; by default the same rate as the policy)
+    critic = {id(p) for p in agent.critic.parameters()}
+    optimizer = torch.optim.Adam([{"params": [p for p in agent.parameters() if id(p) not in critic]},
+                                  {"params": agent.critic.parameters(), "lr": args.value_lr or args.learning_rate}],
+                                 lr=args.learning_rate, eps=1e-5, fused=True)
 
     T, N = args.num_steps, args.num_envs
     # what the envs return is stored in numpy (cheap per-step writes), what the agent returns in torch
@@ -479,8 +526,10 @@ def train(args: Args, given=None):
     gc.freeze()  # the ~300k objects made so far (mostly torch's) are never garbage: full collections skip them
     start_time, start_step = time.time(), global_step
     for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:  # detail 4
-            optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - (iteration - 1) / max(args.num_iterations - 1, 1))
+        if args.anneal_lr:  # detail 4, in every param group from its own initial rate (a critic's own rate too)
+            frac = 1 - (iteration - 1) / max(args.num_iterations - 1, 1)
+            for group in optimizer.param_groups:
+                group["lr"] = group.setdefault("initial_lr", group["lr"]) * frac
 
         rollout = []  # the agent's (action, logprob, value) of each step, stacked into [T, N] tensors after it
         for step in range(T):
@@ -498,7 +547,7 @@ def train(args: Args, given=None):
             rewards[step], dones[step] = reward, terminations | truncations
             if args.bootstrap_truncated and (idx := np.flatnonzero(truncations & ~terminations)).size:
                 # r + gamma * V(final obs) for time-limit ends, so the done cut leaves the right target
-                final = normalize_obs(np.stack([infos["final_obs"][i] for i in idx]), envs.obs_rms, args.clip_obs)
+                final = normalize_obs(np.stack([infos["final_obs"][i] for i in idx]), envs.obs_rms, args)
                 final = torch.as_tensor(final, device=device)
                 with torch.no_grad():
                     rewards[step, idx] += args.gamma * agent.get_value(final).cpu().numpy()
@@ -520,7 +569,14 @@ def train(args: Args, given=None):
         b = {"obs": torch.as_tensor(obs, device=device).reshape((-1,) + obs_shape), "actions": actions.flatten(0, 1),
              "logprobs": logprobs.reshape(-1), "values": values.reshape(-1),
              "advantages": advantages.reshape(-1), "returns": returns.reshape(-1)}
+        with torch.no_grad():  # cloned: the logstd is a view of the parameter that the update changes in place
+            old_policy = [x.clone() for x in agent.get_mean_and_logstd(b["obs"])]
         losses, first = update(agent, optimizer, b, args)
+        with torch.no_grad():  # seed 004's Figure 2: how far this update moved the policy on the batch's states
+            _, newlogprob, _, _ = agent.get_action_and_value(b["obs"], b["actions"])
+            kl = gaussian_kl(*old_policy, *agent.get_mean_and_logstd(b["obs"]))
+            figure2 = torch.stack([(newlogprob - b["logprobs"]).exp().max(), kl.mean(), kl.max()]).tolist()
+        losses.update(zip(("max_ratio", "mean_kl", "max_kl"), figure2))
         seconds["update"] += time.perf_counter() - t0
         y_pred, y_true = b["values"].cpu().numpy(), b["returns"].cpu().numpy()
         losses["explained_variance"] = np.nan if np.var(y_true) == 0 else 1 - np.var(y_true - y_pred) / np.var(y_true)

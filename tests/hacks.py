@@ -85,7 +85,7 @@ def edited_agent(mod, monkeypatch, head, edit, bias=None):
 
         def get_action_and_value(self, *a, **k):
             out = super().get_action_and_value(*a, **k)
-            if not torch.is_grad_enabled():
+            if not torch.is_grad_enabled() and not any(out[0] is x for x in (*a, *k.values())):  # sampled, not scored
                 sampled.append(out[0].detach().cpu())
             return out
 

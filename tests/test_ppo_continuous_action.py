@@ -12,7 +12,8 @@ import pytest
 import torch
 import torch.nn as nn
 from conftest import ROOT, resume_elsewhere
-from hacks import Scale, assert_added_layer_trains, assert_cleanrl_update_trains, edited_agent
+from hacks import (CRITIC_LR, Scale, assert_added_layer_trains, assert_cleanrl_update_trains, assert_every_group_annealed,
+                   edited_agent, recorded_rates)
 from test_ppo import (PPO_BAD_INPUT, assert_envs_of_another_version_refused, assert_foreign_and_corrupt_checkpoints_rejected,
                       assert_rejected_before_training, assert_resumed_log_reads_once, assert_resumes_with_fresh_episodes,
                       assert_memory_checked, assert_runs_in_one_second_get_their_own_directories, keep_checkpoint,
@@ -224,7 +225,7 @@ def test_normalize_obs_uses_but_never_updates_the_statistics():
     np.testing.assert_allclose(rms[1], var, rtol=1e-12)
     before = tuple(np.copy(r) for r in rms)
     x = np.array([[2.0, 4.0], [1e3, -1e3]])
-    y = pca.normalize_obs(x, rms, 10.0)
+    y = pca.normalize_obs(x, rms, pca.Args())
     assert y.dtype == np.float32
     np.testing.assert_allclose(y[0], (x[0] - rms[0]) / np.sqrt(rms[1] + 1e-8), rtol=1e-6)
     assert y[1].tolist() == [10.0, -10.0]
@@ -358,6 +359,158 @@ def test_bootstrap_truncated_adds_the_final_value_at_truncations_only(tmp_path_f
     assert changed == truncated and len(truncated) >= 6  # r + gamma * V(final observation) at those steps only
 
 
+# ---- seed 004's switches: each turns off what it names and nothing else -----------------------------
+
+
+@pytest.fixture(scope="module")
+def spy_run_raw(tmp_path_factory):
+    """The spy run with observation normalisation and reward scaling off (PPO-M's raw inputs, no clip)."""
+    return spy_train(tmp_path_factory, norm_obs=False, reward_scaling="none")
+
+
+def test_no_norm_obs_and_no_reward_scaling_give_the_raw_numbers(spy_run_raw, spy_run):
+    out, batches, gae_rewards, log = spy_run_raw
+    seen = np.stack([v for k, v in log if k == "obs"])[:512]  # every observation handed to the agent, in order
+    obs = torch.cat([b["obs"] for b in batches]).numpy()
+    np.testing.assert_array_equal(obs, seen.astype(np.float32))  # raw, the outlier 1e4 unclipped
+    assert obs[399, 0] > 1e4
+    raw = np.array([v for k, v in log if k == "reward"], np.float32)
+    np.testing.assert_array_equal(torch.cat(gae_rewards).numpy().ravel(), raw)  # GAE gets the env's rewards
+    # nothing else changed: the same actions are sampled for the same inputs, so only the inputs decide
+    assert np.abs(obs - torch.cat([b["obs"] for b in spy_run[1]]).numpy()).max() > 1
+    assert out["first_minibatch"][0]["ratio_max_dev"] < 1e-5
+
+
+def test_clip_obs_inf_normalises_without_clipping(tmp_path_factory):
+    out, batches, _, log = spy_train(tmp_path_factory, clip_obs=math.inf, total_timesteps=512)
+    seen = np.stack([v for k, v in log if k == "obs"])
+    obs = torch.cat([b["obs"] for b in batches]).numpy()
+    m, v = prior_merged_moments(seen[:400])
+    np.testing.assert_allclose(obs[399], (seen[399] - m) / np.sqrt(v + 1e-8), rtol=1e-5)
+    assert obs[399, 0] > 10  # the outlier, normalised, is past the default clip and kept
+
+
+@pytest.mark.parametrize("scaling", ["rewards", "none"])
+def test_reward_scaling_by_the_rewards_or_none(scaling):
+    g = np.random.default_rng(1)
+    T, N = 200, 2
+    rewards = g.normal(1.0, 2.0, size=(T, N))
+    rewards[120, 0] = 400.0
+    done = g.random((T, N)) < 0.05
+    envs = pca.VecNormalize(ReplayVecEnv(rewards, done, np.zeros_like(done)),
+                            pca.Args(gamma=0.95, reward_scaling=scaling, clip_reward=12.0))
+    envs.reset(seed=0)
+    got = np.stack([envs.step(np.zeros((N, 1)))[1] for _ in range(T)])
+    if scaling == "none":
+        np.testing.assert_array_equal(got, rewards)  # raw, 400 included: no C9 clip either
+    else:  # divided by the running std of all the rewards so far (PPO-NoClip's "rewards"), not of the returns
+        expected = np.stack([rewards[t] / np.sqrt(prior_merged_moments(rewards[: t + 1].ravel())[1] + 1e-8)
+                             for t in range(T)])
+        np.testing.assert_allclose(got, np.clip(expected, -12, 12), rtol=1e-9)
+        assert got[120, 0] == 12.0 and np.abs(got[:120]).max() < 12
+        by_returns = independent_reward_scaling(rewards, done, np.zeros_like(done), 0.95, clip=12.0)
+        assert np.abs(by_returns - got).max() > 1e-2
+
+
+def initial_weights(monkeypatch, **kw):
+    """The agent's parameters as the first update finds them, from a short Hopper run."""
+    kept, real_update = [], pca.update
+
+    def spy(agent, optimizer, b, args):
+        if not kept:
+            kept.append({n: p.detach().clone() for n, p in agent.named_parameters()})
+        return real_update(agent, optimizer, b, args)
+
+    monkeypatch.setattr(pca, "update", spy)
+    pca.train(tiny(total_timesteps=64, **kw))
+    return kept[0]
+
+
+def test_no_ortho_init_is_xavier_uniform_with_zero_biases(monkeypatch):
+    xavier, ortho = initial_weights(monkeypatch, ortho_init=False), initial_weights(monkeypatch)
+    for name, w in xavier.items():
+        if name.endswith("bias"):
+            assert torch.all(w == 0)
+        elif name.endswith("weight"):
+            fan_out, fan_in = w.shape
+            bound = math.sqrt(6 / (fan_in + fan_out))  # U(-bound, bound): variance bound^2 / 3 = 2 / (fan_in + fan_out)
+            assert w.abs().max() <= bound and w.abs().max() > 0.8 * bound
+            assert w.var().item() == pytest.approx(bound**2 / 3, rel=4 * math.sqrt(0.8 / w.numel()))  # 4 standard errors
+            assert not torch.equal(w, ortho[name])
+    # the heads' scales (0.01, 1.0) are orthogonal init's: under Xavier the mean head is as large as the others
+    assert xavier["actor_mean.4.weight"].abs().max() > 0.1 > ortho["actor_mean.4.weight"].abs().max()
+    assert torch.equal(xavier["actor_logstd"], ortho["actor_logstd"])
+
+
+def test_max_grad_norm_inf_is_no_clipping(monkeypatch):
+    unclipped = pca.train(tiny(max_grad_norm=math.inf))
+    clipped = pca.train(tiny(max_grad_norm=1e-3))
+    monkeypatch.setattr(pca.nn.utils, "clip_grad_norm_", lambda params, max_norm: None)
+    without = pca.train(tiny())
+    assert unclipped["losses"] == without["losses"]
+    assert all(torch.equal(p, q) for p, q in zip(unclipped["agent"].parameters(), without["agent"].parameters()))
+    assert clipped["losses"][1:] != without["losses"][1:]
+
+
+def test_value_lr_is_the_critic_group_and_anneals_with_the_policy():
+    out = pca.train(tiny(learning_rate=3e-4, value_lr=1e-3, total_timesteps=2 * 32 * 5))
+    actor, critic = out["optimizer"].param_groups
+    assert {id(p) for p in critic["params"]} == {id(p) for p in out["agent"].critic.parameters()}
+    assert {id(p) for p in actor["params"]} == {id(p) for n, p in out["agent"].named_parameters()
+                                               if not n.startswith("critic")}
+    assert (actor["initial_lr"], critic["initial_lr"]) == (3e-4, 1e-3)
+    assert critic["lr"] == 0.0 and out["learning_rate"] == [3e-4 * (1 - k / 4) for k in range(5)]
+
+
+def test_the_default_two_groups_train_as_one_optimizer_over_agent_parameters(monkeypatch):
+    """The critic's own param group (at --learning-rate by default) changes nothing: bit for bit CleanRL's one
+    Adam(agent.parameters())."""
+    grouped = pca.train(tiny())
+    real_adam = torch.optim.Adam
+    monkeypatch.setattr(pca.torch.optim, "Adam", lambda groups, **kw: real_adam(
+        [p for g in groups for p in g["params"]], **kw))
+    single = pca.train(tiny())
+    assert grouped["losses"] == single["losses"] and len(single["optimizer"].param_groups) == 1
+    assert all(torch.equal(p, q) for p, q in zip(grouped["agent"].parameters(), single["agent"].parameters()))
+
+
+def test_gaussian_kl_is_exact():
+    g = torch.Generator().manual_seed(0)
+    mean0, mean1 = torch.randn(20, 3, generator=g), torch.randn(20, 3, generator=g)
+    logstd0, logstd1 = torch.randn(20, 3, generator=g) * 0.5, torch.randn(20, 3, generator=g) * 0.5
+    normal = torch.distributions.Normal
+    expected = torch.distributions.kl_divergence(normal(mean0, logstd0.exp()), normal(mean1, logstd1.exp())).sum(-1)
+    torch.testing.assert_close(pca.gaussian_kl(mean0, logstd0, mean1, logstd1), expected)
+    assert torch.equal(pca.gaussian_kl(mean0, logstd0, mean0, logstd0), torch.zeros(20))  # a policy with itself
+    # a shift of the mean by d at std s: d^2 / (2 s^2) per component
+    shifted = pca.gaussian_kl(mean0, torch.full((20, 3), math.log(0.5)), mean0 + 0.3, torch.full((20, 3), math.log(0.5)))
+    torch.testing.assert_close(shifted, torch.full((20,), 3 * 0.3**2 / (2 * 0.25)))
+
+
+def test_figure2_diagnostics_equal_a_brute_force_computation(monkeypatch):
+    import copy
+    before, real_update = [], pca.update
+
+    def spy(agent, optimizer, b, args):
+        before.append((copy.deepcopy(agent), {k: v.clone() for k, v in b.items()}))
+        out = real_update(agent, optimizer, b, args)
+        before[-1] += (copy.deepcopy(agent),)
+        return out
+
+    monkeypatch.setattr(pca, "update", spy)
+    out = pca.train(tiny(clip_coef=1e32, anneal_lr=False, num_steps=64, total_timesteps=2 * 64 * 2))
+    for (old, b, new), losses in zip(before, out["losses"]):
+        with torch.no_grad():  # in float64, where the KL's cancellations cost no digits
+            obs, actions = b["obs"].double(), b["actions"].double()
+            pi_old, pi_new = (torch.distributions.Normal(a.double().actor_mean(obs), a.actor_logstd.exp()) for a in (old, new))
+            ratios = (pi_new.log_prob(actions).sum(-1) - b["logprobs"].double()).exp()
+            kl = torch.distributions.kl_divergence(pi_old, pi_new).sum(-1)
+        assert losses["max_ratio"] == pytest.approx(ratios.max().item(), rel=1e-5)
+        assert losses["mean_kl"] == pytest.approx(kl.mean().item(), rel=1e-4)
+        assert losses["max_kl"] == pytest.approx(kl.max().item(), rel=1e-4)
+        assert losses["max_ratio"] > 1 and losses["max_kl"] > losses["mean_kl"] > 0
+
+
 # ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
 
 
@@ -381,6 +534,13 @@ def test_hack_temperature_changes_what_the_rollout_samples(monkeypatch):
 
 def test_hack_added_layer_trains(monkeypatch):
     assert_added_layer_trains(pca, tiny(), monkeypatch, head="actor_mean")
+
+
+def test_hack_every_param_group_anneals():
+    # tests/hacks.py's check (d) with no edit: the critic has a param group of its own here, at --value-lr
+    with recorded_rates() as rates:
+        out = pca.train(tiny(value_lr=CRITIC_LR))
+    assert_every_group_annealed(rates, out["learning_rate"])
 
 
 # ---- checkpoints, evaluation, resume -------------------------------------------------------------
@@ -463,7 +623,10 @@ def test_resume_applies_a_longer_budget_and_refuses_other_flags(tmp_path, monkey
     [
         ({"env_id": "NoSuchEnv-v9"}, "unknown env id"),
         ({"env_id": "CartPole-v1"}, "Box only"),
-        ({"clip_obs": 0.0}, "clip-obs must be a finite number > 0"),
+        ({"clip_obs": 0.0}, "clip-obs must be a finite number > 0 or inf"),
+        ({"reward_scaling": "return"}, "--reward-scaling must be returns, rewards or none, got 'return'"),
+        ({"learning_rate": math.inf}, "--learning-rate must be a finite number > 0, got inf"),
+        ({"ent_coef": math.nan}, "--ent-coef must be a finite number, got nan"),
     ] + PPO_BAD_INPUT,
 )
 def test_bad_input_rejected_before_training(kw, message):
@@ -477,6 +640,12 @@ BAD_VALUES = [(name, v) for names, low, high, closed in pca.RANGES for name in n
 @pytest.mark.parametrize("name, value", BAD_VALUES)
 def test_every_numeric_flag_is_range_checked(name, value):
     assert_rejected_before_training(pca, tiny(**{name: value}), f"--{name.replace('_', '-')} must be a finite number")
+
+
+def test_a_clip_of_inf_is_accepted_where_it_means_no_clip():
+    for name in pca.OFF_AT_INF:  # and only there (learning_rate above)
+        pca.check_args(tiny(**{name: math.inf}))
+    pca.check_args(tiny(ent_coef=-0.01, clip_coef=1e32))  # PPO-NoClip's settings
 
 
 def test_missing_mujoco_or_renderer_is_a_config_error(monkeypatch):
