@@ -46,6 +46,7 @@ MuJoCo envs pickle only their constructor arguments: the checkpoint adds their p
 """
 
 import gc
+import importlib.metadata
 import importlib.util
 import io
 import math
@@ -67,7 +68,7 @@ SCRIPT = "ppo_continuous_action.py"
 
 @dataclass
 class Args:
-    exp_name: str = "ppo_continuous_action"  # the name of this experiment (the first part of the run name)
+    exp_name: str = SCRIPT.removesuffix(".py")  # the name of this experiment (the first part of the run name)
     seed: int = 1  # seed of python, numpy, torch and the environments
     torch_deterministic: bool = True  # if toggled, sets `torch.backends.cudnn.deterministic=True`
     cuda: bool = True  # use CUDA when available (falls back to CPU with a notice)
@@ -170,8 +171,9 @@ def check_args(args: Args, ckpt=None) -> None:
         raise ConfigError(f"{args.env_id} could not be created ({e}): pip install 'gymnasium[mujoco]'") from None
     except gym.error.Error:
         raise ConfigError(f"unknown env id {args.env_id!r}; see gymnasium.pprint_registry() for the ids") from None
-    except Exception as e:  # mujoco.FatalError: no OpenGL context to render in
-        raise ConfigError(f"cannot create or render {args.env_id} ({e}); without a display: MUJOCO_GL=egl") from None
+    except Exception as e:  # mujoco.FatalError: no OpenGL context to render in; the v2/v3 ids: their mujoco-py is gone
+        fix = "without a display: MUJOCO_GL=egl" if args.capture_video else "use another version of the id (MuJoCo: -v4, -v5)"
+        raise ConfigError(f"cannot create or render {args.env_id} ({e}); {fix}") from None
     if not isinstance(probe.action_space, gym.spaces.Box):
         raise ConfigError(f"{args.env_id} has a {type(probe.action_space).__name__} action space; {SCRIPT} handles "
                           "Box only (use ppo.py for Discrete actions)")
@@ -268,7 +270,7 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
 
 
 class Agent(nn.Module):
-    def __init__(self, obs_dim, action_dim):
+    def __init__(self, obs_dim, action_dim, ortho_init=True):
         super().__init__()
         # detail 13 / C4: separate actor and critic networks, 64-64 tanh each
         self.critic = nn.Sequential(layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(), layer_init(nn.Linear(64, 64)), nn.Tanh(),
@@ -276,6 +278,10 @@ class Agent(nn.Module):
         self.actor_mean = nn.Sequential(layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(), layer_init(nn.Linear(64, 64)),
                                         nn.Tanh(), layer_init(nn.Linear(64, action_dim), std=0.01))  # detail C1
         self.actor_logstd = nn.Parameter(torch.zeros(1, action_dim))  # detail C2: state-independent, initially 0
+        if not ortho_init:  # detail 2 off: seed 004's PPO-M init (its released "xavier"), before any edit made below
+            for layer in (m for m in self.modules() if isinstance(m, nn.Linear)):
+                nn.init.xavier_uniform_(layer.weight)
+                nn.init.zeros_(layer.bias)
 
     def get_value(self, x):
         return self.critic(x).squeeze(-1)
@@ -467,7 +473,9 @@ def train(args: Args, given=None):
 
     # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
     writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    # the Args, then a row with the installed MuJoCo (a version, not a flag): MuJoCo 4 changed the free-joint envs' physics
+    rows = {**asdict(args), "mujoco": importlib.metadata.version("mujoco") if importlib.util.find_spec("mujoco") else "none"}
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in rows.items()))
 
     random.seed(args.seed)
     np.random.seed(args.seed)
@@ -480,11 +488,7 @@ def train(args: Args, given=None):
 
     envs = make_envs(args, run_name)
     obs_shape, action_shape = envs.single_observation_space.shape, envs.single_action_space.shape
-    agent = Agent(int(np.prod(obs_shape)), int(np.prod(action_shape))).to(device)
-    if not args.ortho_init:  # detail 2 off: seed 004's PPO-M init (its released "xavier")
-        for layer in (m for m in agent.modules() if isinstance(m, nn.Linear)):
-            nn.init.xavier_uniform_(layer.weight)
-            nn.init.zeros_(layer.bias)
+    agent = Agent(int(np.prod(obs_shape)), int(np.prod(action_shape)), args.ortho_init).to(device)
     # detail 3: eps 1e-5; fused: the same Adam in one kernel per step, on CPU and CUDA. The critic is a param group of
     # its own, at --value-lr (seed 004's value network learning rate; by default the same rate as the policy)
     critic = {id(p) for p in agent.critic.parameters()}

@@ -1,4 +1,4 @@
-"""Seed 004, the PPO part: what benchmark/implementation_matters.sh runs, the stored runs, and the report.
+"""Seed 004: what benchmark/implementation_matters.sh runs, the stored runs, and the report.
 
 Run:   bash benchmark/implementation_matters.sh [short]          (calls the three commands below)
        python benchmark/implementation_matters.py plan --mode full|short --store DIR
@@ -6,15 +6,18 @@ Run:   bash benchmark/implementation_matters.sh [short]          (calls the thre
        python benchmark/implementation_matters.py report --store DIR [--out DIR]
 
 The settings are the paper's released configs (MadryLab/implementation-matters: src/MuJoCo.json, overridden by
-configs/{walker,hopper}_{ppo,ppom,ppo_noclip}.py), as ppo_continuous_action.py's flags. PPO-M turns every code-level
-detail off but keeps observation normalisation (without its clip); PPO-NoClip keeps them and sets the clip to 1e32.
+configs/{walker,hopper}_{ppo,ppom,ppo_noclip,trpo,trpo_plus}.py), as the flags of ppo_continuous_action.py (PPO, PPO-M,
+PPO-NoClip) and trpo_continuous_action.py (TRPO, TRPO+). PPO-M turns every code-level detail off but keeps observation
+normalisation (without its clip); PPO-NoClip keeps them and sets the clip to 1e32; TRPO+ turns them on in TRPO, with
+its KL schedule (Hopper's rises from 0.04 to 0.07 in the config) and no gradient clip (its config's 1.0 is read by
+the paper's PPO step only).
 Where the configs and the paper's Tables 4 and 6 differ, the configs are followed (Hopper PPO-NoClip's state clip: 10
 in the config, 2.5 in Table 6; Walker2d's: none in the config, 30 in Table 4). What the paper's code does otherwise,
 and we do not, is listed in the report (DIFFERENCES below).
 
 `store` keeps each finished run (run.py's summary says ok) of a planned cell as a row of runs.csv (its final return:
 the mean of its last 100 episodic returns, as every result here) and its Figure 2 numbers every 4 iterations in
-curves.csv; `plan` skips the seeds stored there, so the study goes on across machines, and `report` reads nothing else.
+iterations.csv; `plan` skips the seeds stored there, so the study goes on across machines, and `report` reads nothing else.
 """
 
 import argparse
@@ -32,6 +35,7 @@ from run import RETURN_TAG, ConfigError, args_hash, read_run  # noqa: E402
 STEPS = 1000000
 PROTOCOL = "--num-envs 1 --num-steps 2048 --num-minibatches 32 --update-epochs 10 --save-model --save-every 50"
 MINIMAL = "--max-grad-norm inf --no-clip-vloss --no-anneal-lr --reward-scaling none --no-ortho-init --clip-obs inf"
+DETAILS = "--reward-scaling returns --clip-reward 10 --clip-obs 10 --ortho-init --max-grad-norm inf"  # TRPO+'s
 SETTINGS = {  # (algorithm, env): flags; policy and value learning rates, lambda, clips and entropy per config
     ("PPO", "Walker2d-v4"): "--learning-rate 4e-4 --value-lr 3e-4 --max-grad-norm inf",
     ("PPO", "Hopper-v4"): "--learning-rate 3e-4 --value-lr 2.5e-4 --max-grad-norm inf --no-clip-vloss",
@@ -43,11 +47,17 @@ SETTINGS = {  # (algorithm, env): flags; policy and value learning rates, lambda
     ("PPO-NoClip", "Hopper-v4"): "--learning-rate 6e-5 --value-lr 4e-4 --clip-coef 1e32 --ent-coef=-0.005 "
                                  "--gae-lambda 0.925 --reward-scaling rewards --clip-reward 2.5 --max-grad-norm 4 "
                                  "--no-clip-vloss",
+    ("TRPO", "Walker2d-v4"): "--max-kl 0.04 --value-lr 3e-4",  # trpo_continuous_action.py's defaults: no details
+    ("TRPO", "Hopper-v4"): "--max-kl 0.13 --value-lr 2e-4",
+    ("TRPO+", "Walker2d-v4"): f"--max-kl 0.07 --max-kl-final 0.04 --value-lr 1e-4 {DETAILS}",
+    ("TRPO+", "Hopper-v4"): f"--max-kl 0.04 --max-kl-final 0.07 --value-lr 2e-4 {DETAILS}",
 }
+SCRIPTS = {"TRPO": "trpo_continuous_action.py", "TRPO+": "trpo_continuous_action.py"}  # the others: PPO's
+ALGOS = ["PPO", "PPO-M", "TRPO", "TRPO+", "PPO-NoClip"]
 # Figure 1: PPO's Walker2d settings with each of four details on or off (all on: the PPO cell's own runs)
 SWITCHES = {"value_clipping": "--no-clip-vloss", "reward_scaling": "--reward-scaling none",
             "ortho_init": "--no-ortho-init", "anneal_lr": "--no-anneal-lr"}
-TABLE_SEEDS, FIGURE1_SEEDS = range(1, 11), range(1, 5)
+TABLE_SEEDS, FIGURE1_SEEDS, ENVS = range(1, 11), range(1, 5), ["Walker2d-v4", "Hopper-v4"]
 CURVE_EVERY = 4  # iterations between stored Figure 2 points (the paper: 25)
 CURVE_TAGS = ("losses/max_ratio", "losses/mean_kl", "losses/max_kl")
 
@@ -57,10 +67,14 @@ def figure1_flags(off):
     return " ".join([SETTINGS["PPO", "Walker2d-v4"]] + [SWITCHES[s] for s in SWITCHES if s in off])
 
 
+def script_of(cell):
+    return SCRIPTS.get(cell, "ppo_continuous_action.py")
+
+
 def cells(mode):
     """The planned runs in the order they should run: [(cell, env, seeds, flags)]. The table's first four seeds come
     first (every cell gets a result early), then Figure 1's combinations, then the table's other seeds."""
-    table = [(algo, env, flags) for (algo, env), flags in SETTINGS.items()]
+    table = [(algo, env, SETTINGS[algo, env]) for algo in ALGOS for env in ENVS]
     plan = [(algo, env, list(TABLE_SEEDS)[:4], flags) for algo, env, flags in table]
     if mode == "full":
         combos = [[s for i, s in enumerate(SWITCHES) if mask >> i & 1] for mask in range(1, 2**len(SWITCHES))]
@@ -82,15 +96,15 @@ def read_csv(path):
 
 
 def stored(store):
-    return {(r["args_hash"], r["env_id"], int(r["seed"])) for r in read_csv(os.path.join(store, "runs.csv"))}
+    return {(r["script"], r["args_hash"], r["env_id"], int(r["seed"])) for r in read_csv(os.path.join(store, "runs.csv"))}
 
 
 def plan(mode, store):
     done = stored(store)
     for cell, env, seeds, flags in cells(mode):
-        todo = [s for s in seeds if (args_hash(extra_args(flags)), env, s) not in done]
+        todo = [s for s in seeds if (script_of(cell), args_hash(extra_args(flags)), env, s) not in done]
         if todo:
-            print(f"{cell}\t{env}\t{' '.join(map(str, todo))}\t{PROTOCOL} {flags}")
+            print(f"{cell}\t{env}\t{' '.join(map(str, todo))}\t{script_of(cell)}\t{PROTOCOL} {flags}")
 
 
 def installed(package):
@@ -112,23 +126,23 @@ def append_rows(path, rows):
 
 def store_runs(runs_dir, store):
     """Add the finished runs of planned cells that are not stored yet; returns how many were added."""
-    known = {args_hash(extra_args(flags)): (cell, flags) for cell, _, _, flags in cells("full")}
+    known = {(script_of(cell), args_hash(extra_args(flags))): (cell, flags) for cell, _, _, flags in cells("full")}
     done, added = stored(store), 0
     os.makedirs(store, exist_ok=True)
-    for path in sorted(glob.glob(os.path.join(runs_dir, "summaries", "ppo_continuous_action__*.json"))):
+    for path in sorted(glob.glob(os.path.join(runs_dir, "summaries", "*_continuous_action__*.json"))):
         try:
             with open(path) as f:
                 summary = json.load(f)
         except (OSError, ValueError) as e:
             raise ConfigError(f"summary {path} cannot be read ({e}); delete it and rerun its run") from None
-        key = (args_hash(summary["args"]), summary["env_id"], int(summary["seed"]))
-        if not summary.get("ok") or key[0] not in known or key in done:
+        key = (summary["script"], args_hash(summary["args"]), summary["env_id"], int(summary["seed"]))
+        if not summary.get("ok") or key[:2] not in known or key in done:
             continue
         tb_dir = os.path.join(runs_dir, summary["tb_dir"])
         run = read_run(tb_dir, RETURN_TAG)
-        cell, flags = known[key[0]]
+        cell, flags = known[key[:2]]
         append_rows(os.path.join(store, "runs.csv"), [{
-            "cell": cell, "env_id": key[1], "seed": key[2], "args_hash": key[0], "flags": flags,
+            "cell": cell, "script": key[0], "env_id": key[2], "seed": key[3], "args_hash": key[1], "flags": flags,
             "final_return": round(summary["final_return"], 2), "episodes": summary["episodes"],
             "global_step": summary["global_step"], "git_commit": summary["git_commit"],
             "mujoco": run["hparams"].get("mujoco") or installed("mujoco"), "wall_time_s": summary["wall_time_s"]}])
@@ -138,14 +152,216 @@ def store_runs(runs_dir, store):
         rows = []
         for i in range(CURVE_EVERY - 1, len(steps), CURVE_EVERY):
             window = returns[(ends > (steps[i - CURVE_EVERY] if i >= CURVE_EVERY else 0)) & (ends <= steps[i])]
-            rows.append({"args_hash": key[0], "env_id": key[1], "seed": key[2], "iteration": i + 1, "step": steps[i],
+            rows.append({"args_hash": key[1], "env_id": key[2], "seed": key[3], "iteration": i + 1, "step": steps[i],
                          "mean_return": round(float(window.mean()), 2) if len(window) else "",
                          **{tag.split("/")[1]: f"{curves[tag]['returns'][i]:.5g}" for tag in CURVE_TAGS}})
-        append_rows(os.path.join(store, "curves.csv"), rows)
+        append_rows(os.path.join(store, "iterations.csv"), rows)
         done.add(key)
         added += 1
     print(f"implementation_matters.py: stored {added} new run(s) in {store}")
     return added
+
+
+# ---- the report ---------------------------------------------------------------------------------------------
+
+# the paper's Tables 2 and 3 (v2 envs, >= 80 agents a cell): mean [bootstrapped 95% interval]
+PAPER = {("PPO", "Walker2d-v4"): (3292, 3157, 3426), ("PPO", "Hopper-v4"): (2513, 2391, 2632),
+         ("PPO-M", "Walker2d-v4"): (2735, 2602, 2866), ("PPO-M", "Hopper-v4"): (2142, 2008, 2279),
+         ("PPO-NoClip", "Walker2d-v4"): (2867, 2701, 3024), ("PPO-NoClip", "Hopper-v4"): (2371, 2316, 2424),
+         ("TRPO", "Walker2d-v4"): (2791, 2709, 2873), ("TRPO", "Hopper-v4"): (2043, 1948, 2136),
+         ("TRPO+", "Walker2d-v4"): (3050, 2976, 3126), ("TRPO+", "Hopper-v4"): (2466, 2381, 2549)}
+PAPER_AAI, PAPER_ACLI = {"Walker2d-v4": 242, "Hopper-v4": 99}, {"Walker2d-v4": 557, "Hopper-v4": 421}
+DIFFERENCES = [
+    "Environments: MuJoCo v4 envs under gymnasium 1.x and MuJoCo 3+ (the paper: v2 under mujoco-py).",
+    "One Adam over both networks (the critic a param group at the value learning rate), one shuffle, one loss "
+    "pg - ent_coef * entropy + 0.5 * 0.5 * (V - R)^2; the paper: a separate value optimizer and shuffle, the value "
+    "network trained first, loss (V - R)^2 (Adam is nearly invariant to the scale).",
+    "Gradient clipping (PPO-NoClip's 0.1 and 4) bounds the joint norm of both networks' gradients; the paper clips "
+    "the policy's alone (its PPO and PPO-M clip nothing, as here; its TRPO step clips nothing, so TRPO+'s 1.0 is not "
+    "run here either).",
+    "TRPO: our line search, Fisher subsample and conjugate gradient are the paper's (trpo_continuous_action.py's "
+    "docstring); its advantages are normalised over the batch, as the paper's.",
+    "Episodes run on across iterations and the rollout bootstraps from V(next observation); the paper resets the "
+    "env at every iteration, bootstraps the last step from V(last state), and drops the done steps from the value loss.",
+    "The reward filter's running return restarts after every episode end (VecNormalize); the paper's also at every "
+    "iteration (its env reset). Reward and observation statistics follow baselines' VecNormalize (var + 1e-8).",
+    "Final return: the mean of each run's last 100 training episodes; the paper does not say which episodes its "
+    "final reward averages.",
+    "No learning-rate grid: the configs' rates for each cell, and for Figure 1 PPO's Walker2d rates in every "
+    "combination (the paper picks the best rate of a grid for each of its combinations).",
+]
+
+
+def bootstrap(x, rng, n=1000):
+    """The mean and its bootstrapped 95% interval (n resamples, percentiles), as the paper's tables."""
+    means = rng.choice(x, size=(n, len(x)), replace=True).mean(1)
+    return float(np.mean(x)), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def finals(runs, cell, env):
+    return np.array([float(r["final_return"]) for r in runs if r["cell"] == cell and r["env_id"] == env])
+
+
+def figure1_groups(runs):
+    """Final returns of Figure 1's combinations: [(set of switches off, returns)], all on = the PPO Walker2d cell's
+    runs of Figure 1's seeds."""
+    groups = [(set(), [float(r["final_return"]) for r in runs if r["cell"] == "PPO" and r["env_id"] == "Walker2d-v4"
+                       and int(r["seed"]) in FIGURE1_SEEDS])]
+    for cell in sorted({r["cell"] for r in runs if r["cell"].startswith("fig1 off: ")}):
+        groups.append((set(cell.split(": ")[1].split()), [float(r["final_return"]) for r in runs if r["cell"] == cell]))
+    return groups
+
+
+def curves_of(curves, runs, cell, env):
+    """{seed: rows} of a cell's stored Figure 2 numbers."""
+    hashes = {r["args_hash"] for r in runs if r["cell"] == cell and r["env_id"] == env}
+    out = {}
+    for row in curves:
+        if row["args_hash"] in hashes and row["env_id"] == env:
+            out.setdefault(int(row["seed"]), []).append(row)
+    return out
+
+
+def trpo_delta(env):
+    flags = SETTINGS["TRPO", env].split()
+    return float(flags[flags.index("--max-kl") + 1])
+
+
+def report(store, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from scipy import stats
+
+    runs, curves = read_csv(os.path.join(store, "runs.csv")), read_csv(os.path.join(store, "iterations.csv"))
+    if not runs:
+        raise ConfigError(f"no stored runs in {store}; run benchmark/implementation_matters.sh first")
+    os.makedirs(out, exist_ok=True)
+    rng, envs, algos = np.random.default_rng(0), ENVS, ALGOS
+    lines = ["# Seed 004 reproduced: PPO, PPO-M, TRPO, TRPO+, PPO-NoClip (Engstrom et al. 2020)", "",
+             f"`bash benchmark/implementation_matters.sh`, then `python benchmark/implementation_matters.py report "
+             f"--store {os.path.relpath(store)}`. {len(runs)} stored runs of ppo_continuous_action.py and "
+             "trpo_continuous_action.py at 1M steps "
+             f"(commits {', '.join(sorted({r['git_commit'][:7] for r in runs}))}; MuJoCo "
+             f"{', '.join(sorted({r['mujoco'] for r in runs}))}). Final return: the mean of a run's last 100 episodes.",
+             "", "## Tables 2 and 3", "",
+             "| algorithm | " + " | ".join(f"{e}: ours, n | paper ({e.replace('-v4', '-v2')})" for e in envs) + " |",
+             "|---|" + "---|---|" * len(envs)]
+    summary = {}
+    for algo in algos:
+        cells = []
+        for env in envs:
+            x = finals(runs, algo, env)
+            summary[algo, env] = bootstrap(x, rng) if len(x) else None
+            ours = f"{summary[algo, env][0]:.0f} [{summary[algo, env][1]:.0f}, {summary[algo, env][2]:.0f}], " \
+                   f"{len(x)}" if len(x) else "not run yet"
+            cells.append(f"{ours} | {PAPER[algo, env][0]} [{PAPER[algo, env][1]}, {PAPER[algo, env][2]}]")
+        lines.append(f"| {algo} | " + " | ".join(cells) + " |")
+    lines += ["", "Mean [bootstrapped 95% interval of the mean, 1,000 resamples], and the number of seeds. AAI, what the "
+              "step method moves: max(|PPO - TRPO+|, |PPO-M - TRPO|); ACLI, what the code-level details move: "
+              "max(|PPO - PPO-M|, |TRPO+ - TRPO|):", ""]
+    aai_acli = {}
+    for env in envs:
+        m = {a: summary[a, env][0] for a in ("PPO", "PPO-M", "TRPO", "TRPO+") if summary[a, env]}
+        if len(m) == 4:
+            aai_acli[env] = (max(abs(m["PPO"] - m["TRPO+"]), abs(m["PPO-M"] - m["TRPO"])),
+                             max(abs(m["PPO"] - m["PPO-M"]), abs(m["TRPO+"] - m["TRPO"])))
+            lines.append(f"- {env}: AAI {aai_acli[env][0]:.0f}, ACLI {aai_acli[env][1]:.0f} (the paper: AAI "
+                         f"{PAPER_AAI[env]}, ACLI {PAPER_ACLI[env]})")
+        else:
+            lines.append(f"- {env}: AAI and ACLI wait for {', '.join(sorted({'PPO', 'PPO-M', 'TRPO', 'TRPO+'} - set(m)))}")
+
+    def beats(a, b, env):  # a's mean above b's, with the bootstrapped interval of the difference above 0
+        x, y = finals(runs, a, env), finals(runs, b, env)
+        if len(x) < 2 or len(y) < 2:
+            return "not run yet", None
+        diffs = rng.choice(x, (1000, len(x))).mean(1) - rng.choice(y, (1000, len(y))).mean(1)
+        low, high = np.percentile(diffs, [2.5, 97.5])
+        word = "yes" if low > 0 else "no (the reverse)" if high < 0 else "not shown (the interval holds 0)"
+        return f"{word}: {x.mean() - y.mean():+.0f} [{low:+.0f}, {high:+.0f}], n {len(x)} and {len(y)}", low > 0
+
+    lines += ["", "## The paper's claims", "", "| claim | " + " | ".join(envs) + " |", "|---|" + "---|" * len(envs)]
+    lines.append("| (a) PPO beats PPO-M | " + " | ".join(beats("PPO", "PPO-M", e)[0] for e in envs) + " |")
+    row = []
+    for env in envs:
+        text, _ = beats("PPO-NoClip", "PPO-M", env)
+        noclip, ppo = summary["PPO-NoClip", env], summary["PPO", env]
+        if noclip and ppo:
+            text += f"; NoClip's mean {'inside' if ppo[1] <= noclip[0] <= ppo[2] else 'outside'} PPO's interval"
+        row.append(text)
+    lines.append("| (b) PPO-NoClip beats PPO-M, within PPO's interval | " + " | ".join(row) + " |")
+    lines.append("| (e) the code-level details move results more than the step method (ACLI > AAI) | " + " | ".join(
+        ("yes" if aai_acli[e][1] > aai_acli[e][0] else "no") + f": ACLI {aai_acli[e][1]:.0f}, AAI {aai_acli[e][0]:.0f}"
+        if e in aai_acli else "not run yet" for e in envs) + " |")
+
+    # Figure 2: the max ratio and the mean KL over training
+    fig, axes = plt.subplots(len(envs), 3, figsize=(15, 4 * len(envs)), squeeze=False)
+    colors = {"PPO": "tab:blue", "PPO-M": "tab:orange", "TRPO": "tab:red", "PPO-NoClip": "tab:green"}
+    row = []
+    for i, env in enumerate(envs):
+        outside = []
+        for algo in colors:
+            for n, (seed, rows) in enumerate(sorted(curves_of(curves, runs, algo, env).items())):
+                it = [int(r["iteration"]) for r in rows]
+                for ax, key in zip(axes[i], ("mean_return", "max_ratio", "mean_kl")):
+                    ax.plot(it, [float(r[key]) if r[key] != "" else np.nan for r in rows], color=colors[algo],
+                            lw=0.8, alpha=0.7, label=algo if n == 0 else None)
+                if algo in ("PPO", "PPO-M"):
+                    outside.append((algo, np.mean([float(r["max_ratio"]) > 1.2 for r in rows])))
+        axes[i][1].axhline(1.2, color="k", ls=":", label="1 + epsilon")
+        axes[i][2].axhline(trpo_delta(env), color="tab:red", ls=":", label="TRPO's delta")
+        for ax, title in zip(axes[i], ("mean episodic return", "max ratio new / old over the batch",
+                                       "mean KL(old || new) over the batch")):
+            ax.set_title(f"{env}: {title}", fontsize=10)
+            ax.set_xlabel("iteration")
+        axes[i][1].set_yscale("log")
+        axes[i][0].legend(fontsize=8)
+        by_algo = {a: [f for b, f in outside if b == a] for a in ("PPO", "PPO-M")}
+        row.append("; ".join(f"{a}: {100 * np.mean(f):.0f}% of iterations above 1.2 ({len(f)} runs)"
+                             for a, f in by_algo.items() if f) or "not run yet")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "figure2.png"), dpi=80)
+    plt.close(fig)
+    lines.append("| (c) the max ratio leaves [1 - eps, 1 + eps] for PPO and PPO-M alike | " + " | ".join(row) + " |")
+
+    # Figure 1: 1 - CDF of the final return, split by each switch
+    groups = figure1_groups(runs)
+    fig, axes = plt.subplots(1, len(SWITCHES), figsize=(4.5 * len(SWITCHES), 3.8), squeeze=False)
+    shifts = []
+    for ax, switch in zip(axes[0], SWITCHES):
+        on = np.array([x for off, xs in groups if switch not in off for x in xs])
+        off = np.array([x for off_, xs in groups if switch in off_ for x in xs])
+        for values, label in ((on, "on"), (off, "off")):
+            if len(values):
+                v = np.sort(values)
+                ax.step(v, 1 - np.arange(1, len(v) + 1) / len(v), where="post", label=f"{label} ({len(v)} runs)")
+        ax.set_title(f"Walker2d-v4: {switch}", fontsize=10)
+        ax.set_xlabel("final return")
+        ax.set_ylabel("1 - CDF")
+        ax.legend(fontsize=8)
+        if len(on) >= 3 and len(off) >= 3:
+            p = stats.mannwhitneyu(on, off).pvalue
+            shifts.append(f"{switch}: on {on.mean():.0f}, off {off.mean():.0f} (n {len(on)}/{len(off)}, "
+                          f"Mann-Whitney p {p:.2g}{', shifted' if p < 0.05 else ', no shift shown'})")
+        else:
+            shifts.append(f"{switch}: not run yet")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "figure1.png"), dpi=80)
+    plt.close(fig)
+    lines.append("| (d) reward scaling, annealing and init each shift the reward distribution (Walker2d) | "
+                 + "; ".join(shifts) + " | |")
+    lines += ["", f"Figure 1 ({len(groups)} of 16 combinations stored, {FIGURE1_SEEDS.stop - 1} seeds each), "
+              "the paper's way: 1 - CDF of the final return, the runs split by each switch on or off.", "",
+              "![Figure 1](figure1.png)", "", "Figure 2: per iteration, one line per seed (stored every "
+              f"{CURVE_EVERY} iterations); the dotted line is 1 + epsilon.", "", "![Figure 2](figure2.png)", "",
+              "## What the paper's code does otherwise", ""] + [f"- {d}" for d in DIFFERENCES]
+    lines += ["", "## Settings of each cell (ppo_continuous_action.py's flags)", "", f"Every run: `{PROTOCOL}`.", ""]
+    lines += [f"- {algo} on {env} ({script_of(algo)}): `{flags}`" for (algo, env), flags in SETTINGS.items()]
+    lines += [f"- Figure 1: PPO's Walker2d flags with {', '.join(f'`{f}`' for f in SWITCHES.values())} for a switch "
+              "turned off."]
+    with open(os.path.join(out, "report.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"implementation_matters.py: report in {os.path.join(out, 'report.md')}")
 
 
 def main(argv=None):
@@ -153,7 +369,7 @@ def main(argv=None):
     sub = p.add_subparsers(dest="command", required=True)
     for name in ("plan", "store", "report"):
         s = sub.add_parser(name)
-        s.add_argument("--store", required=True, help="the folder of the stored runs (runs.csv, curves.csv)")
+        s.add_argument("--store", required=True, help="the folder of the stored runs (runs.csv, iterations.csv)")
         if name == "plan":
             s.add_argument("--mode", choices=["full", "short"], default="full")
         if name == "store":

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Seed 004 (Engstrom et al., Implementation Matters in Deep Policy Gradients, ICLR 2020), the PPO part, with
-# ppo_continuous_action.py on the paper's protocol: 1M steps, 2048 steps per iteration from one env, 32 minibatches,
-# 10 epochs, the settings of its released configs for each algorithm and env (benchmark/implementation_matters.py
-# lists them, and what we run otherwise).
+# Seed 004 (Engstrom et al., Implementation Matters in Deep Policy Gradients, ICLR 2020), with ppo_continuous_action.py
+# and trpo_continuous_action.py on the paper's protocol: 1M steps, 2048 steps per iteration from one env, 32
+# minibatches, 10 epochs, the settings of its released configs for each algorithm and env
+# (benchmark/implementation_matters.py lists them, and what we run otherwise).
 #
-#   bash benchmark/implementation_matters.sh          # Tables 2-3: PPO, PPO-M, PPO-NoClip on Walker2d-v4 and Hopper-v4,
-#                                                     # 10 seeds a cell; Figure 1: 16 combinations on Walker2d-v4,
-#                                                     # 3 seeds each (~105 runs, ~6 min each on one core)
-#   bash benchmark/implementation_matters.sh short    # seeds 1-3 of the six table cells only
+#   bash benchmark/implementation_matters.sh          # Tables 2-3: PPO, PPO-M, TRPO, TRPO+, PPO-NoClip on Walker2d-v4
+#                                                     # and Hopper-v4, 10 seeds a cell; Figure 1: 16 combinations on
+#                                                     # Walker2d-v4, 4 seeds each (160 runs)
+#   bash benchmark/implementation_matters.sh short    # seeds 1-4 of the ten table cells only
 #
 # Runs go to runs/ of the current directory through run.py (2 at a time, one thread each; checkpointed every 50
 # iterations, so a rerun continues a stopped run). After each cell, the runs that finished are stored, compactly,
@@ -19,12 +19,12 @@ STEPS=1000000
 STUDY="$BENCH/implementation_matters.py"
 STORE="$BENCH/results/implementation_matters"
 
-# one line per run.py call still to make: cell, env id, seeds, the script's flags
+# one line per run.py call still to make: cell, env id, seeds, script, the script's flags
 plan=$(python "$STUDY" plan --mode "$MODE" --store "$STORE") || exit 2
-while IFS=$'\t' read -r cell env_id seeds args; do
+while IFS=$'\t' read -r cell env_id seeds script args; do
     [ -n "$cell" ] || continue
     echo "== $cell on $env_id, seeds $seeds"
-    SEEDS="$seeds" ARGS="$args" sweep ppo_continuous_action.py "$env_id"
+    SEEDS="$seeds" ARGS="$args" sweep "$script" "$env_id"
     python "$STUDY" store runs/ --store "$STORE" || status=1
 done <<< "$plan"
 

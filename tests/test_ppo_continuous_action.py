@@ -1,6 +1,7 @@
 """Tests of ppo_continuous_action.py: the 9 continuous-action details, checkpoints with normalisation
 statistics, evaluation, resume, hack safety and bad input. The core PPO details shared with ppo.py are tested there."""
 
+import importlib.metadata
 import math
 import os
 import subprocess
@@ -596,6 +597,18 @@ def test_mujoco_v4_and_v5_ids_train(env_id):
     assert out["obs_rms"][0].shape == (17,) and out["agent"].actor_logstd.shape == (1, 6)
 
 
+def test_the_hyperparameters_text_ends_with_the_installed_mujoco():
+    """Issue 38: MuJoCo's version decides the free-joint envs' physics. A row after the Args, where benchmark/run.py's
+    read_run finds it for the run summaries, report.py, compare.py and lockstep.py."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmark"))
+    from run import read_run
+
+    out = pca.train(tiny(num_envs=1, num_steps=32, total_timesteps=32))
+    hparams = read_run(out["run_dir"])["hparams"]
+    assert list(hparams)[-1] == "mujoco" and hparams["mujoco"] == importlib.metadata.version("mujoco")
+    assert (hparams["env_id"], hparams["num_steps"]) == ("Hopper-v4", "32")  # the Args' rows before it, as they were
+
+
 # ---- run identity and resume (issue 24) ------------------------------------------------------------
 
 
@@ -700,3 +713,12 @@ def test_cli_help_and_import_has_no_side_effects():
 
 def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
     assert_memory_checked(pca, monkeypatch, pca.Args(num_envs=10**9))
+
+
+def test_an_env_that_cannot_be_made_is_not_blamed_on_a_display():
+    """Issue 37.10: HalfCheetah-v3 (mujoco-py, moved out of gymnasium) was refused with "without a display:
+    MUJOCO_GL=egl", a fix for rendering, which it did not do."""
+    with pytest.raises(pca.ConfigError) as refused:
+        pca.check_args(pca.Args(env_id="HalfCheetah-v3"))
+    assert str(refused.value).startswith("cannot create or render HalfCheetah-v3 (")
+    assert str(refused.value).endswith("); use another version of the id (MuJoCo: -v4, -v5)")

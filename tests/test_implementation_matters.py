@@ -1,0 +1,169 @@
+"""benchmark/implementation_matters.py: seed 004's cells are the paper's released settings, the study goes on from the
+runs it stored, and the report reads them."""
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tyro
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "benchmark"))
+import implementation_matters as im  # noqa: E402
+import ppo_continuous_action as pca  # noqa: E402
+import trpo_continuous_action as trpo  # noqa: E402
+
+STUDY = os.path.join(ROOT, "benchmark", "implementation_matters.py")
+
+# the released configs (MadryLab/implementation-matters configs/*.py over src/MuJoCo.json), written out by hand
+CONFIGS = {
+    ("PPO", "Walker2d-v4"): dict(learning_rate=4e-4, value_lr=3e-4, clip_vloss=True, max_grad_norm=math.inf),
+    ("PPO", "Hopper-v4"): dict(learning_rate=3e-4, value_lr=2.5e-4, clip_vloss=False, max_grad_norm=math.inf),
+    ("PPO-M", "Walker2d-v4"): dict(learning_rate=1e-4, value_lr=2e-4, clip_vloss=False, max_grad_norm=math.inf,
+                                   anneal_lr=False, reward_scaling="none", ortho_init=False, clip_obs=math.inf),
+    ("PPO-M", "Hopper-v4"): dict(learning_rate=1.7e-4, value_lr=4e-4, clip_vloss=False, max_grad_norm=math.inf,
+                                 anneal_lr=False, reward_scaling="none", ortho_init=False, clip_obs=math.inf),
+    ("PPO-NoClip", "Walker2d-v4"): dict(learning_rate=7.25e-5, value_lr=6e-4, clip_coef=1e32, ent_coef=-0.01,
+                                        gae_lambda=0.85, reward_scaling="rewards", clip_reward=30.0, clip_obs=math.inf,
+                                        max_grad_norm=0.1, clip_vloss=False),
+    ("PPO-NoClip", "Hopper-v4"): dict(learning_rate=6e-5, value_lr=4e-4, clip_coef=1e32, ent_coef=-0.005,
+                                      gae_lambda=0.925, reward_scaling="rewards", clip_reward=2.5, max_grad_norm=4.0,
+                                      clip_vloss=False),
+    ("TRPO", "Walker2d-v4"): dict(max_kl=0.04, max_kl_final=None, value_lr=3e-4, clip_vloss=False, anneal_lr=False,
+                                  reward_scaling="none", ortho_init=False, clip_obs=math.inf, max_grad_norm=math.inf),
+    ("TRPO", "Hopper-v4"): dict(max_kl=0.13, max_kl_final=None, value_lr=2e-4, clip_vloss=False, anneal_lr=False,
+                                reward_scaling="none", ortho_init=False, clip_obs=math.inf, max_grad_norm=math.inf),
+    ("TRPO+", "Walker2d-v4"): dict(max_kl=0.07, max_kl_final=0.04, value_lr=1e-4, clip_vloss=False, anneal_lr=False,
+                                   reward_scaling="returns", ortho_init=True, clip_obs=10.0, clip_reward=10.0,
+                                   max_grad_norm=math.inf),
+    ("TRPO+", "Hopper-v4"): dict(max_kl=0.04, max_kl_final=0.07, value_lr=2e-4, clip_vloss=False, anneal_lr=False,
+                                 reward_scaling="returns", ortho_init=True, clip_obs=10.0, clip_reward=10.0,
+                                 max_grad_norm=math.inf),
+}
+TRPO_COMMON = dict(fisher_frac=0.1, cg_steps=10, cg_damping=0.1, backtrack_steps=10)
+COMMON = dict(num_envs=1, num_steps=2048, num_minibatches=32, update_epochs=10, total_timesteps=1000000, gamma=0.99,
+              norm_obs=True, ent_coef=0.0, clip_coef=0.2, gae_lambda=0.95, anneal_lr=True, ortho_init=True,
+              reward_scaling="returns", clip_obs=10.0, clip_reward=10.0)
+
+
+def parsed(env, flags, script="ppo_continuous_action.py"):
+    """The Args the script parses from a planned line's flags, as the sweep runs it."""
+    mod = trpo if script == "trpo_continuous_action.py" else pca
+    return mod, tyro.cli(mod.Args, args=["--env-id", env] + im.extra_args(flags))
+
+
+def plan_lines(store, mode="full"):
+    res = subprocess.run([sys.executable, STUDY, "plan", "--mode", mode, "--store", str(store)], capture_output=True,
+                         text=True)
+    assert res.returncode == 0, res.stderr
+    return [line.split("\t") for line in res.stdout.splitlines()]
+
+
+def test_each_cell_runs_the_papers_released_settings(tmp_path):
+    lines = plan_lines(tmp_path)
+    table = {(cell, env): (script, flags) for cell, env, seeds, script, flags in lines if not cell.startswith("fig1")}
+    assert set(table) == set(CONFIGS)
+    for (algo, env), expected in CONFIGS.items():
+        script, flags = table[algo, env]
+        assert script == ("trpo_continuous_action.py" if algo.startswith("TRPO") else "ppo_continuous_action.py")
+        mod, args = parsed(env, flags.replace(im.PROTOCOL, ""), script)
+        mod.check_args(args)
+        expected = {**COMMON, **(TRPO_COMMON if mod is trpo else {}), **expected}
+        assert {k: getattr(args, k) for k in expected} == expected, (algo, env)
+    assert [len(line[2].split()) for line in lines] == [4] * 10 + [4] * 15 + [6] * 10  # table first: seeds 1-4
+    assert [line[0] for line in plan_lines(tmp_path, "short")] == [line[0] for line in lines[:10]]
+
+
+def test_figure1_is_every_combination_of_four_switches_around_ppo():
+    seen = set()
+    for off in [set()] + [set(c.split(": ")[1].split()) for c, *_ in im.cells("full") if c.startswith("fig1")]:
+        _, args = parsed("Walker2d-v4", im.figure1_flags(off))
+        state = (args.clip_vloss, args.reward_scaling == "returns", args.ortho_init, args.anneal_lr)
+        assert state == tuple(s not in off for s in im.SWITCHES)
+        assert (args.learning_rate, args.value_lr, args.max_grad_norm) == (4e-4, 3e-4, math.inf)
+        seen.add(state)
+    assert len(seen) == 16
+    # all four on is the PPO cell itself: its runs count for both
+    assert im.figure1_flags(set()) == im.SETTINGS["PPO", "Walker2d-v4"]
+
+
+def fake_run(tmp_path, monkeypatch, cell="PPO", env="Walker2d-v4", seed=2):
+    """A short real training run logged where the sweep's run of (cell, env, seed) would be, with run.py's summary."""
+    monkeypatch.chdir(tmp_path)
+    out = pca.train(pca.Args(env_id="Hopper-v4", cuda=False, num_steps=64, num_minibatches=2, update_epochs=2,
+                             total_timesteps=64 * 10))
+    extra = im.extra_args(im.SETTINGS[cell, env])
+    os.makedirs("runs/summaries", exist_ok=True)
+    with open(f"runs/summaries/ppo_continuous_action__{env}__{seed}__{im.args_hash(extra)}.json", "w") as f:
+        json.dump({"ok": True, "script": "ppo_continuous_action.py", "args": extra, "env_id": env, "seed": seed, "tb_dir": os.path.relpath(out["run_dir"], "runs"),
+                   "final_return": float(np.mean(out["episodic_return"][-100:])), "episodes": len(out["episodic_return"]),
+                   "global_step": out["global_step"], "git_commit": "0123456789", "wall_time_s": 1.5}, f)
+    return out
+
+
+def test_store_keeps_finished_runs_once_and_plan_skips_them(tmp_path, monkeypatch):
+    out = fake_run(tmp_path, monkeypatch)
+    store = tmp_path / "store"
+    assert im.store_runs("runs", str(store)) == 1 and im.store_runs("runs", str(store)) == 0  # once
+    (row,) = im.read_csv(store / "runs.csv")
+    assert (row["cell"], row["env_id"], row["seed"]) == ("PPO", "Walker2d-v4", "2")
+    assert float(row["final_return"]) == pytest.approx(np.mean(out["episodic_return"][-100:]), abs=0.01)
+    curves = im.read_csv(store / "iterations.csv")
+    assert [int(r["iteration"]) for r in curves] == [4, 8]
+    for r in curves:  # the logged Figure 2 numbers of those iterations
+        logged = out["losses"][int(r["iteration"]) - 1]
+        for key in ("max_ratio", "mean_kl", "max_kl"):
+            assert float(r[key]) == pytest.approx(logged[key], rel=1e-4)
+    lines = plan_lines(store)
+    assert lines[0][:3] == ["PPO", "Walker2d-v4", "1 3 4"] and lines[1][2] == "1 2 3 4"  # only that cell's seed 2
+
+
+def synthetic_store(path, ppo=3300.0, ppo_m=2700.0):
+    """A store of made-up runs: every cell's seeds, final returns around the given means, Figure 2 curves."""
+    noise, runs, curves = np.random.default_rng(0).normal(0, 50, size=11), [], []  # a seed's noise in every cell
+    for cell, env, seeds, flags in im.cells("full"):
+        h = im.args_hash(im.extra_args(flags))
+        for seed in seeds:
+            mean = {"PPO": ppo, "PPO-M": ppo_m, "PPO-NoClip": ppo, "TRPO": ppo_m - 100, "TRPO+": ppo - 100}.get(
+                cell, ppo - 200 * ("anneal" in cell))
+            runs.append(dict(cell=cell, script=im.script_of(cell), env_id=env, seed=seed, args_hash=h, flags=flags, final_return=mean + noise[seed],
+                             episodes=900, global_step=999424, git_commit="abc1234", mujoco="3.3.7", wall_time_s=400))
+            curves += [dict(args_hash=h, env_id=env, seed=seed, iteration=i, step=2048 * i, mean_return=i,
+                            max_ratio=1.5 if cell == "PPO" else 1.1, mean_kl=0.01, max_kl=0.05) for i in (4, 8)]
+    os.makedirs(path, exist_ok=True)
+    im.append_rows(os.path.join(path, "runs.csv"), runs)
+    im.append_rows(os.path.join(path, "iterations.csv"), curves)
+
+
+def test_report_reads_the_verdicts_off_the_stored_runs(tmp_path):
+    synthetic_store(tmp_path / "a")
+    assert im.main(["report", "--store", str(tmp_path / "a")]) == 0
+    text = (tmp_path / "a" / "report.md").read_text()
+    assert "| PPO | 3" in text and "10 | 3292 [3157, 3426]" in text  # ours beside the paper's row, 10 seeds
+    claims = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| (")}
+    assert claims["| (a) PPO beats PPO-M"].count("yes: +6") == 2
+    assert "AAI 100, ACLI 600" in text.replace(".", "")  # |PPO - TRPO+| = |PPO-M - TRPO| = 100; the details: 600
+    assert claims["| (e) the code-level details move results more than the step method (ACLI > AAI)"].count("yes") == 2
+    assert "PPO: 100% of iterations above 1.2" in claims["| (c) the max ratio leaves [1 - eps, 1 + eps] for PPO and PPO-M alike"]
+    assert "PPO-M: 0% of iterations" in claims["| (c) the max ratio leaves [1 - eps, 1 + eps] for PPO and PPO-M alike"]
+    d = claims["| (d) reward scaling, annealing and init each shift the reward distribution (Walker2d)"]
+    on, off, n_on, n_off = map(int, re.search(r"anneal_lr: on (\d+), off (\d+) \(n (\d+)/(\d+)", d).groups())
+    assert abs(on - 3300) < 30 and abs(off - 3100) < 30 and n_on == n_off == 32  # 8 combinations of 4 seeds a side
+    assert d.split("anneal_lr")[1].split(")")[0].endswith("shifted")  # only annealing moved the made-up returns
+    assert d.count("no shift shown") == 3
+    assert (tmp_path / "a" / "figure1.png").stat().st_size > 10000 and (tmp_path / "a" / "figure2.png").exists()
+    # the same means: the verdict turns
+    synthetic_store(tmp_path / "b", ppo_m=3300.0)
+    im.main(["report", "--store", str(tmp_path / "b")])
+    assert "| (a) PPO beats PPO-M | not shown" in (tmp_path / "b" / "report.md").read_text()
+
+
+def test_an_empty_store_is_one_line(tmp_path):
+    res = subprocess.run([sys.executable, STUDY, "report", "--store", str(tmp_path)], capture_output=True, text=True)
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        f"implementation_matters.py: error: no stored runs in {tmp_path}; run benchmark/implementation_matters.sh first"]
