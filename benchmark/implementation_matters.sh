@@ -7,7 +7,7 @@
 #   bash benchmark/implementation_matters.sh          # Tables 2-3: PPO, PPO-M, TRPO, TRPO+, PPO-NoClip on Walker2d-v4
 #                                                     # and Hopper-v4, 10 seeds a cell; Figure 1: 16 combinations on
 #                                                     # Walker2d-v4, 4 seeds each (160 runs)
-#   bash benchmark/implementation_matters.sh short    # seeds 1-4 of the ten table cells only
+#   bash benchmark/implementation_matters.sh short    # seeds 1-4 of the ten table cells only (40 runs)
 #
 # Runs go to runs/ of the current directory through run.py (2 at a time, one thread each; checkpointed every 50
 # iterations, so a rerun continues a stopped run). After each cell, the runs that finished are stored, compactly,

@@ -75,8 +75,9 @@ def test_each_cell_runs_the_papers_released_settings(tmp_path):
         mod.check_args(args)
         expected = {**COMMON, **(TRPO_COMMON if mod is trpo else {}), **expected}
         assert {k: getattr(args, k) for k in expected} == expected, (algo, env)
-    assert [len(line[2].split()) for line in lines] == [4] * 10 + [4] * 15 + [6] * 10  # table first: seeds 1-4
-    assert [line[0] for line in plan_lines(tmp_path, "short")] == [line[0] for line in lines[:10]]
+    # the table first, seeds 1-2 of every cell, then 3-4; Figure 1; the table's seeds 5-10
+    assert [line[2] for line in lines] == ["1 2"] * 10 + ["3 4"] * 10 + ["1 2 3 4"] * 15 + ["5 6 7 8 9 10"] * 10
+    assert plan_lines(tmp_path, "short") == lines[:20]
 
 
 def test_figure1_is_every_combination_of_four_switches_around_ppo():
@@ -120,7 +121,7 @@ def test_store_keeps_finished_runs_once_and_plan_skips_them(tmp_path, monkeypatc
         for key in ("max_ratio", "mean_kl", "max_kl"):
             assert float(r[key]) == pytest.approx(logged[key], rel=1e-4)
     lines = plan_lines(store)
-    assert lines[0][:3] == ["PPO", "Walker2d-v4", "1 3 4"] and lines[1][2] == "1 2 3 4"  # only that cell's seed 2
+    assert lines[0][:3] == ["PPO", "Walker2d-v4", "1"] and lines[1][:3] == ["PPO-M", "Walker2d-v4", "1 2"]  # seed 2 stored
 
 
 def synthetic_store(path, ppo=3300.0, ppo_m=2700.0):
