@@ -1,0 +1,722 @@
+"""Every script on CUDA in one prepared command, its speed beside CleanRL's on the same card, and its host-device syncs
+(issue 36). Made for the device machine the `device` tool lends (no network, 15 minutes); runs anywhere.
+
+Run:   python3 benchmark/gpu_check.py --install .gpu/ours .gpu/cleanrl --cleanrl-dir .gpu/cleanrl-src --out $OUT
+CPU dry run (the same runs and report, small): python benchmark/gpu_check.py --no-cuda --tiny --scripts ppo.py --out DIR
+
+1. Correctness, one process per script (torchrun for the two distributed ones), --workers at a time, on TINY settings:
+   two iterations with --save-model --save-every 1, then --resume to three, then the checkpoint evaluated on the CPU
+   (what --eval-checkpoint runs) and on the device. Checked:
+   - every first minibatch's max |ratio - 1| (nothing has changed since the rollout) is below RATIO_TOL;
+   - the CPU's first update agrees with the device's: the first update()'s weights and batch, kept, go through
+     update() once more on copies as one minibatch, on the CPU and on the device; the losses (computed before the step)
+     must agree within TWIN_RTOL relative (TWIN_RTOL_CONV for a CNN: cuDNN convolves fp32 in TF32 by default, which
+     rounds inputs to 10 bits, 5e-4 relative, per layer) plus TWIN_ATOL (a policy loss of normalised advantages is ~0);
+   - --bf16 (the CNN scripts): it trains, stays on policy, and its first losses are within BF16_RTOL + BF16_ATOL of
+     fp32's (tests/precision.py says why those numbers);
+   - ppo_atari_multigpu.py under torchrun --nproc_per_node=1 (NCCL on CUDA), and 2 when two GPUs are visible;
+     impala_vtrace_distributed.py with a learner and one actor rank (gloo by design: its actors are CPU processes).
+   During the first training torch.cuda.set_sync_debug_mode("warn") is on, and the syncs between consecutive calls of
+   Agent.get_action_and_value are counted: gradients off, a rollout step; on, a minibatch (IMPALA and PAAC: a learner
+   batch). The median over those gaps is the figure; a gap that also holds GAE, logging or a checkpoint is the max.
+2. Speed, one run at a time: each script at its defaults for SPEED_STEPS (x --speed-scale), seed 1; ours with --bf16
+   where it has the flag; CleanRL's script of the same name with the same env, steps and seed, under its own pins
+   (the site installed from a folder named cleanrl; CleanRL's cuda flag is on by default). steps/s: the last
+   charts/SPS each run logged; where ours' time goes: its env / inference / update timers. No run starts after
+   --deadline seconds.
+3. Writes OUT/gpu_check.md (rewritten after every result, so a run cut short keeps what it measured), gpu_check.json
+   (the raw results) and gpu_check.log (each process's command and the end of its output).
+--install DIR...: pip installs DIR/*.whl (--no-index) into --site/<DIR's name>, replacing it; ours' processes see every
+folder of --site but cleanrl, CleanRL's see cleanrl first. --install-only stops there (a call that carries one bundle).
+Exit status: 0 when every check that ran passed, 1 when one failed, 2 on bad input (one line).
+"""
+
+import argparse
+import copy
+import dataclasses
+import faulthandler
+import glob
+import importlib
+import json
+import math
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import Children, git_commit, machine_info, read_run  # noqa: E402
+from throughput import last_line  # noqa: E402
+from vs_cleanrl import NEEDS_ALE_IMPORT, checkout_commit, command, reference_path, timed_run  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+NAME = "gpu_check.py"
+
+# the correctness runs' settings (a small rollout) and the steps of one iteration under them
+PPO_TINY = "--num-envs 2 --num-steps 32 --num-minibatches 2 --update-epochs 2"
+CNN_TINY = "--num-envs 2 --num-steps 32 --num-minibatches 2 --update-epochs 1"
+MICRORTS_TINY = "--num-envs 2 --num-steps 16 --num-minibatches 2 --update-epochs 2 --max-steps 20"
+TINY = {"ppo.py": (PPO_TINY, 64), "ppo_shared.py": (PPO_TINY, 64), "ppo_atari.py": (CNN_TINY, 64),
+        "ppo_atari_lstm.py": (CNN_TINY, 64), "ppo_atari_envpool.py": (CNN_TINY, 64),
+        "ppo_atari_multigpu.py": (CNN_TINY, 64),
+        "ppo_continuous_action.py": (PPO_TINY, 64), "trpo_continuous_action.py": (PPO_TINY, 64),
+        "ppo_procgen.py": ("--num-envs 2 --num-steps 16 --num-minibatches 2 --update-epochs 1", 32),
+        "ppo_multidiscrete.py": (MICRORTS_TINY, 32), "ppo_multidiscrete_mask.py": (MICRORTS_TINY, 32),
+        "a2c_paac.py": ("--num-envs 2 --num-workers 2 --num-steps 5", 10),
+        # one actor: which actor's unrolls make the first batch is a race, and --bf16's first losses are compared
+        "impala_vtrace.py": ("--num-actors 1 --batch-size 4 --unroll-length 10", 40),
+        "impala_vtrace_distributed.py": ("--batch-size 4 --unroll-length 10", 40)}
+# the speed runs' steps at each script's defaults: whole iterations, ~10 s each on an H100 by a guess from CPU timings
+# (no GPU figure existed when these were set); --speed-scale stretches them all
+SPEED_STEPS = {"ppo.py": 16_384, "ppo_shared.py": 16_384, "ppo_atari.py": 8_192, "ppo_atari_lstm.py": 8_192,
+               "ppo_atari_envpool.py": 8_192, "ppo_atari_multigpu.py": 8_192, "ppo_continuous_action.py": 10_240,
+               "trpo_continuous_action.py": 10_240, "ppo_procgen.py": 49_152, "ppo_multidiscrete.py": 8_192,
+               "ppo_multidiscrete_mask.py": 8_192, "a2c_paac.py": 16_000, "impala_vtrace.py": 6_400,
+               "impala_vtrace_distributed.py": 6_400}
+CORE = ("torch", "gymnasium", "tyro", "tensorboard")
+ATARI = ("ale_py", "cv2")
+NEEDS = {"ppo_atari.py": ATARI, "ppo_atari_lstm.py": ATARI, "ppo_atari_multigpu.py": ATARI, "a2c_paac.py": ATARI,
+         "impala_vtrace.py": ATARI, "impala_vtrace_distributed.py": ATARI, "ppo_atari_envpool.py": ("envpool", "cv2"),
+         "ppo_continuous_action.py": ("mujoco",), "trpo_continuous_action.py": ("mujoco",), "ppo_procgen.py": ("procgen",),
+         "ppo_multidiscrete.py": ("gym_microrts", "jpype"), "ppo_multidiscrete_mask.py": ("gym_microrts", "jpype")}
+CLEANRL_NEEDS = {"ppo.py": ("torch", "gymnasium", "tyro"), "ppo_atari.py": ("torch", "gymnasium", "tyro", *ATARI),
+                 "ppo_atari_envpool.py": ("torch", "gym", "envpool", "tyro"),
+                 "ppo_continuous_action.py": ("torch", "gymnasium", "tyro", "mujoco")}
+TORCHRUN = {"ppo_atari_multigpu.py": (1, 1), "impala_vtrace_distributed.py": (2, 3)}  # processes: correctness, speed
+NO_TWIN = {"ppo_atari_multigpu.py": "its update all-reduces over the ranks; ppo_atari.py's is the same",
+           "trpo_continuous_action.py": "its losses follow a step whose Fisher sample the device's generator draws"}
+ATARI_GOAL = ("ppo_atari.py", "ppo_atari_envpool.py")  # the issue's goal: --bf16 at 1.3x CleanRL's steps/s
+RATIO_TOL, TWIN_RTOL, TWIN_RTOL_CONV, TWIN_ATOL = 1e-5, 1e-4, 5e-3, 1e-5
+BF16_RTOL, BF16_ATOL = 2e-2, 2e-3
+LOSSES = ("policy_loss", "value_loss", "entropy")
+CHILD_TIMEOUT_S = 300  # a process still running after this dumps its stacks and exits (a hung collective, say)
+SYNC = "synchronizing CUDA operation"
+PROBE = ("import importlib, json, sys\nbad = {}\nfor m in sys.argv[1:]:\n    try:\n        importlib.import_module(m)\n"
+         "    except Exception as e:\n        bad[m] = f'{type(e).__name__}: {e}'.splitlines()[0]\nprint(json.dumps(bad))")
+
+
+class ConfigError(ValueError):
+    """Bad input, found before any run; main prints it as one line."""
+
+
+class Stopped(Exception):
+    """SIGINT or SIGTERM while the check runs."""
+
+
+# ---- in a child process: one per script and launch (under torchrun: every rank) ------------------------------------
+
+
+def one_line(e):
+    return f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
+
+
+def tree(x, fn):
+    """fn applied to every tensor in a batch (dicts, tuples and lists of tensors: the LSTM's batch holds its state)."""
+    if isinstance(x, dict):
+        return {k: tree(v, fn) for k, v in x.items()}
+    if isinstance(x, (tuple, list)):
+        return type(x)(tree(v, fn) for v in x)
+    return fn(x)
+
+
+def train(mod, flags):
+    """What the script's __main__ does with `flags`: tyro's Args, the flag names given (for --resume), train()."""
+    import tyro
+
+    given = {f[2:].split("=")[0].replace("-", "_").removeprefix("no_") for f in flags if f.startswith("--")}
+    args = tyro.cli(mod.Args, args=flags)
+    start = time.perf_counter()
+    history = mod.train(args, given)
+    return args, history, time.perf_counter() - start
+
+
+def summary(history):
+    first = history["losses"][0]
+    return {"global_step": int(history["global_step"]), "checkpoint": history.get("checkpoint"),
+            "ratio": max((f["ratio_max_dev"] for f in history.get("first_minibatch", [])), default=None),
+            "losses": {k: float(first[k]) for k in LOSSES}, "seconds": {k: float(v) for k, v in history["seconds"].items()}}
+
+
+class Probe:
+    """During one training: the syncs between consecutive Agent.get_action_and_value calls, counted from the warnings
+    of torch.cuda.set_sync_debug_mode("warn") (`syncs`), and the first update()'s inputs, kept (`keep`)."""
+
+    def __init__(self, mod, syncs, keep):
+        self.mod, self.syncs, self.keep = mod, syncs, keep
+        self.calls, self.first, self.seen, self.count = [], None, 0, 0
+
+    def counted(self):
+        for w in self.caught[self.seen:]:
+            self.count += SYNC in str(w.message)
+        self.seen = len(self.caught)
+        return self.count
+
+    def __enter__(self):
+        import torch
+
+        probe, self.real_call, self.real_update = self, self.mod.Agent.get_action_and_value, self.mod.update
+
+        def call(agent, *a, **k):
+            probe.calls.append((torch.is_grad_enabled(), probe.counted()))
+            return probe.real_call(agent, *a, **k)
+
+        def update(agent, optimizer, b, args, *rest):
+            if probe.keep and probe.first is None:
+                probe.first = (copy.deepcopy(agent), type(optimizer), dict(optimizer.defaults),
+                               tree(b, lambda t: t.detach().clone()), copy.deepcopy(args), rest)
+            return probe.real_update(agent, optimizer, b, args, *rest)
+
+        self.mod.Agent.get_action_and_value, self.mod.update = call, update
+        self.catcher = warnings.catch_warnings(record=True)
+        self.caught = self.catcher.__enter__()
+        warnings.simplefilter("always")
+        if self.syncs:
+            torch.cuda.set_sync_debug_mode("warn")
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+
+        if self.syncs:
+            torch.cuda.set_sync_debug_mode("default")
+        self.counted()
+        self.catcher.__exit__(*exc)
+        self.mod.Agent.get_action_and_value, self.mod.update = self.real_call, self.real_update
+
+    def per_call(self, iterations):
+        """Syncs per rollout step and per minibatch: median and max over the gaps after each call of that phase."""
+        marks, gaps = self.calls + [(None, self.count)], {True: [], False: []}
+        for (grad, n), (_, m) in zip(marks, marks[1:]):
+            gaps[grad].append(m - n)
+        stats = {phase: {"calls": len(g), "median": statistics.median(g) if g else None, "max": max(g, default=None)}
+                 for phase, g in (("rollout", gaps[False]), ("update", gaps[True]))}
+        return {**stats, "per_iteration": self.count / iterations, "counted": self.syncs}
+
+
+def step_train(mod, spec, state):
+    with Probe(mod, spec["device"] == "cuda" and state["rank"] == 0,
+               "twin" in spec["steps"] and state["rank"] == 0) as probe:
+        args, history, _ = train(mod, spec["train"])
+    state.update(first=probe.first, update=probe.real_update)
+    if state["rank"] == 0:  # the other ranks' train() returns no history (IMPALA's actors) or a partial one
+        state["checkpoint"] = history["checkpoint"]
+        return {**summary(history), "syncs": probe.per_call(len(history["losses"])), "env_id": getattr(args, "env_id", "")}
+
+
+def step_twin(mod, spec, state):
+    """The first update's batch and weights through update() once more, as one minibatch, on the CPU and the device."""
+    import torch
+
+    agent, optimizer_type, defaults, b, args, rest = state["first"]
+    one = {k: v for k, v in (("num_minibatches", 1), ("update_epochs", 1), ("target_kl", None)) if hasattr(args, k)}
+    if hasattr(args, "minibatch_size"):
+        one["minibatch_size"] = args.batch_size
+    args, out = dataclasses.replace(args, **one), {"conv": any(isinstance(m, torch.nn.Conv2d) for m in agent.modules())}
+    for side, device in (("cpu", "cpu"), ("device", spec["device"])):
+        copied = copy.deepcopy(agent).to(device)
+        with torch.random.fork_rng(devices=[torch.cuda.current_device()] if device == "cuda" else []):
+            torch.manual_seed(0)
+            result = state["update"](copied, optimizer_type(copied.parameters(), **defaults),
+                                     tree(b, lambda t: t.to(device)), args, *rest)
+        losses = result[0] if isinstance(result, tuple) else result
+        out[side] = {k: float(losses[k]) for k in LOSSES}
+    return out
+
+
+def step_resume(mod, spec, state):
+    checkpoint = state.get("checkpoint") or spec.get("checkpoint")
+    if state["rank"] == 0:
+        state["checkpoint"] = checkpoint
+    _, history, _ = train(mod, ["--resume", checkpoint, *spec["resume"]])
+    if state["rank"] == 0:
+        return summary(history)
+
+
+def step_eval(mod, spec, state):
+    checkpoint = state.get("checkpoint") or spec.get("checkpoint")
+    return {"cpu": [float(r) for r in mod.evaluate(checkpoint, 1, 1)],  # what --eval-checkpoint runs
+            "device": [float(r) for r in mod.evaluate(checkpoint, 1, 1, spec["device"])]}
+
+
+def step_bf16(mod, spec, state):
+    _, history, _ = train(mod, spec["bf16"])
+    if state["rank"] == 0:
+        return summary(history)
+
+
+def step_speed(mod, spec, state):
+    args, history, wall = train(mod, spec["speed"])
+    if state["rank"] == 0:
+        return {"sps": read_run(history["run_dir"])["sps"], "wall": wall, "global_step": int(history["global_step"]),
+                "env_id": getattr(args, "env_id", ""), "seconds": {k: float(v) for k, v in history["seconds"].items()}}
+
+
+STEPS = {"train": step_train, "twin": step_twin, "resume": step_resume, "eval": step_eval, "bf16": step_bf16,
+         "speed": step_speed}
+
+
+def child(spec_path):
+    """Runs spec["steps"] in order; rank 0 writes what each measured, or its error, to spec["result"]."""
+    with open(spec_path) as f:
+        spec = json.load(f)
+    faulthandler.dump_traceback_later(spec["timeout"], exit=True)
+    sys.path.insert(0, ROOT)
+    mod = importlib.import_module(os.path.splitext(spec["script"])[0])
+    state, results = {"rank": int(os.environ.get("RANK", "0"))}, {}
+    for name in spec["steps"] if state["rank"] == 0 else [s for s in spec["steps"] if s not in ("twin", "eval")]:
+        try:
+            results[name] = STEPS[name](mod, spec, state)
+        except (Exception, SystemExit) as e:  # SystemExit: tyro refusing a flag, or a script's sys.exit
+            results[name] = {"error": one_line(e)}
+    if state["rank"] == 0:
+        with open(spec["result"], "w") as f:
+            json.dump(results, f)
+
+
+# ---- the parent: what runs, judged, reported -----------------------------------------------------------------------
+
+
+def judge(r, batch):
+    """The correctness row: each check's text and whether all passed."""
+    cells, failed = {}, []
+
+    def cell(name, ok, text):
+        cells[name] = text if ok else f"**FAIL** {text}"
+        if not ok:
+            failed.append(name)
+
+    def error(step):
+        return (r.get(step) or {}).get("error") or ("not run" if step not in r else None)
+
+    for step, want in (("train", 2 * batch), ("resume", 3 * batch)):
+        if step in r or step == "train":
+            e = error(step)
+            cell(step, not e and r[step]["global_step"] == want, e or f"{r[step]['global_step']} steps")
+    if "eval" in r:
+        e = error("eval")
+        ok = not e and all(len(r["eval"][k]) == 1 and math.isfinite(r["eval"][k][0]) for k in ("cpu", "device"))
+        cell("eval", ok, e or f"{r['eval']['cpu'][0]:.1f} / {r['eval']['device'][0]:.1f}")
+    ratios = [r[s]["ratio"] for s in ("train", "resume") if not error(s) and r[s]["ratio"] is not None]
+    if ratios:
+        cell("ratio", max(ratios) < RATIO_TOL, f"{max(ratios):.1e}")
+    if "twin" in r:
+        e = error("twin")
+        if e:
+            cell("twin", False, e)
+        else:
+            rtol = TWIN_RTOL_CONV if r["twin"]["conv"] else TWIN_RTOL
+            c, d = r["twin"]["cpu"], r["twin"]["device"]
+            # the loss nearest its bound: its difference and what it is allowed
+            worst = max(LOSSES, key=lambda k: abs(d[k] - c[k]) / (rtol * abs(c[k]) + TWIN_ATOL))
+            allowed = rtol * abs(c[worst]) + TWIN_ATOL
+            cell("twin", all(abs(d[k] - c[k]) <= rtol * abs(c[k]) + TWIN_ATOL for k in LOSSES),
+                 f"{worst} {abs(d[worst] - c[worst]):.1e} of {allowed:.1e}")
+    if "bf16" in r:
+        e = error("bf16") or error("train")
+        if e:
+            cell("bf16", False, e)
+        else:
+            b, f = r["bf16"], r["train"]["losses"]
+            close = all(abs(b["losses"][k] - f[k]) <= BF16_RTOL * abs(f[k]) + BF16_ATOL for k in LOSSES)
+            on_policy = b["ratio"] is None or b["ratio"] < RATIO_TOL
+            cell("bf16", close and on_policy, f"ratio {'—' if b['ratio'] is None else format(b['ratio'], '.1e')}, "
+                 + ("losses within" if close else "losses off") + f" {BF16_RTOL:.0%} + {BF16_ATOL} of fp32")
+    return cells, failed
+
+
+class Check:
+    def __init__(self, args, argv):
+        self.args, self.argv, self.children, self.lock = args, argv, Children(), threading.Lock()
+        self.start, self.device, self.machine = time.time(), "cpu" if args.no_cuda else "cuda", machine_info()
+        self.stopped_by = None
+        self.work = tempfile.mkdtemp(prefix="gpu_check-")
+        self.meta, self.checks, self.speed, self.not_run, self.logs, self.cleanrl = {}, {}, {}, {}, [], {}
+        sites = sorted(glob.glob(os.path.join(args.site, "*")))
+        ours = [s for s in sites if os.path.basename(s) != "cleanrl"]
+        extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(ours + extra))
+        if args.cleanrl_dir:  # its scripts import cleanrl_utils from the top of the checkout; its pins come first
+            self.cleanrl_env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.abspath(args.cleanrl_dir), *[
+                s for s in sites if os.path.basename(s) == "cleanrl"], *ours, *extra]))
+        self.installed = {os.path.basename(s): sorted(d.removesuffix(".dist-info") for d in os.listdir(s)
+                                                      if d.endswith(".dist-info")) for s in sites}
+
+    def past_deadline(self, what):
+        """Whether --deadline has passed; if so, `what` goes to the list of what did not run."""
+        if time.time() - self.start < self.args.deadline:
+            return False
+        self.not_run[what] = f"--deadline {self.args.deadline:.0f} s passed"
+        return True
+
+    def launch(self, script, tag, spec, nproc=0):
+        """One child process (torchrun with nproc > 0) in the script's scratch directory: what each of its steps
+        measured, or the error that ended it."""
+        cwd = os.path.join(self.work, os.path.splitext(script)[0])
+        os.makedirs(cwd, exist_ok=True)
+        spec = {**spec, "script": script, "device": self.device, "timeout": CHILD_TIMEOUT_S,
+                "result": os.path.join(cwd, f"{tag}.json")}
+        spec_path = os.path.join(cwd, f"{tag}.spec.json")
+        with open(spec_path, "w") as f:
+            json.dump(spec, f)
+        head = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc \
+            else [sys.executable]
+        cmd = [*head, os.path.abspath(__file__), "--child", spec_path]
+        # the correctness runs share the cores; a speed run has the machine, with each script's own thread default
+        env = self.env if spec["steps"] == ["speed"] else dict(self.env, OMP_NUM_THREADS=str(self.threads))
+        with open(os.path.join(cwd, f"{tag}.log"), "w+") as log:
+            status = self.children.run(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+            log.seek(0)
+            lines = log.read().splitlines()
+        with self.lock:
+            self.logs.append(f"$ {' '.join(cmd)}  # {script} {tag}, exit status {status}\n" + "\n".join(lines[-40:]))
+        if status is None:
+            raise Stopped
+        if not os.path.isfile(spec["result"]):
+            why = f"exit status {status}: {lines[-1] if lines else 'no output'}"
+            return {step: {"error": why} for step in spec["steps"]}
+        with open(spec["result"]) as f:
+            return json.load(f)
+
+    def check(self, script):
+        if self.past_deadline(f"{script} (correctness)"):
+            return
+        self.check_launch(script, TORCHRUN.get(script, (0, 0))[0])
+        if script == "ppo_atari_multigpu.py" and self.meta["devices"] >= 2:
+            self.check_launch(script, 2, full=False)
+        elif script == "ppo_atari_multigpu.py":
+            self.not_run[f"{script} (torchrun x2)"] = f"{self.meta['devices']} GPU(s) visible; NCCL wants one per process"
+
+    def check_launch(self, script, nproc, full=True):
+        """Train, twin, resume, eval, bf16 for one script: in one process, or under torchrun in one launch per
+        training (a process of several ranks makes its process group once); not `full`: training alone."""
+        t0, r, launch = time.time(), {}, f"torchrun x{nproc}" if nproc else "python"
+        flags, batch = TINY[script]
+        cuda = ["--cuda" if self.device == "cuda" else "--no-cuda", "--seed", "1"]
+        spec = {"train": [*flags.split(), *cuda, "--total-timesteps", str(2 * batch), "--save-model", "--save-every", "1"],
+                "resume": ["--total-timesteps", str(3 * batch), cuda[0]],
+                "bf16": [*flags.split(), *cuda, "--total-timesteps", str(2 * batch), "--bf16"]}
+        twin = [] if script in NO_TWIN else ["twin"]
+        bf16 = ["bf16"] if self.has_bf16(script) and self.meta["bf16"] else []
+        try:
+            if not nproc:
+                r = self.launch(script, "check", {**spec, "steps": ["train", *twin, "resume", "eval", *bf16]})
+            else:
+                for i, steps in enumerate((["train", *twin], ["resume", "eval"], bf16) if full else (["train"],)):
+                    if steps and (i == 0 or "error" not in r["train"]):
+                        r.update(self.launch(script, f"check{nproc}-{i}", {
+                            **spec, "steps": steps, "checkpoint": r.get("train", {}).get("checkpoint")}, nproc))
+            cells, failed = judge(r, batch)
+            if script in NO_TWIN:
+                cells["twin"] = f"— ({NO_TWIN[script]})"
+        except Stopped:
+            raise
+        except Exception as e:  # a fault of this check, not of the script: say so, and go on with the others
+            cells, failed = {"train": f"**FAIL** gpu_check.py: {one_line(e)}"}, ["gpu_check.py"]
+        with self.lock:
+            self.checks[script if full else f"{script} ({launch})"] = {
+                "launch": launch, "cells": cells, "failed": failed, "raw": r, "seconds": time.time() - t0}
+        print(f"{script} ({launch}): {'ok' if not failed else 'FAILED ' + ', '.join(failed)} ({time.time() - t0:.0f} s)",
+              flush=True)
+        self.write()
+
+    def speed_run(self, script, bf16=False):
+        steps = 2 * TINY[script][1] if self.args.tiny else int(SPEED_STEPS[script] * self.args.speed_scale)
+        flags = ["--total-timesteps", str(steps), "--seed", "1", "--cuda" if self.device == "cuda" else "--no-cuda",
+                 *(TINY[script][0].split() if self.args.tiny else []), *(["--bf16"] if bf16 else [])]
+        return self.launch(script, "speed-bf16" if bf16 else "speed", {"steps": ["speed"], "speed": flags},
+                           TORCHRUN.get(script, (0, 0))[1])["speed"]
+
+    def speeds(self, script):
+        """Ours, ours with --bf16, and CleanRL's script of the same name, one after the other."""
+        if self.past_deadline(f"{script} (speed)"):
+            return
+        row = {"ours": self.speed_run(script)}
+        if self.has_bf16(script) and self.meta["bf16"]:
+            row["bf16"] = self.speed_run(script, bf16=True)
+        if script in self.cleanrl and "error" not in row["ours"]:
+            o = row["ours"]
+            cmd = command(self.cleanrl[script], o["env_id"], 1, o["global_step"], sys.executable,
+                          script in NEEDS_ALE_IMPORT)
+            try:
+                row["cleanrl"] = timed_run(cmd, self.cleanrl_env)
+            except RuntimeError as e:
+                row["cleanrl"] = {"error": str(e).splitlines()[-1]}
+            with self.lock:
+                self.logs.append(f"$ {' '.join(cmd)}  # CleanRL's {script}: {row['cleanrl']}")
+        print(f"{script}: steps/s " + ", ".join(f"{k} {v.get('sps') or v.get('error')}" for k, v in row.items()),
+              flush=True)
+        with self.lock:
+            self.speed[script] = row
+        self.write()
+
+    def has_bf16(self, script):
+        with open(os.path.join(ROOT, script)) as f:
+            return "\n    bf16: bool" in f.read()
+
+    def probe(self, modules, env):
+        """The modules of `modules` that do not import under `env`: {module: the error's first line}."""
+        out = subprocess.run([sys.executable, "-c", PROBE, *modules], capture_output=True, text=True, env=env,
+                             cwd=self.work)
+        if out.returncode != 0:  # the interpreter itself failed: every module counts as missing
+            return {m: last_line(out) for m in modules}
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def missing(self, needs, env, prefix=""):
+        """Which scripts of `needs` ({script: modules}) cannot run under `env`: each goes to not_run with the reason."""
+        bad = self.probe(sorted({m for modules in needs.values() for m in modules}), env)
+        for script, modules in needs.items():
+            lost = [m for m in modules if m in bad]
+            if lost:
+                self.not_run[prefix + script] = f"needs {lost[0]}, which does not import here ({bad[lost[0]]})"
+        return [s for s, modules in needs.items() if not any(m in bad for m in modules)]
+
+    def run(self):
+        import torch
+
+        cuda = self.device == "cuda"
+        self.meta = {"torch": torch.__version__, "cuda": torch.version.cuda,
+                     "devices": torch.cuda.device_count() if cuda else 0,
+                     "device": torch.cuda.get_device_name() if cuda else "CPU (dry run, --no-cuda)",
+                     # the scripts' own test of --bf16
+                     "bf16": torch.cuda.is_bf16_supported() if cuda else
+                     torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported(),
+                     "tf32": f"convolutions {torch.backends.cudnn.allow_tf32}, "
+                             f"matmul {torch.backends.cuda.matmul.allow_tf32}",
+                     "commit": git_commit(os.path.join(ROOT, "ppo.py")) or "unknown (no git checkout here)"}
+        self.threads = max(1, (os.cpu_count() or 1) // self.args.workers)
+        runnable = self.missing({s: CORE + NEEDS.get(s, ()) for s in self.args.scripts}, self.env)
+        if self.args.cleanrl_dir and not self.args.no_speed:
+            found = {s: reference_path(self.args.cleanrl_dir, s) for s in runnable if s in CLEANRL_NEEDS}
+            for s in [s for s, path in found.items() if path is None]:
+                self.not_run[f"CleanRL's {s}"] = f"no cleanrl/{s} in {self.args.cleanrl_dir}"
+            usable = self.missing({s: CLEANRL_NEEDS[s] for s, path in found.items() if path}, self.cleanrl_env,
+                                  "CleanRL's ")
+            self.cleanrl = {s: found[s] for s in usable}
+        self.write()
+        with ThreadPoolExecutor(self.args.workers) as pool:
+            list(pool.map(self.check, runnable))
+        if not self.args.no_speed:  # the CleanRL pairs first: the goals rest on them
+            for s in sorted(runnable, key=lambda s: s not in self.cleanrl):
+                self.speeds(s)
+
+    # ---- the report ----
+
+    def write(self):
+        with self.lock:
+            os.makedirs(self.args.out, exist_ok=True)
+            with open(os.path.join(self.args.out, "gpu_check.md"), "w") as f:
+                f.write(self.markdown())
+            with open(os.path.join(self.args.out, "gpu_check.json"), "w") as f:
+                json.dump({"meta": self.meta, "installed": self.installed, "checks": self.checks, "speed": self.speed,
+                           "not_run": self.not_run}, f, indent=1, default=str)
+            with open(os.path.join(self.args.out, "gpu_check.log"), "w") as f:
+                f.write("\n\n".join(self.logs) + "\n")
+
+    def markdown(self):
+        m, mi, d = self.meta, self.machine, self.args.cleanrl_dir
+        commit = d and cleanrl_commit(d)
+        md = [f"# GPU check ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(self.start))}, "
+              f"{time.time() - self.start:.0f} s)", "",
+              f"- command: `python benchmark/gpu_check.py {' '.join(self.argv)}`",
+              f"- device: {m.get('device')} x{m.get('devices')}; {mi['cores']} cores, {mi['cpu']}; python {mi['python']}, "
+              f"torch {m.get('torch')}, CUDA {m.get('cuda')}, bf16 {m.get('bf16')}, TF32 for {m.get('tf32')}",
+              f"- ours: commit {m.get('commit')}; CleanRL: " + (f"{d} (commit {commit})" if d else "not run"),
+              "- installed: " + ("; ".join(f"{k}: {', '.join(v)}" for k, v in self.installed.items())
+                                 or "nothing (this Python's own packages)"),
+              "", "## Correctness", "",
+              "Two iterations of each script's small settings (TINY in gpu_check.py) with --save-model --save-every 1, "
+              "--resume to three, the checkpoint evaluated on the CPU (as --eval-checkpoint does) and on the device "
+              f"(one game each). Ratio: the max |ratio - 1| of every first minibatch (< {RATIO_TOL:g}). CPU vs device: "
+              "the first update's batch and weights through update() as one minibatch on both; of policy loss, value "
+              "loss and entropy, the one nearest its tolerance, its difference and the tolerance "
+              f"({TWIN_RTOL:g} relative, {TWIN_RTOL_CONV:g} with convolutions, + {TWIN_ATOL:g}). --bf16: a third run, "
+              "its ratio and its first losses against fp32's.", "",
+              "| script | launch | train | --resume | eval CPU / device | ratio | CPU vs device | --bf16 | verdict |",
+              "|---|---|---|---|---|---|---|---|---|"]
+        checks = sorted(self.checks.items(), key=lambda item: list(TINY).index(item[0].split()[0]))
+        for name, c in checks:
+            md.append(f"| {name} | {c['launch']} | " + " | ".join(c["cells"].get(k, "—") for k in (
+                "train", "resume", "eval", "ratio", "twin", "bf16")) + f" | {'ok' if not c['failed'] else 'FAILED'} |")
+        md += ["", "## Speed at the defaults", "",
+               "steps/s: the last charts/SPS of one run each, seed 1, one after the other on the same card; threads: "
+               "ours' --torch-threads defaults, CleanRL's torch's default; time: ours' env / inference / update "
+               "seconds. Goals (issue 36): every PPO script at CleanRL's steps/s or more; ppo_atari.py and "
+               "ppo_atari_envpool.py at 1.3x it with --bf16.", "",
+               "| script | env | steps | ours | ours --bf16 | CleanRL | ours / CleanRL | --bf16 / CleanRL | goal "
+               "| time (s) |",
+               "|---|---|---|---|---|---|---|---|---|---|"]
+        for s, row in self.speed.items():
+            md.append(speed_line(s, row))
+        md += ["", "## Host-device syncs", "",
+               "During the first correctness training, torch.cuda.set_sync_debug_mode('warn'): the syncs between one "
+               "call of Agent.get_action_and_value and the next, median (max) over the calls of each phase; rollout = "
+               "gradients off, update = on (one minibatch; IMPALA, PAAC: one learner batch; IMPALA's rollout runs in "
+               "CPU actor processes, not seen here). Per iteration: all syncs / iterations.", "",
+               "| script | per rollout step | per minibatch | per iteration | calls: rollout / update |",
+               "|---|---|---|---|---|"]
+        for name, c in checks:
+            syncs = (c["raw"].get("train") or {}).get("syncs")
+            if syncs:
+                md.append(f"| {name} | " + sync_cells(syncs) + " |")
+        md += ["", "## Not run", "", *(f"- {k}: {v}" for k, v in self.not_run.items() or [("nothing", "all ran")])]
+        return "\n".join(md) + "\n"
+
+
+def cleanrl_commit(folder):
+    """The commit gpu_wheels.sh wrote beside CleanRL's copied scripts, or the checkout's own."""
+    stamp = os.path.join(folder, "COMMIT")
+    if os.path.isfile(stamp):
+        with open(stamp) as f:
+            return f.read().strip()
+    return checkout_commit(folder, os.path.join(folder, "cleanrl", "ppo.py")) or "unknown: not a git checkout"
+
+
+def speed_line(script, row):
+    """One row of the speed table: the three rates, their ratios, the goal and where ours' time went."""
+    o, b, c = row["ours"], row.get("bf16", {}), row.get("cleanrl", {})
+
+    def sps(r):
+        return f"{r['sps']:.0f}" if r.get("sps") else (f"failed: {r['error']}" if r.get("error") else "—")
+
+    ratio = o.get("sps") and c.get("sps") and o["sps"] / c["sps"]
+    ratio_b = b.get("sps") and c.get("sps") and b["sps"] / c["sps"]
+    goal = "—"
+    if ratio:
+        atari = script in ATARI_GOAL and bool(ratio_b)
+        met = ratio >= 1 and (not atari or ratio_b >= 1.3)
+        goal = ("met" if met else "not met") + (" (1.0x, 1.3x with --bf16)" if atari else " (1.0x)")
+    secs = " / ".join(f"{o['seconds'].get(k, math.nan):.1f}" for k in ("env", "inference", "update")) \
+        if o.get("seconds") else "—"
+    return (f"| {script} | {o.get('env_id', '')} | {o.get('global_step', '')} | {sps(o)} | {sps(b)} | {sps(c)} | "
+            f"{f'{ratio:.2f}' if ratio else '—'} | {f'{ratio_b:.2f}' if ratio_b else '—'} | {goal} | {secs} |")
+
+
+def sync_cells(syncs):
+    def phase(p):
+        return f"{syncs[p]['median']:g} ({syncs[p]['max']})" if syncs[p]["calls"] and syncs["counted"] else "—"
+
+    per_iteration = f"{syncs['per_iteration']:.1f}" if syncs["counted"] else "— (CPU)"
+    calls = f"{syncs['rollout']['calls']} / {syncs['update']['calls']}"
+    return f"{phase('rollout')} | {phase('update')} | {per_iteration} | {calls}"
+
+
+def install(dirs, site):
+    """pip installs each DIR/*.whl into site/<DIR's name>, from those files alone."""
+    for d in dirs:
+        target = os.path.join(site, os.path.basename(os.path.normpath(d)))
+        shutil.rmtree(target, ignore_errors=True)
+        out = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                              "--no-cache-dir", "--target", target, *sorted(glob.glob(os.path.join(d, "*.whl")))],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"pip could not install {d} into {target}: {last_line(out)}")
+        print(f"{NAME}: installed {d} into {target}", flush=True)
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--scripts", nargs="+", default=[s for s in TINY if os.path.isfile(os.path.join(ROOT, s))],
+                   help="the scripts to check (default: all)")
+    p.add_argument("--out", help="the folder of the report (on the device: $OUT)")
+    p.add_argument("--install", nargs="+", default=[], metavar="DIR", help="folders of wheels to install first")
+    p.add_argument("--install-only", action="store_true", help="install, then stop (a call that carries one folder)")
+    p.add_argument("--site", default=os.path.join(ROOT, ".gpu", "site"), help="where --install puts the packages")
+    p.add_argument("--cleanrl-dir", help="CleanRL's scripts: cleanrl/<script> (gpu_wheels.sh's .gpu/cleanrl-src)")
+    p.add_argument("--no-cuda", action="store_true", help="the CPU dry run: every run with --no-cuda")
+    p.add_argument("--tiny", action="store_true", help="speed runs on the correctness runs' small settings")
+    p.add_argument("--no-speed", action="store_true", help="correctness and syncs only")
+    p.add_argument("--workers", type=int, default=4, help="correctness processes at a time")
+    p.add_argument("--deadline", type=float, default=420, help="seconds after which no new run starts")
+    p.add_argument("--speed-scale", type=float, default=1.0, help="factor on every speed run's steps")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        return args
+    unknown = [s for s in args.scripts if s not in TINY]
+    problems = [
+        (unknown, f"--scripts {unknown[0] if unknown else ''} is not one of {', '.join(TINY)}"),
+        (len(set(args.scripts)) != len(args.scripts), "a script is given twice in --scripts; give each once"),
+        (not args.install_only and not args.out, "--out is required: the folder of the report (on the device: $OUT)"),
+        (args.install_only and not args.install, "--install-only without --install: name the wheel folders"),
+        (args.workers < 1, f"--workers must be 1 or more, got {args.workers}"),
+        (not args.deadline > 0, f"--deadline must be > 0 seconds, got {args.deadline}"),
+        (not args.speed_scale > 0, f"--speed-scale must be > 0, got {args.speed_scale}"),
+        *((not glob.glob(os.path.join(d, "*.whl")), f"--install {d}: no *.whl there; bash benchmark/gpu_wheels.sh "
+           "CLEANRL_DIR gathers them") for d in args.install),
+        (args.cleanrl_dir and not any(reference_path(args.cleanrl_dir, s) for s in CLEANRL_NEEDS),
+         f"--cleanrl-dir {args.cleanrl_dir} holds none of cleanrl/{{{','.join(CLEANRL_NEEDS)}}}; give a CleanRL "
+         "checkout or gpu_wheels.sh's .gpu/cleanrl-src"),
+        *((not os.path.isfile(os.path.join(ROOT, s)), f"--scripts {s}: no such file in {ROOT}") for s in args.scripts),
+    ]
+    wrong = next((message for bad, message in problems if bad), None)
+    if wrong:
+        raise ConfigError(wrong)
+    # the children run in scratch directories: what they are given must not depend on this one
+    args.site, args.cleanrl_dir = os.path.abspath(args.site), args.cleanrl_dir and os.path.abspath(args.cleanrl_dir)
+    return args
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = parse(argv)
+    except ConfigError as e:
+        print(f"{NAME}: error: {e}", file=sys.stderr)
+        return 2
+    if args.child:
+        child(args.child)
+        return 0
+    try:
+        install(args.install, args.site)
+    except RuntimeError as e:
+        print(f"{NAME}: error: {e}", file=sys.stderr)
+        return 1
+    if args.install_only:
+        return 0
+    import torch
+
+    if not args.no_cuda and not torch.cuda.is_available():
+        print(f"{NAME}: error: no CUDA device is visible to {sys.executable} (torch {torch.__version__}); "
+              "run with --no-cuda for the CPU dry run", file=sys.stderr)
+        return 2
+    try:
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as e:
+        print(f"{NAME}: error: cannot create --out {args.out} ({e.strerror}); give a writable folder", file=sys.stderr)
+        return 2
+    check = Check(args, argv)
+
+    def stop(sig, frame):
+        check.stopped_by = check.stopped_by or sig
+        check.children.stop(sig)
+        kill = threading.Timer(10, check.children.stop, (signal.SIGKILL,))  # what has not ended by then
+        kill.daemon = True
+        kill.start()
+        raise Stopped
+
+    before = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        check.run()
+        status = 1 if any(c["failed"] for c in check.checks.values()) else 0
+    except Stopped:
+        check.not_run["the rest"] = f"stopped by {signal.Signals(check.stopped_by).name}"
+        status = 128 + check.stopped_by
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+        check.write()
+        shutil.rmtree(check.work, ignore_errors=True)
+    print(f"\n{NAME}: wrote {os.path.join(args.out, 'gpu_check.md')}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

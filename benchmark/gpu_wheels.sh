@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Gathers into .gpu/ (ignored by git) what benchmark/gpu_check.py needs on the device machine and cannot download
+# there: wheels for its Python 3.12 (x86-64), and CleanRL's four scripts. The device already has torch, numpy,
+# tensorboard, opencv, imageio and cloudpickle (/work/.library/device/KINDS.md), so none of those is fetched.
+#   .gpu/ours         ours: gymnasium, ale-py, tyro (the lock's pins, requirements/all.txt) and MuJoCo 3.1.6
+#   .gpu/cleanrl      CleanRL's pins (benchmark/cleanrl-requirements.txt) that differ from ours: gymnasium 0.29.1,
+#                     numpy 1.26.4, ale-py 0.9.1, stable-baselines3; installed into a site of its own
+#   .gpu/cleanrl-src  cleanrl/{ppo,ppo_atari,ppo_atari_envpool,ppo_continuous_action}.py, cleanrl_utils, COMMIT
+#   .gpu/procgen      procgen-mirror and its gym, gym3, cffi: 47 MB alone, so it travels in a call of its own
+# MuJoCo is 3.1.6 on both sides: CleanRL's pin (2.3.7) has no Python 3.12 wheel, and the lock's 4.0.0 is 22 MB.
+# Then it checks what each device call carries (the working tree plus its folders) against the tool's 64 MiB.
+# Usage: bash benchmark/gpu_wheels.sh CLEANRL_DIR   (a CleanRL checkout: git clone https://github.com/vwxyzjn/cleanrl)
+# PYTHON: the Python whose pip downloads (default .venv/bin/python; any version: the wheels are chosen for 3.12).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cleanrl=${1:-}
+if [[ -z $cleanrl || ! -f $cleanrl/cleanrl/ppo.py ]]; then
+    echo "gpu_wheels.sh: error: give a CleanRL checkout (no cleanrl/ppo.py under '${cleanrl}'): git clone" \
+         "https://github.com/vwxyzjn/cleanrl /tmp/cleanrl; bash benchmark/gpu_wheels.sh /tmp/cleanrl" >&2
+    exit 2
+fi
+python=${PYTHON:-.venv/bin/python}
+out=.gpu
+limit=$((64 * 1024 * 1024))
+
+pins() {  # pins FILE NAME...: NAME==VERSION as FILE pins each (a lock's line or a requirements line)
+    local file=$1 name pin; shift
+    for name in "$@"; do
+        pin=$(grep -m1 -oE "^$name==[^ ;\\]+" "$file") ||
+            { echo "gpu_wheels.sh: error: $file pins no $name" >&2; exit 1; }
+        echo "$pin"
+    done
+}
+download() {  # download FOLDER REQUIREMENT...: wheels for the device's CPython 3.12 on manylinux x86-64
+    local folder=$out/$1; shift
+    rm -rf "$folder" && mkdir -p "$folder"
+    local platform=() n
+    for n in 1 2010 2014; do platform+=(--platform "manylinux${n}_x86_64"); done
+    for n in 17 24 27 28 31 34 35; do platform+=(--platform "manylinux_2_${n}_x86_64"); done
+    "$python" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        "${platform[@]}" -d "$folder" "$@"
+}
+
+download ours $(pins requirements/all.txt gymnasium farama-notifications ale-py tyro docstring-parser typeguard glfw) \
+    mujoco==3.1.6
+download cleanrl $(pins benchmark/cleanrl-requirements.txt gymnasium numpy ale-py stable-baselines3)
+download procgen $(pins requirements/procgen.txt procgen-mirror gym3 gym-notices) \
+    $(pins requirements/all.txt cffi pycparser)
+# gym 0.26.2 (procgen registers its ids with it) is on PyPI as source only: its pure-Python wheel is built here
+"$python" -m pip wheel --quiet --no-deps --no-binary gym -w "$out/procgen" "$(pins requirements/procgen.txt gym)"
+
+src=$out/cleanrl-src
+rm -rf "$src" && mkdir -p "$src/cleanrl" "$src/cleanrl_utils"
+cp "$cleanrl"/cleanrl/{ppo,ppo_atari,ppo_atari_envpool,ppo_continuous_action}.py "$src/cleanrl/"
+cp "$cleanrl"/cleanrl_utils/{__init__,atari_wrappers}.py "$src/cleanrl_utils/"
+git -C "$cleanrl" rev-parse HEAD > "$src/COMMIT" 2>/dev/null ||
+    echo "unknown: $cleanrl is not a git checkout" > "$src/COMMIT"
+
+total() { awk '{s += $1} END {print s + 0}'; }
+bytes() { find "$@" -type f -printf '%s\n' | total; }
+mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
+# what every call sends besides its carry: tracked files and untracked ones that git does not ignore
+tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2>/dev/null | total)
+echo "working tree: $(mib "$tree")"
+for f in ours cleanrl cleanrl-src procgen; do
+    names=$(find "$out/$f" -name '*.whl' -printf '%f\n' | cut -d- -f1,2 | sort | tr '\n' ' ')
+    echo "  .gpu/$f: $(mib "$(bytes "$out/$f")"): $names"
+done
+status=0
+call() {  # call N FOLDER...: one device call's size against the limit
+    local n=$1 total; shift
+    total=$((tree + $(bytes "${@/#/$out/}")))
+    echo "call $n carries ${*/#/.gpu/}: $(mib "$total") of 64 MiB with the working tree"
+    if ((total > limit)); then echo "gpu_wheels.sh: error: call $n is over the tool's 64 MiB" >&2; status=1; fi
+}
+call 1 procgen
+call 2 ours cleanrl cleanrl-src
+echo "left out: envpool (the smallest Python 3.12 wheel, 1.2.5, is 53 MB and needs its ROM package beside it;"
+echo "  1.2.7 is 64 MB), so neither ppo_atari_envpool.py runs there; gym-microrts (needs a Java runtime); CleanRL's"
+echo "  gym 0.23.1 and envpool 0.8.4 (no Python 3.12 wheel); opencv-python-headless 4.10 for CleanRL (~50 MB: the"
+echo "  device's opencv serves it)"
+exit $status

@@ -1,0 +1,207 @@
+"""Tests of benchmark/gpu_check.py (issue 36): its CPU dry run goes through the same runs the device takes (the
+correctness child, torchrun, the speed runs, CleanRL's side, the wheel install, the report), small; the judgement and
+the sync attribution on made-up numbers, since a CPU never fails them; bad input; and gpu_wheels.sh's first check."""
+
+import glob
+import json
+import math
+import os
+import subprocess
+import sys
+import types
+import warnings
+import zipfile
+
+import pytest
+import torch
+from conftest import ROOT
+from test_benchmark import FAKE_SCRIPT
+
+sys.path.insert(0, os.path.join(ROOT, "benchmark"))
+import gpu_check  # noqa: E402
+
+DRY_RUN = ["ppo.py", "ppo_atari_multigpu.py", "ppo_atari_envpool.py"]
+
+
+def wheel(folder, name, files):
+    """A wheel of `files` ({path: text}), as pip installs it: name-1.0, pure Python."""
+    folder.mkdir(parents=True, exist_ok=True)
+    dist = f"{name}-1.0.dist-info"
+    meta = {f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
+            f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    with zipfile.ZipFile(folder / f"{name}-1.0-py3-none-any.whl", "w") as z:
+        for path, text in {**files, **meta}.items():
+            z.writestr(path, text)
+        z.writestr(f"{dist}/RECORD", "".join(f"{p},,\n" for p in [*files, *meta, f"{dist}/RECORD"]))
+
+
+def left_behind(marker):
+    """Processes whose command line holds `marker`."""
+    found = []
+    for path in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            with open(path, "rb") as f:
+                if marker in f.read().decode(errors="replace"):
+                    found.append(path)
+        except OSError:
+            pass
+    return found
+
+
+def test_dry_run_checks_trains_resumes_evaluates_times_and_reports(tmp_path):
+    """Two scripts through every part of the check on the CPU (one of them under torchrun, with --bf16), and one
+    left out for a package that does not import.
+    The wheels: ours' folder holds a stand-in envpool that fails to import; CleanRL's folder a module that the fake
+    CleanRL scripts import, so they run only if CleanRL's processes see their own site."""
+    wheel(tmp_path / "wheels" / "ours", "envpool", {"envpool/__init__.py": "raise ImportError('a stand-in')\n"})
+    wheel(tmp_path / "wheels" / "cleanrl", "cleanrl_probe", {"cleanrl_probe.py": ""})
+    fake = FAKE_SCRIPT.replace("import argparse,", "import cleanrl_probe, argparse,", 1)
+    assert fake != FAKE_SCRIPT
+    (tmp_path / "cleanrl" / "cleanrl").mkdir(parents=True)
+    (tmp_path / "cleanrl" / "cleanrl" / "ppo.py").write_text(fake)
+    out = tmp_path / "out"
+    # paths relative to the working directory, as the device's command gives them (.gpu/...)
+    cmd = [sys.executable, os.path.join(ROOT, "benchmark", "gpu_check.py"), "--no-cuda", "--tiny", "--scripts", *DRY_RUN,
+           "--install", "wheels/ours", "wheels/cleanrl", "--site", "site", "--cleanrl-dir", "cleanrl", "--out", "out",
+           "--workers", "2"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, TMPDIR=str(tmp_path)))
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads((out / "gpu_check.json").read_text())
+    checks, speed = report["checks"], report["speed"]
+
+    assert report["not_run"]["ppo_atari_envpool.py"].startswith("needs envpool, which does not import here "
+                                                                "(ImportError: a stand-in)")
+    assert sorted(checks) == ["ppo.py", "ppo_atari_multigpu.py"]
+    assert [checks[s]["launch"] for s in sorted(checks)] == ["python", "torchrun x1"]
+    bf16 = report["meta"]["bf16"]
+    for script, c in checks.items():
+        raw = c["raw"]
+        assert c["failed"] == [], (script, c["cells"])
+        assert raw["train"]["global_step"] == 128 and raw["resume"]["global_step"] == 192
+        assert raw["train"]["ratio"] < 1e-5 and len(raw["eval"]["cpu"]) == len(raw["eval"]["device"]) == 1
+        assert ("bf16" in raw) == (bf16 and script != "ppo.py")
+    # both sides of the twin ran on the CPU here: the same update, the same losses; the multi-GPU script has none
+    assert checks["ppo.py"]["raw"]["twin"]["cpu"] == checks["ppo.py"]["raw"]["twin"]["device"]
+    assert "twin" not in checks["ppo_atari_multigpu.py"]["raw"]
+    # 2 iterations of 32 steps; ppo.py: 2 epochs x 2 minibatches each, the Atari script 1 x 2; no sync on a CPU
+    syncs = [checks[s]["raw"]["train"]["syncs"] for s in ("ppo.py", "ppo_atari_multigpu.py")]
+    assert [(s["rollout"]["calls"], s["update"]["calls"], s["counted"]) for s in syncs] == [(64, 8, False),
+                                                                                          (64, 4, False)]
+
+    assert list(speed) == ["ppo.py", "ppo_atari_multigpu.py"]  # the CleanRL pair first
+    assert all(row["ours"]["sps"] > 0 and row["ours"]["global_step"] == 128 for row in speed.values())
+    assert speed["ppo.py"]["cleanrl"].get("sps") == 123.0, speed["ppo.py"]["cleanrl"]  # the fake's value
+    assert "cleanrl" not in speed["ppo_atari_multigpu.py"]
+    assert ("bf16" in speed["ppo_atari_multigpu.py"]) == bf16
+    assert set(speed["ppo_atari_multigpu.py"]["ours"]["seconds"]) >= {"env", "inference", "update"}
+
+    md = (out / "gpu_check.md").read_text()
+    assert f"| ppo.py | CartPole-v1 | 128 | {speed['ppo.py']['ours']['sps']:.0f} | — | 123 | " \
+           f"{speed['ppo.py']['ours']['sps'] / 123:.2f} |" in md
+    assert "| ppo_atari_multigpu.py | torchrun x1 | 128 steps | 192 steps |" in md and "FAIL" not in md
+    assert "— (its update all-reduces over the ranks" in md
+    assert "envpool-1.0" in md and "cleanrl_probe-1.0" in md  # the installed wheels, named
+    # the log: the correctness launches (ppo.py 1, torchrun 3), the speed runs (ours 3, CleanRL's 1)
+    assert (out / "gpu_check.log").read_text().count("$ ") == 8
+    assert not left_behind(str(tmp_path)) and not glob.glob(str(tmp_path / "gpu_check-*"))
+
+
+def good_run(**kw):
+    """What a correctness run of a PPO script returns when every check passes (batch 64)."""
+    losses = {"policy_loss": 0.0, "value_loss": 2.0, "entropy": 1.0}
+    r = {"train": {"global_step": 128, "ratio": 0.0, "losses": losses}, "resume": {"global_step": 192, "ratio": 0.0},
+         "eval": {"cpu": [3.0], "device": [4.0]}, "twin": {"conv": False, "cpu": losses, "device": dict(losses)},
+         "bf16": {"ratio": 0.0, "losses": dict(losses)}}
+    for step, values in kw.items():
+        r[step] = {**r[step], **values}
+    return r
+
+
+@pytest.mark.parametrize("change, failed", [
+    ({}, []),
+    ({"train": {"ratio": 2e-5}}, ["ratio"]),
+    ({"resume": {"global_step": 128}}, ["resume"]),
+    ({"eval": {"device": [math.nan]}}, ["eval"]),
+    ({"twin": {"device": {"policy_loss": 0.0, "value_loss": 2.0 * (1 + 2e-4), "entropy": 1.0}}}, ["twin"]),
+    ({"twin": {"conv": True, "device": {"policy_loss": 0.0, "value_loss": 2.0 * (1 + 2e-4), "entropy": 1.0}}}, []),
+    ({"twin": {"device": {"policy_loss": 2e-5, "value_loss": 2.0, "entropy": 1.0}}}, ["twin"]),
+    ({"bf16": {"losses": {"policy_loss": 0.0, "value_loss": 2.1, "entropy": 1.0}}}, ["bf16"]),
+    ({"bf16": {"ratio": 1e-3}}, ["bf16"]),
+    ({"resume": {"error": "ConfigError: boom"}}, ["resume"]),
+])
+def test_judgement_fails_each_check_past_its_tolerance(change, failed):
+    cells, got = gpu_check.judge(good_run(**change), 64)
+    assert got == failed and all(("**FAIL**" in cells[k]) == (k in failed) for k in cells)
+
+
+class SyncingAgent:
+    """Warns as set_sync_debug_mode("warn") does, `n` times per call, and once about something else."""
+
+    def get_action_and_value(self, n):
+        warnings.warn("not a sync")
+        for _ in range(n):
+            warnings.warn("called a synchronizing CUDA operation")
+
+
+def syncs(n):
+    for _ in range(n):
+        warnings.warn("called a synchronizing CUDA operation")
+
+
+class SyncingAgent:
+    """Warns as torch.cuda.set_sync_debug_mode("warn") does, `n` times per call, and once about something else."""
+
+    def get_action_and_value(self, n):
+        warnings.warn("not a sync")
+        syncs(n)
+
+
+def test_syncs_go_to_the_phase_of_the_call_before_them():
+    """Three rollout steps (gradients off) of 2 syncs, the last followed by 5 more (GAE), then three minibatches of 3
+    and 4 more after the last (statistics, logging): medians 2 and 3, maxima 7 and 7, 24 in all."""
+    mod = types.SimpleNamespace(Agent=SyncingAgent, update=None)
+    with gpu_check.Probe(mod, syncs=False, keep=False) as probe:
+        agent = SyncingAgent()
+        with torch.no_grad():
+            for _ in range(3):
+                agent.get_action_and_value(2)
+            syncs(5)
+        for _ in range(3):
+            agent.get_action_and_value(3)
+        syncs(4)
+    assert mod.Agent.get_action_and_value is SyncingAgent.get_action_and_value  # put back
+    s = probe.per_call(iterations=2)
+    assert s["rollout"] == {"calls": 3, "median": 2, "max": 7} and s["update"] == {"calls": 3, "median": 3, "max": 7}
+    assert s["per_iteration"] == 12
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--scripts", "nope.py"], "--scripts nope.py is not one of ppo.py,"),
+    (["--scripts", "ppo.py", "ppo.py"], "a script is given twice in --scripts"),
+    ([], "--out is required"),
+    (["--install-only", "--out", "o"], "--install-only without --install"),
+    (["--workers", "0", "--out", "o"], "--workers must be 1 or more, got 0"),
+    (["--speed-scale", "0", "--out", "o"], "--speed-scale must be > 0"),
+    (["--install", "empty", "--out", "o"], "--install empty: no *.whl there"),
+    (["--cleanrl-dir", "empty", "--out", "o"], "--cleanrl-dir empty holds none of cleanrl/"),
+    (["--scripts", "ppo.py", "--out", "o"], "no CUDA device is visible to"),
+])
+def test_bad_input_is_one_line_and_nothing_runs(tmp_path, monkeypatch, capsys, args, message):
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)  # as on a machine without a GPU
+    assert gpu_check.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpu_check.py: error: {message}") and err.count("\n") == 1
+    assert not os.path.exists("o")
+
+
+def test_every_script_has_settings_for_both_parts():
+    scripts = {os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "*.py"))}
+    assert scripts <= set(gpu_check.TINY) == set(gpu_check.SPEED_STEPS)
+
+
+def test_gpu_wheels_needs_a_cleanrl_checkout(tmp_path):
+    run = subprocess.run(["bash", os.path.join(ROOT, "benchmark", "gpu_wheels.sh"), str(tmp_path)],
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1
+    assert run.stderr.startswith(f"gpu_wheels.sh: error: give a CleanRL checkout (no cleanrl/ppo.py under '{tmp_path}'")
