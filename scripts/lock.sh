@@ -27,6 +27,15 @@ for extra in atari envpool mujoco video track benchmark; do
 done
 compile dev.txt pyproject.toml requirements/torch.in requirements/extras-deps.in --extra dev \
     --constraint requirements/all.txt "$@"
+# mujoco-ref: the mujoco extra on MuJoCo 2.3.3 (requirements/mujoco-ref.in says why), every other pin all.txt's, whose
+# mujoco* pins the constraint leaves out (awk drops each pin's block); for Python 3.11 on Linux x86_64 only, not
+# --universal: 2.3.3 has no wheel for 3.12+, and manylinux_2_28 is the oldest platform the 3.11 torch wheel is for
+trap 'rm -f requirements/all-but-mujoco.txt' EXIT
+awk '/^[^ #]/ { skip = /^mujoco/ } !skip' requirements/all.txt > requirements/all-but-mujoco.txt
+uv pip compile --quiet --python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes --no-strip-markers \
+    --custom-compile-command "bash scripts/lock.sh" "${torch_src[@]}" -o requirements/mujoco-ref.txt pyproject.toml \
+    requirements/torch.in requirements/mujoco-ref.in --extra mujoco --override requirements/mujoco-ref.in \
+    --constraint requirements/all-but-mujoco.txt "$@"
 for env in procgen microrts microrts020; do  # installed with --no-deps: the pins listed, no resolution
     compile "$env.txt" "requirements/$env.in" --no-deps "$@"
 done
