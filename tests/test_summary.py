@@ -1,0 +1,151 @@
+"""Tests of benchmark/summary.py (issue 35): the figure of every side-by-side is drawn from the stored curves.csv files,
+one panel each; compare.py writes curves.csv, and a report's tables rebuild it; a malformed file is refused in one line;
+the README shows the figure."""
+
+import csv
+import glob
+import os
+import re
+import shutil
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT
+from PIL import Image
+from test_compare import STEPS, TAGS, write_run
+
+sys.path.insert(0, os.path.join(ROOT, "benchmark"))
+import compare  # noqa: E402
+import summary  # noqa: E402
+
+RESULTS = os.path.join(ROOT, "benchmark", "results")
+STORED = sorted(glob.glob(os.path.join(RESULTS, "**", "curves.csv"), recursive=True))
+
+
+def test_the_stored_figure_is_redrawn_from_the_stored_files_one_panel_each(tmp_path):
+    drawn = summary.summarize(RESULTS, str(tmp_path / "summary.png"))
+    assert len(STORED) >= 8 and sorted(panel["path"] for panel in drawn) == STORED
+    # the stored figure has the grid of panels a redraw has
+    assert Image.open(tmp_path / "summary.png").size == Image.open(os.path.join(RESULTS, "summary.png")).size
+    titles = {os.path.relpath(os.path.dirname(panel["path"]), RESULTS): panel["title"] for panel in drawn}
+    assert titles["vs_cleanrl_ppo_atari_breakout_1m_2026-11-24"] == \
+        "ppo_atari.py · BreakoutNoFrameskip-v4 · 1M\nours vs cleanrl, 3 vs 3 seeds:\nsame"
+    assert titles["bf16_breakout_short"] == "ppo_atari.py · BreakoutNoFrameskip-v4 · 1M\nfp32 vs bf16, 2 vs 2 seeds:\nsame"
+    assert titles["paac_vs_sb3_breakout_2000000/ours_vs_sb3"] == ("a2c_paac.py · BreakoutNoFrameskip-v4 · 2M\nours vs sb3, "
+                                                                 "2 vs 2 seeds:\ndiffer: final means outside the seed spread")
+    # the published final number only where one exists at the runs' budget: CleanRL's 1M Walker2d (not 10M Breakout)
+    marks = {os.path.basename(os.path.dirname(panel["path"])): panel["published"] for panel in drawn}
+    walker = [name for name in marks if "walker2d" in name]
+    assert len(walker) == 2 and all(marks[name] == (1e6, 2287.95, 571.78) for name in walker)
+    assert all(mark is None for name, mark in marks.items() if name not in walker)
+
+
+def named_group(tmp_path, label, exp_name, seeds, **kw):
+    """LABEL=DIR ... of runs named as the scripts name them: <env id>__<exp name>__<seed>__<time>."""
+    dirs = [write_run(tmp_path / label / f"Walker2d-v4__{exp_name}__{seed}__17", seed, **kw) for seed in seeds]
+    return [f"{label}={dirs[0]}", *dirs[1:]]
+
+
+def read_rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_compare_writes_curves_csv_and_its_report_rebuilds_it(tmp_path):
+    a = named_group(tmp_path, "ours", "ppo_continuous_action-1a2b3c4d", [1, 2, 3])
+    b = named_group(tmp_path, "cleanrl", "ppo_continuous_action", [5, 6], shift=5.0)
+    out = tmp_path / "out"
+    assert compare.main(["--a", *a, "--b", *b, "--out", str(out), "--tags", *TAGS, "--no-plots"]) == 0
+    verdicts = dict(re.findall(r"^\| (charts/\S+|losses/\S+) \| (.+) \|$", (out / "report.md").read_text(), re.M))
+    live = [r for r in read_rows(out / "curves.csv") if r["tag"] == "charts/episodic_return"]
+    assert [(r["window"], r["group"]) for r in live] == [(str(w), g) for w in range(1, 11) for g in ("ours", "cleanrl")]
+    assert {(r["script"], r["env_id"]) for r in live} == {("ppo_continuous_action.py", "Walker2d-v4")}
+
+    # each seed's mean over its 10 returns in each window, recomputed from the draws write_run made
+    def seed_means(seed, shift):
+        values = STEPS / 1000 + np.random.default_rng(seed).normal(0, 1, len(STEPS)) + np.where(STEPS > 8000, shift, 0)
+        return values.reshape(10, 10).mean(1)
+
+    expected = {"ours": np.array([seed_means(s, 0.0) for s in (1, 2, 3)]),
+                "cleanrl": np.array([seed_means(s, 5.0) for s in (5, 6)])}
+    for r in live:
+        seeds = expected[r["group"]][:, int(r["window"]) - 1]
+        np.testing.assert_allclose([float(v) for v in r["per_seed"].split()], seeds, rtol=1e-6)  # logged as float32
+        np.testing.assert_allclose([float(r[k]) for k in ("mean", "min", "max")],
+                                   [seeds.mean(), seeds.min(), seeds.max()], rtol=1e-6)
+        assert r["seeds"] == str(len(seeds)) and r["verdict"] == verdicts["charts/episodic_return"]
+
+    # the report's tables (four digits, no per-seed values) give the same rows
+    rebuilt = summary.curves_from_report(str(out))
+    assert len(rebuilt) == len(read_rows(out / "curves.csv")) == 2 * 10 * len(TAGS)
+    for old, new in zip(read_rows(out / "curves.csv"), rebuilt):
+        assert {k: str(new[k]) for k in old if k not in ("mean", "min", "max", "per_seed")} == \
+               {k: v for k, v in old.items() if k not in ("mean", "min", "max", "per_seed")}
+        np.testing.assert_allclose([float(new[k]) for k in ("mean", "min", "max")],
+                                   [float(old[k]) for k in ("mean", "min", "max")], rtol=5e-4)
+        assert new["per_seed"] == ""
+
+
+def malformed(rows, case):
+    """Rows of a stored curves.csv broken one way."""
+    ret = [r for r in rows if r["tag"] == "charts/episodic_return"]
+    if case == "not a number":
+        ret[3]["mean"] = "about 3"
+    elif case == "three groups":
+        ret.append({**ret[0], "group": "third"})
+    elif case == "min above mean":
+        ret[5]["min"] = str(float(ret[5]["mean"]) + 1)
+    elif case == "a window missing":
+        ret = [r for r in ret if r["window"] != "4"]
+    elif case == "no return rows":
+        ret = [r for r in rows if r["tag"] != "charts/episodic_return"]
+    return ret
+
+
+@pytest.mark.parametrize("case, message", [
+    ("not a number", "a charts/episodic_return row holds a value that is not a number"),
+    ("three groups", "holds 3 groups of charts/episodic_return rows (ours, cleanrl, third), not 2"),
+    ("min above mean", "a charts/episodic_return row is not min <= mean <= max over its seeds"),
+    ("a window missing", "the charts/episodic_return windows are not 1..n (n >= 2) with one row per group"),
+    ("no return rows", "holds 0 groups of charts/episodic_return rows (none), not 2"),
+    ("no max column", "has no 'max' column"),
+    ("not a CSV", "cannot be read ('utf-8' codec can't decode byte 0x89"),
+])
+def test_a_malformed_curves_csv_is_refused_in_one_line(tmp_path, capsys, case, message):
+    source = os.path.join(RESULTS, "vs_cleanrl_ppo_atari_breakout_1m_2026-11-24", "curves.csv")
+    bad = tmp_path / "results" / "pair" / "curves.csv"
+    bad.parent.mkdir(parents=True)
+    shutil.copy(os.path.join(RESULTS, "bf16_breakout_short", "curves.csv"), tmp_path / "results" / "curves.csv")
+    columns = [c for c in compare.CURVE_COLUMNS if not (case == "no max column" and c == "max")]
+    if case == "not a CSV":
+        bad.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    else:
+        with open(bad, "w", newline="") as f:
+            writer = csv.DictWriter(f, columns, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(malformed(read_rows(source), case))
+    assert summary.main(["--results", str(tmp_path / "results")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"summary.py: error: {os.path.relpath(bad)}")
+    assert message in err and err.endswith("write it with benchmark/compare.py, or rebuild it from its report with "
+                                           "--from-report\n")
+    assert not (tmp_path / "results" / "summary.png").exists()
+
+
+def test_nothing_to_draw_or_no_report_is_one_line(tmp_path, capsys):
+    assert summary.main(["--results", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"summary.py: error: no curves.csv under {tmp_path}; run benchmark/compare.py, or "
+                                       "give --from-report DIR\n")
+    assert summary.main(["--results", str(tmp_path), "--from-report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"summary.py: error: --from-report {tmp_path}: cannot read ") and err.count("\n") == 1
+
+
+def test_readme_shows_the_figure_near_the_top_and_its_links_exist():
+    text = open(os.path.join(ROOT, "README.md")).read()
+    top = text.split("\n## ", 1)[0]  # before the first section: the title, what the project is, the figure
+    assert re.search(r"\n\n(?:[^\n]+\n)+\n!\[[^\]]+\]\(benchmark/results/summary\.png\)\n", top)  # under a sentence
+    links = re.findall(r"\]\(((?!https?:)[^)#\s]+)\)", text)
+    assert "benchmark/results/summary.png" in links and len(links) >= 12
+    assert [link for link in links if not os.path.exists(os.path.join(ROOT, link))] == []
