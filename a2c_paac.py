@@ -55,7 +55,7 @@ SCRIPT = "a2c_paac.py"
 
 @dataclass
 class Args:
-    exp_name: str = "a2c_paac"  # the name of this experiment (the first part of the run name)
+    exp_name: str = SCRIPT.removesuffix(".py")  # the name of this experiment (the first part of the run name)
     seed: int = 1  # seed of python, numpy, torch and the environments
     torch_deterministic: bool = True  # if toggled, sets `torch.backends.cudnn.deterministic=True`
     cuda: bool = True  # use CUDA when available (falls back to CPU with a notice)
@@ -111,6 +111,9 @@ RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "t
 
 def check_args(args: Args, ckpt=None) -> None:
     """Fail before any training with a message that names the problem and the fix."""
+    if "/" in args.exp_name or len(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}-99".encode()) > 255:
+        raise ConfigError(f"--exp-name {args.exp_name[:60]!r} must be one directory's name in runs/: no '/', and short enough "
+                          "that the run name (env id, exp name, seed, time) fits in 255 bytes; choose a short plain name")
     for names, low, high, closed in RANGES:
         for name, v in ((name, getattr(args, name)) for name in names.split()):
             if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
@@ -490,7 +493,9 @@ def train(args: Args, given=None):
         for iteration in range(start_iteration, args.num_iterations + 1):
             if args.anneal_lr:  # linearly, to 0 at the iteration that ends --anneal-timesteps, and 0 after it
                 anneal = (args.anneal_timesteps or args.total_timesteps) // args.batch_size
-                optimizer.param_groups[0]["lr"] = args.learning_rate * max(1 - (iteration - 1) / max(anneal - 1, 1), 0.0)
+                frac = max(1 - (iteration - 1) / max(anneal - 1, 1), 0.0)
+                for group in optimizer.param_groups:  # every param group from its own initial rate (a critic's own rate too)
+                    group["lr"] = group.setdefault("initial_lr", group["lr"]) * frac
 
             rollout = []  # the agent's (action, logprob, value) of each step, stacked into [T, N] tensors after it
             for step in range(T):

@@ -115,6 +115,9 @@ RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "t
 
 def check_args(args: Args, ckpt=None) -> None:
     """Fail before any training with a message that names the problem and the fix."""
+    if "/" in args.exp_name or len(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}-99".encode()) > 255:
+        raise ConfigError(f"--exp-name {args.exp_name[:60]!r} must be one directory's name in runs/: no '/', and short enough "
+                          "that the run name (env id, exp name, seed, time) fits in 255 bytes; choose a short plain name")
     for names, low, high, closed in RANGES:
         for name, v in ((name, getattr(args, name)) for name in names.split()):
             if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
@@ -508,8 +511,10 @@ def train(args: Args, given=None):
     start_time, start_step = time.time(), global_step
     try:
         for update_idx in range(start_update, num_updates + 1):
-            if args.anneal_lr:  # detail 7
-                optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - (update_idx - 1) / max(num_updates - 1, 1))
+            if args.anneal_lr:  # detail 7, in every param group from its own initial rate (a critic's own rate too)
+                frac = 1 - (update_idx - 1) / max(num_updates - 1, 1)
+                for group in optimizer.param_groups:
+                    group["lr"] = group.setdefault("initial_lr", group["lr"]) * frac
             indices, episodes = next_batch(full_queue, buffers_per_batch, actors, args.actor_timeout)
             t0 = time.perf_counter()
             rows = torch.tensor(indices)

@@ -111,6 +111,9 @@ RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "t
 
 def check_args(args: Args, ckpt=None) -> None:
     """Fail before any training with a message that names the problem and the fix."""
+    if "/" in args.exp_name or len(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}-99".encode()) > 255:
+        raise ConfigError(f"--exp-name {args.exp_name[:60]!r} must be one directory's name in runs/: no '/', and short enough "
+                          "that the run name (env id, exp name, seed, time) fits in 255 bytes; choose a short plain name")
     for names, low, high, closed in RANGES:
         for name, v in ((name, getattr(args, name)) for name in names.split()):
             if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
@@ -294,6 +297,20 @@ def update(agent, optimizer, b, args):
             "max_abs_logratio": logratio.abs().max().item()}
 
 
+def start_process_group(rank, world, timeout):
+    """gloo's process group of the `world` ranks, before this rank writes anything; a launch that cannot start it is
+    a ConfigError (torchrun's RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT say who and where the others are)."""
+    if not (os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT")):
+        raise ConfigError(f"WORLD_SIZE {world} without MASTER_ADDR and MASTER_PORT: start the processes with torchrun, "
+                          "or give every one both (rank 0's host, and a free port on it)")
+    try:
+        dist.init_process_group("gloo", timeout=timedelta(seconds=timeout))
+    except dist.DistNetworkError as e:
+        raise ConfigError(f"rank {rank} cannot start the process group at {os.environ['MASTER_ADDR']}:"
+                          f"{os.environ['MASTER_PORT']} ({str(e).splitlines()[0]}); set MASTER_PORT to a free port on "
+                          "rank 0's host, or let torchrun choose one") from None
+
+
 def send_weights(dst, version, actor_model):  # the reply to an unroll; version -1 stops the actor
     for value in [torch.tensor([version]), *(actor_model.state_dict().values() if version >= 0 else [])]:
         dist.send(value.contiguous(), dst)  # gloo sends dense rows: channels-last weights as a copy
@@ -304,7 +321,7 @@ def actor_loop(rank, args):
     """One actor rank: act with the weights the learner sent last, send it each unroll, until it replies -1."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C, torchrun's SIGTERM: the learner says so, actors just stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    dist.init_process_group("gloo", timeout=timedelta(seconds=args.actor_timeout))
+    start_process_group(rank, int(os.environ["WORLD_SIZE"]), args.actor_timeout)
     dist.broadcast_object_list(learner := [None] * 3, src=0)  # the learner's args (a resumed run's own), run, buffers
     (args, run_name, buffers), actor_id = learner, rank - 1
     torch.set_num_threads(1)
@@ -430,6 +447,7 @@ def train(args: Args, given=None):
         raise ConfigError(f"WORLD_SIZE {world} leaves no actor rank: run it with torchrun --nproc_per_node=3 {SCRIPT}")
     if args.sync and buffers_per_batch != world - 1:
         raise ConfigError(f"--sync takes one unroll per actor: --batch-size {(world - 1) * args.num_envs_per_actor}")
+    start_process_group(rank, world, args.actor_timeout)
     if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
         run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
         run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
@@ -471,7 +489,6 @@ def train(args: Args, given=None):
         ("obs", (n, T + 1, k, 4, 84, 84), torch.uint8), ("actions", (n, T, k), torch.int64), ("versions", (n, T), torch.int64),
         *((key, (n, T, k), torch.float32) for key in ("rewards", "dones", "logprobs")),
         ("episodes", (n, T * k, 2), torch.float64), ("actor_seconds", (n, 2), torch.float64))}
-    dist.init_process_group("gloo", timeout=timedelta(seconds=args.actor_timeout))
     dist.broadcast_object_list([args, run_name, {key: torch.zeros_like(b[:1]) for key, b in buffers.items()}], src=0)
     ranks = {rank: [0, 0, 0.0, 0.0] for rank in range(1, world)}  # unrolls, games, env and inference seconds
     for rank in ranks:  # the actors start from the learner's weights
@@ -482,8 +499,10 @@ def train(args: Args, given=None):
     start_time, start_step = time.time(), global_step
     try:
         for update_idx in range(start_update, num_updates + 1):
-            if args.anneal_lr:  # detail 7
-                optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - (update_idx - 1) / max(num_updates - 1, 1))
+            if args.anneal_lr:  # detail 7, in every param group from its own initial rate (a critic's own rate too)
+                frac = 1 - (update_idx - 1) / max(num_updates - 1, 1)
+                for group in optimizer.param_groups:
+                    group["lr"] = group.setdefault("initial_lr", group["lr"]) * frac
             indices, episodes = list(range(n)), []
             senders = [1 + ((update_idx - start_update) * n + i) % (world - 1) for i in indices]  # round-robin
             for i, src in zip(indices, senders):  # detail 2: each unroll answered at once (--sync: after the update)

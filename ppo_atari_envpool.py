@@ -15,7 +15,7 @@ pipeline of ppo_atari.py, whose wrappers did, in this order:
   A7. FrameStack: the last 4 frames stacked as channels
   A8. shared Nature CNN (32x8x8/4, 64x4x4/2, 64x3x3/1, fc512), policy head std 0.01, value head std 1
   A9. observations scaled from [0, 255] to [0, 1] inside the network (stored as uint8: 4x less memory)
-charts/episodic_return is a whole game's raw score (all lives, before clipping), as in the published results:
+charts/episodic_return is a whole game's raw score (before any reward clipping or scaling), as in the published results:
 envpool's info["reward"] summed until info["terminated"] (the game, not a life, is over), as CleanRL's envpool script.
 envpool's autoreset: the step after a done only resets its env (the action is ignored, the reward is 0). The reference
 trains on it as on any step; --mask-reset-steps leaves it out of the update, as no decision of the policy (no GAE
@@ -50,7 +50,7 @@ SCRIPT = "ppo_atari_envpool.py"
 
 @dataclass
 class Args:
-    exp_name: str = "ppo_atari_envpool"  # the name of this experiment (the first part of the run name)
+    exp_name: str = SCRIPT.removesuffix(".py")  # the name of this experiment (the first part of the run name)
     seed: int = 1  # seed of python, numpy, torch and the environments
     torch_deterministic: bool = True  # if toggled, sets `torch.backends.cudnn.deterministic=True`
     cuda: bool = True  # use CUDA when available (falls back to CPU with a notice)
@@ -108,6 +108,9 @@ RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "t
 
 def check_args(args: Args, ckpt=None) -> None:
     """Fail before any training with a message that names the problem and the fix."""
+    if "/" in args.exp_name or len(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}-99".encode()) > 255:
+        raise ConfigError(f"--exp-name {args.exp_name[:60]!r} must be one directory's name in runs/: no '/', and short enough "
+                          "that the run name (env id, exp name, seed, time) fits in 255 bytes; choose a short plain name")
     for names, low, high, closed in RANGES:
         for name, v in ((name, getattr(args, name)) for name in names.split()):
             if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
@@ -427,8 +430,10 @@ def train(args: Args, given=None):
     gc.freeze()  # the ~300k objects made so far (mostly torch's) are never garbage: full collections skip them
     start_time, start_step = time.time(), global_step
     for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:  # detail 4
-            optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - (iteration - 1) / max(args.num_iterations - 1, 1))
+        if args.anneal_lr:  # detail 4, in every param group from its own initial rate (a critic's own rate too)
+            frac = 1 - (iteration - 1) / max(args.num_iterations - 1, 1)
+            for group in optimizer.param_groups:
+                group["lr"] = group.setdefault("initial_lr", group["lr"]) * frac
 
         rollout = []  # the agent's (action, logprob, value) of each step, stacked into [T, N] tensors after it
         for step in range(T):
@@ -452,10 +457,11 @@ def train(args: Args, given=None):
 
             final_info = infos.get("final_info", {})  # "episode" is there only when a game (not a life) is over
             for i in np.flatnonzero(final_info.get("_episode", ())):
-                writer.add_scalar("charts/episodic_return", final_info["episode"]["r"][i], global_step)
-                writer.add_scalar("charts/episodic_length", final_info["episode"]["l"][i], global_step)
-                history["episodic_return"].append(float(final_info["episode"]["r"][i]))
-                history["episodic_length"].append(int(final_info["episode"]["l"][i]))
+                episode_return, episode_length = final_info["episode"]["r"], final_info["episode"]["l"]
+                writer.add_scalar("charts/episodic_return", episode_return[i], global_step)
+                writer.add_scalar("charts/episodic_length", episode_length[i], global_step)
+                history["episodic_return"].append(float(episode_return[i]))
+                history["episodic_length"].append(int(episode_length[i]))
 
         t0 = time.perf_counter()
         actions, logprobs, values = (torch.stack(x) for x in zip(*rollout))
@@ -463,7 +469,7 @@ def train(args: Args, given=None):
             next_value = agent.get_value(torch.as_tensor(next_obs, device=device))
             advantages, returns = compute_gae(torch.as_tensor(rewards, device=device), values,
                                               torch.as_tensor(dones, device=device), next_value, args.gamma, args.gae_lambda)
-        b = {"obs": torch.as_tensor(obs, device=device).reshape((-1,) + obs_shape), "actions": actions.reshape(-1),
+        b = {"obs": torch.as_tensor(obs, device=device).reshape((-1,) + obs_shape), "actions": actions.flatten(0, 1),
              "logprobs": logprobs.reshape(-1), "values": values.reshape(-1),
              "advantages": advantages.reshape(-1), "returns": returns.reshape(-1)}
         b = {k: v[torch.as_tensor(valid, device=device).reshape(-1)] for k, v in b.items()}  # --mask-reset-steps

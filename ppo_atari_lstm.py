@@ -22,7 +22,7 @@ The 5 LSTM details (seed 000): CNN -> fc512 -> LSTM(512, 128) -> the policy and 
   L4. a minibatch is whole envs' sequences in time order (num_envs % num_minibatches == 0), not random steps
   L5. the state before each rollout is kept and the update replays the sequences from it, so the first
       minibatch reproduces the rollout's probabilities (ratio 1)
-charts/episodic_return is a whole game's raw score (all lives, before clipping), as in the published results.
+charts/episodic_return is a whole game's raw score (before any reward clipping or scaling), as in the published results.
 
 To hack: the rollout and the update both call Agent.get_action_and_value, the optimizer holds agent.parameters()
 and update() is CleanRL's loop, so an edit to the network, a head or the loop applies everywhere.
@@ -55,7 +55,7 @@ SCRIPT = "ppo_atari_lstm.py"
 
 @dataclass
 class Args:
-    exp_name: str = "ppo_atari_lstm"  # the name of this experiment (the first part of the run name)
+    exp_name: str = SCRIPT.removesuffix(".py")  # the name of this experiment (the first part of the run name)
     seed: int = 1  # seed of python, numpy, torch and the environments
     torch_deterministic: bool = True  # if toggled, sets `torch.backends.cudnn.deterministic=True`
     cuda: bool = True  # use CUDA when available (falls back to CPU with a notice)
@@ -112,6 +112,9 @@ RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "t
 
 def check_args(args: Args, ckpt=None) -> None:
     """Fail before any training with a message that names the problem and the fix."""
+    if "/" in args.exp_name or len(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}-99".encode()) > 255:
+        raise ConfigError(f"--exp-name {args.exp_name[:60]!r} must be one directory's name in runs/: no '/', and short enough "
+                          "that the run name (env id, exp name, seed, time) fits in 255 bytes; choose a short plain name")
     for names, low, high, closed in RANGES:
         for name, v in ((name, getattr(args, name)) for name in names.split()):
             if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
@@ -488,8 +491,10 @@ def train(args: Args, given=None):
     gc.freeze()  # the ~300k objects made so far (mostly torch's) are never garbage: full collections skip them
     start_time, start_step = time.time(), global_step
     for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:  # detail 4
-            optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - (iteration - 1) / max(args.num_iterations - 1, 1))
+        if args.anneal_lr:  # detail 4, in every param group from its own initial rate (a critic's own rate too)
+            frac = 1 - (iteration - 1) / max(args.num_iterations - 1, 1)
+            for group in optimizer.param_groups:
+                group["lr"] = group.setdefault("initial_lr", group["lr"]) * frac
 
         rollout = []  # the agent's (action, logprob, value) of each step, stacked into [T, N] tensors after it
         rollout_state = lstm_state  # detail L5: the update replays the sequences from the rollout's first state
@@ -515,10 +520,11 @@ def train(args: Args, given=None):
 
             final_info = infos.get("final_info", {})  # "episode" is there only when a game (not a life) is over
             for i in np.flatnonzero(final_info.get("_episode", ())):
-                writer.add_scalar("charts/episodic_return", final_info["episode"]["r"][i], global_step)
-                writer.add_scalar("charts/episodic_length", final_info["episode"]["l"][i], global_step)
-                history["episodic_return"].append(float(final_info["episode"]["r"][i]))
-                history["episodic_length"].append(int(final_info["episode"]["l"][i]))
+                episode_return, episode_length = final_info["episode"]["r"], final_info["episode"]["l"]
+                writer.add_scalar("charts/episodic_return", episode_return[i], global_step)
+                writer.add_scalar("charts/episodic_length", episode_length[i], global_step)
+                history["episodic_return"].append(float(episode_return[i]))
+                history["episodic_length"].append(int(episode_length[i]))
 
         t0 = time.perf_counter()
         actions, logprobs, values = (torch.stack(x) for x in zip(*rollout))
@@ -527,7 +533,7 @@ def train(args: Args, given=None):
                                          torch.as_tensor(dones[-1], device=device))
             advantages, returns = compute_gae(torch.as_tensor(rewards, device=device), values,
                                               torch.as_tensor(dones, device=device), next_value, args.gamma, args.gae_lambda)
-        b = {"obs": torch.as_tensor(obs, device=device).reshape((-1,) + obs_shape), "actions": actions.reshape(-1),
+        b = {"obs": torch.as_tensor(obs, device=device).reshape((-1,) + obs_shape), "actions": actions.flatten(0, 1),
              "logprobs": logprobs.reshape(-1), "values": values.reshape(-1),
              "advantages": advantages.reshape(-1), "returns": returns.reshape(-1),
              "starts": torch.as_tensor(starts, device=device).reshape(-1), "lstm_state": rollout_state}

@@ -23,7 +23,7 @@ The core details 1-12 of "The 37 Implementation Details of PPO" as in ppo.py (se
   A7. FrameStack: the last 4 frames stacked as channels
   A8. shared Nature CNN (32x8x8/4, 64x4x4/2, 64x3x3/1, fc512), policy head std 0.01, value head std 1
   A9. observations scaled from [0, 255] to [0, 1] inside the network (stored as uint8: 4x less memory)
-charts/episodic_return is a whole game's raw score (all lives, before clipping), as in the published results.
+charts/episodic_return is a whole game's raw score (before any reward clipping or scaling), as in the published results.
 
 To hack: the rollout and the update both call Agent.get_action_and_value, the optimizer holds agent.parameters()
 and update() is CleanRL's loop (D2 is in backward), so an edit to the network, a head or the loop applies everywhere.
@@ -37,6 +37,7 @@ import io
 import math
 import os
 import random
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -56,7 +57,7 @@ SCRIPT = "ppo_atari_multigpu.py"
 
 @dataclass
 class Args:
-    exp_name: str = "ppo_atari_multigpu"  # the name of this experiment (the first part of the run name)
+    exp_name: str = SCRIPT.removesuffix(".py")  # the name of this experiment (the first part of the run name)
     seed: int = 1  # seed of python, numpy, torch and the environments
     torch_deterministic: bool = True  # if toggled, sets `torch.backends.cudnn.deterministic=True`
     cuda: bool = True  # use CUDA when available (falls back to CPU with a notice)
@@ -116,6 +117,9 @@ RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "t
 
 def check_args(args: Args, ckpt=None) -> None:
     """Fail before any training with a message that names the problem and the fix."""
+    if "/" in args.exp_name or len(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}-99".encode()) > 255:
+        raise ConfigError(f"--exp-name {args.exp_name[:60]!r} must be one directory's name in runs/: no '/', and short enough "
+                          "that the run name (env id, exp name, seed, time) fits in 255 bytes; choose a short plain name")
     for names, low, high, closed in RANGES:
         for name, v in ((name, getattr(args, name)) for name in names.split()):
             if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
@@ -456,17 +460,36 @@ def train(args: Args, given=None):
     check_args(args, ckpt)
     rank, world, local_rank = (int(os.environ.get(k, d)) for k, d in (("RANK", 0), ("WORLD_SIZE", 1), ("LOCAL_RANK", 0)))
     if args.num_envs % world or args.num_envs // world * args.num_steps % args.num_minibatches:
-        raise ConfigError(f"--num-envs {args.num_envs} does not split over {world} processes into {args.num_minibatches} "
+        fits = [str(n) for n in range(1, args.num_envs + 1)  # the numbers of processes that would split them
+                if args.num_envs % n == 0 == args.num_envs // n * args.num_steps % args.num_minibatches]
+        raise ConfigError(f"the checkpoint's --num-envs {args.num_envs} does not split over {world} processes into "
+                          f"{args.num_minibatches} equal minibatch shares; resume it on one of these numbers of processes: "
+                          f"{', '.join(fits)}; or start a new run" if ckpt else
+                          f"--num-envs {args.num_envs} does not split over {world} processes into {args.num_minibatches} "
                           f"equal minibatch shares; choose a multiple of {world}, and --num-minibatches dividing "
                           f"num_envs / {world} * num_steps")
     args.local_num_envs = args.num_envs // world
     args.batch_size = args.num_envs * args.num_steps
     args.minibatch_size = args.batch_size // args.num_minibatches
     args.num_iterations = args.total_timesteps // args.batch_size
+    device = torch.device(f"cuda:{local_rank}" if args.cuda and torch.cuda.is_available() else "cpu")
+    if world > 1:  # torchrun's RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT say who and where the others are
+        if not (os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT")):
+            raise ConfigError(f"WORLD_SIZE {world} without MASTER_ADDR and MASTER_PORT: start the processes with torchrun, "
+                              "or give every one both (rank 0's host, and a free port on it)")
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        try:  # before anything is written: a process group that cannot start leaves no run directory
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timedelta(seconds=args.dist_timeout))
+        except dist.DistNetworkError as e:
+            raise ConfigError(f"rank {rank} cannot start the process group at {os.environ['MASTER_ADDR']}:"
+                              f"{os.environ['MASTER_PORT']} ({str(e).splitlines()[0]}); set MASTER_PORT to a free port on "
+                              "rank 0's host, or let torchrun choose one") from None
     if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
         run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
         run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
-        print(f"{SCRIPT}: resuming {run_name} after iteration {ckpt['iteration']} in {run_dir}", file=sys.stderr)
+        if rank == 0:
+            print(f"{SCRIPT}: resuming {run_name} after iteration {ckpt['iteration']} in {run_dir}", file=sys.stderr)
     elif rank == 0:
         run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
         run_name = os.path.basename(run_dir)
@@ -489,11 +512,6 @@ def train(args: Args, given=None):
     torch.set_num_threads(args.torch_threads or torch.get_num_threads())
     if args.cuda and not torch.cuda.is_available():
         print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
-    device = torch.device(f"cuda:{local_rank}" if args.cuda and torch.cuda.is_available() else "cpu")
-    if world > 1:  # torchrun's RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT say who and where the others are
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timedelta(seconds=args.dist_timeout))
 
     envs = make_envs(args, run_name, rank)
     obs_shape = envs.single_observation_space.shape
@@ -512,7 +530,8 @@ def train(args: Args, given=None):
         agent.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
-        print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
+        if rank == 0:
+            print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
         random.setstate(ckpt["rng"]["python"])
         np.random.set_state(ckpt["rng"]["numpy"])
         torch.set_rng_state(ckpt["rng"]["torch"])
@@ -525,8 +544,10 @@ def train(args: Args, given=None):
     gc.freeze()  # the ~300k objects made so far (mostly torch's) are never garbage: full collections skip them
     start_time, start_step = time.time(), global_step
     for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:  # detail 4
-            optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - (iteration - 1) / max(args.num_iterations - 1, 1))
+        if args.anneal_lr:  # detail 4, in every param group from its own initial rate (a critic's own rate too)
+            frac = 1 - (iteration - 1) / max(args.num_iterations - 1, 1)
+            for group in optimizer.param_groups:
+                group["lr"] = group.setdefault("initial_lr", group["lr"]) * frac
 
         rollout = []  # the agent's (action, logprob, value) of each step, stacked into [T, N] tensors after it
         episodes = []  # (global step, return, length) of this rank's finished games
@@ -551,7 +572,8 @@ def train(args: Args, given=None):
 
             final_info = infos.get("final_info", {})  # "episode" is there only when a game (not a life) is over
             for i in np.flatnonzero(final_info.get("_episode", ())):
-                episodes.append((global_step, float(final_info["episode"]["r"][i]), int(final_info["episode"]["l"][i])))
+                episode_return, episode_length = final_info["episode"]["r"], final_info["episode"]["l"]
+                episodes.append((global_step, float(episode_return[i]), int(episode_length[i])))
         for step_of_game, r, length in sorted(sum(world_gather(episodes), []), key=lambda e: e[0]):  # D3: every rank's
             writer.add_scalar("charts/episodic_return", r, step_of_game)
             writer.add_scalar("charts/episodic_length", length, step_of_game)
@@ -564,7 +586,7 @@ def train(args: Args, given=None):
             next_value = agent.get_value(torch.as_tensor(next_obs, device=device))
             advantages, returns = compute_gae(torch.as_tensor(rewards, device=device), values,
                                               torch.as_tensor(dones, device=device), next_value, args.gamma, args.gae_lambda)
-        b = {"obs": torch.as_tensor(obs, device=device).reshape((-1,) + obs_shape), "actions": actions.reshape(-1),
+        b = {"obs": torch.as_tensor(obs, device=device).reshape((-1,) + obs_shape), "actions": actions.flatten(0, 1),
              "logprobs": logprobs.reshape(-1), "values": values.reshape(-1),
              "advantages": advantages.reshape(-1), "returns": returns.reshape(-1)}
         losses, first = update(agent, optimizer, b, args)
@@ -613,14 +635,20 @@ if __name__ == "__main__":
     cli_args = tyro.cli(Args)
     # the flags on the command line (--no-cuda names cuda): beside --resume, one given at its default value counts too
     given = {a[2:].split("=")[0].replace("-", "_").removeprefix("no_") for a in sys.argv[1:] if a.startswith("--")}
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # torchrun's stop after a Ctrl-C ends a rank as Ctrl-C does
+    first_of_node = os.environ.get("LOCAL_RANK", "0") == "0"  # a node's processes share one output: one of them speaks
     try:
         if cli_args.eval_checkpoint:
             returns = evaluate(cli_args.eval_checkpoint, cli_args.eval_episodes, cli_args.seed)
             print(f"mean return over {len(returns)} episodes: {np.mean(returns):.2f} +- {np.std(returns):.2f}")
         else:
             train(cli_args, given)
-    except ConfigError as e:  # every rank finds it before the process group starts; rank 0 says it
-        sys.exit(f"{SCRIPT}: error: {e}" if os.environ.get("RANK", "0") == "0" else 1)
+    except ConfigError as e:  # every rank checks, before the process group starts, what its node sees (files, memory)
+        where = "" if os.environ.get("RANK", "0") == "0" else f"rank {os.environ['RANK']}: "
+        sys.exit(f"{SCRIPT}: error: {where}{e}" if first_of_node else 1)
     except dist.DistError as e:  # torchrun stops a node's other processes when one exits non-zero; on other nodes, this
         print(f"{SCRIPT}: error: {e}; see the other processes' output", file=sys.stderr, flush=True)
         os._exit(1)  # not sys.exit: the process group's threads may still wait on the lost process
+    except KeyboardInterrupt:  # Ctrl-C reaches every rank; a checkpoint is written whole or not at all
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        sys.exit(f"{SCRIPT}: interrupted; --resume its last checkpoint to continue" if first_of_node else 1)

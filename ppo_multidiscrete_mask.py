@@ -51,7 +51,7 @@ MICRORTS_TASKS = {"MicrortsMining-v1": ("maps/10x10/basesWorkers10x10.xml", "pas
 
 @dataclass
 class Args:
-    exp_name: str = "ppo_multidiscrete_mask"  # the name of this experiment (the first part of the run name)
+    exp_name: str = SCRIPT.removesuffix(".py")  # the name of this experiment (the first part of the run name)
     seed: int = 1  # seed of python, numpy and torch (the games are deterministic given the actions)
     torch_deterministic: bool = True  # if toggled, sets `torch.backends.cudnn.deterministic=True`
     cuda: bool = True  # use CUDA when available (falls back to CPU with a notice)
@@ -105,6 +105,9 @@ RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "t
 
 def check_args(args: Args, ckpt=None) -> None:
     """Fail before any training with a message that names the problem and the fix."""
+    if "/" in args.exp_name or len(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}-99".encode()) > 255:
+        raise ConfigError(f"--exp-name {args.exp_name[:60]!r} must be one directory's name in runs/: no '/', and short enough "
+                          "that the run name (env id, exp name, seed, time) fits in 255 bytes; choose a short plain name")
     for names, low, high, closed in RANGES:
         for name, v in ((name, getattr(args, name)) for name in names.split()):
             if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
@@ -441,8 +444,10 @@ def train(args: Args, given=None):
     gc.freeze()  # the ~300k objects made so far (mostly torch's) are never garbage: full collections skip them
     start_time, start_step = time.time(), global_step
     for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:  # detail 4
-            optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - (iteration - 1) / max(args.num_iterations - 1, 1))
+        if args.anneal_lr:  # detail 4, in every param group from its own initial rate (a critic's own rate too)
+            frac = 1 - (iteration - 1) / max(args.num_iterations - 1, 1)
+            for group in optimizer.param_groups:
+                group["lr"] = group.setdefault("initial_lr", group["lr"]) * frac
 
         rollout = []  # the agent's (action, logprob, value) of each step, stacked into [T, N] tensors after it
         for step in range(T):
@@ -462,10 +467,11 @@ def train(args: Args, given=None):
 
             final_info = infos.get("final_info", {})  # "_episode" marks the games that are over
             for i in np.flatnonzero(final_info.get("_episode", ())):
-                writer.add_scalar("charts/episodic_return", final_info["episode"]["r"][i], global_step)
-                writer.add_scalar("charts/episodic_length", final_info["episode"]["l"][i], global_step)
-                history["episodic_return"].append(float(final_info["episode"]["r"][i]))
-                history["episodic_length"].append(int(final_info["episode"]["l"][i]))
+                episode_return, episode_length = final_info["episode"]["r"], final_info["episode"]["l"]
+                writer.add_scalar("charts/episodic_return", episode_return[i], global_step)
+                writer.add_scalar("charts/episodic_length", episode_length[i], global_step)
+                history["episodic_return"].append(float(episode_return[i]))
+                history["episodic_length"].append(int(episode_length[i]))
 
         t0 = time.perf_counter()
         actions, logprobs, values = (torch.stack(x) for x in zip(*rollout))

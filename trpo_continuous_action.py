@@ -561,7 +561,7 @@ def train(args: Args, given=None):
 
     # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
     writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None)
-    # the Args, then a row with the installed MuJoCo (a version, not a flag): MuJoCo 4 changed the free-joint envs' physics
+    # the Args, then a row with the installed MuJoCo (a version, not a flag): MuJoCo 4 changed some envs' physics
     rows = {**asdict(args), "mujoco": importlib.metadata.version("mujoco") if importlib.util.find_spec("mujoco") else "none"}
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in rows.items()))
 

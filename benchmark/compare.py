@@ -13,12 +13,14 @@ group's final mean (the last window's) lies within the other group's seed spread
 lists the windows that differ and says where the final means fall. With one seed in a group there is no test
 ("n=1: no test") and no "same".
 
-Writes into OUTDIR: report.md (the Args the runs logged that differ between the groups, a verdict per tag, then a
-table per tag) and <tag>.png per tag (each group's mean over seeds and its min-max band on one step axis, each seed's
-values averaged in 100 bins; the windows that differ shaded).
+Writes into OUTDIR: report.md (the Args the runs logged that differ between the groups, the MuJoCo each group ran on
+where its runs logged one, a verdict per tag, then a table per tag), <tag>.png per tag (each group's mean over seeds and its min-max band on one step axis, each seed's
+values averaged in 100 bins; the windows that differ shaded), and curves.csv, the tables' numbers for
+benchmark/summary.py: per tag, window and group the mean, min and max over seeds, the per-seed values, the verdict.
 """
 
 import argparse
+import csv
 import os
 import sys
 import time
@@ -28,9 +30,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from report import find_run_dirs  # noqa: E402
-from run import RETURN_TAG, ConfigError, read_run  # noqa: E402
+from run import RETURN_TAG, ConfigError, make_out_dir, mujoco_line, read_run  # noqa: E402
 
 TAGS = [RETURN_TAG, "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac"]
+# curves.csv: one row per tag, window and group; per_seed is empty where the runs were gone when it was written
+CURVE_COLUMNS = ["tag", "window", "start", "end", "group", "script", "env_id", "seeds", "mean", "min", "max", "per_seed",
+                 "verdict"]
 PLOT_BINS = 100  # points of the plotted curves: each seed's values averaged in this many equal bins of the step axis
 
 
@@ -103,6 +108,10 @@ def load(runs, tags, label):
         rec = {"dir": d, "last_step": 0, "hparams": {}}
         for tag in tags:
             data = read_run(d, tag)
+            if not data["steps"] and data["last_step"] == 0 and not data["hparams"]:  # not one event could be read
+                files = ", ".join(repr(os.path.join(d, f)) for f in sorted(os.listdir(d)) if f.startswith("events.out"))
+                raise ConfigError(f"{label}: no events could be read from {files}: it is damaged or not a TensorBoard "
+                                  "event file; replace it, or leave that run out")
             if not data["steps"]:
                 raise ConfigError(f"{label} run {d!r} logged no {tag}; leave it out of --tags "
                                   f"(default: {' '.join(TAGS)})")
@@ -111,6 +120,21 @@ def load(runs, tags, label):
             rec["last_step"] = max(rec["last_step"], data["last_step"])
         loaded.append(rec)
     return loaded
+
+
+def cautions(groups, tags):
+    """What the verdict would hide: a run whose tag ends short of the others' (stopped early, or its event file
+    truncated: its last windows then have fewer seeds), and groups of different envs."""
+    ends, said = {tag: max(r[tag][0][-1] for _, runs in groups for r in runs) for tag in tags}, []
+    for label, r in ((label, r) for label, runs in groups for r in runs):
+        short = [tag for tag in tags if r[tag][0][-1] < 0.95 * ends[tag]]  # one line a run: its first short tag
+        said += [f"{label} run {r['dir']!r} logs {short[0]} up to step {r[short[0]][0][-1]}, short of the others' "
+                 f"{ends[short[0]]}: it stopped early, or its event file is truncated"] if short else []
+    envs = {label: sorted({r["hparams"].get("env_id", "?") for r in runs}) for label, runs in groups}
+    if len(set(sum(envs.values(), [])) - {"?"}) > 1:
+        said.append("the groups' runs are of different envs (" + "; ".join(f"{label}: {', '.join(e)}" for label, e in
+                                                                        envs.items()) + "): the verdicts compare different tasks")
+    return said
 
 
 # ---- one tag ----------------------------------------------------------------------------------------------------
@@ -223,6 +247,7 @@ def write_report(groups, results, edges, args, argv, out):
           *(f"- {label}: {len(runs)} run{'s' * (len(runs) > 1)}, last steps {', '.join(str(r['last_step']) for r in runs)}: "
             + ", ".join(f"`{r['dir']}`" for r in runs) for label, runs in groups),
           f"- settings that differ (the Args each run logged): {'; '.join(settings_diff(groups))}",
+          *mujoco_line([(label, [r["hparams"].get("mujoco") for r in runs]) for label, runs in groups]),
           f"- {args.windows} windows of {edges[1]:.0f} steps over 0-{edges[-1]:.0f}; per window each seed's values "
           "averaged; columns: mean over seeds [min, max] (seeds); Welch's t-test p over the per-seed means "
           "(scipy.stats.ttest_ind, equal_var=False), Holm-Bonferroni adjusted across the windows",
@@ -240,6 +265,29 @@ def write_report(groups, results, edges, args, argv, out):
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     return md
+
+
+def run_identity(run_dir):
+    """(script, env id) from a run directory's name, <env id>__<exp name>__<seed>__<time>: the exp name up to its first
+    '-' (benchmark/run.py adds the hash of its flags there) plus .py; ("", "") for another name."""
+    parts = os.path.basename(os.path.normpath(run_dir)).split("__")
+    return (parts[1].split("-")[0] + ".py", parts[0]) if len(parts) >= 4 else ("", "")
+
+
+def curve_row(tag, window, start, end, label, run_dirs, seeds, stats, per_seed, verdict):
+    """One row of curves.csv: a group's window over `seeds` seeds, `stats` the (mean, min, max) of their window means
+    (None when no seed logged in it), `per_seed` those means where known, with the script and env id of its runs."""
+    script, env_id = (" ".join(sorted(set(x))) for x in zip(*map(run_identity, run_dirs))) if run_dirs else ("", "")
+    return dict(zip(CURVE_COLUMNS, [tag, window, f"{start:.0f}", f"{end:.0f}", label, script, env_id, seeds,
+                                    *([f"{x:.10g}" for x in stats] if stats else ["", "", ""]),
+                                    " ".join(f"{v:.10g}" for v in per_seed), verdict]))
+
+
+def write_curves(path, rows):
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, CURVE_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def main(argv=None):
@@ -269,12 +317,18 @@ def main(argv=None):
         if end <= 0:
             raise ConfigError("every run logged at step 0 only; there is no step axis to cut into windows")
         edges = np.linspace(0, end, args.windows + 1)
+        for caution in cautions(groups, args.tags):
+            print(f"compare.py: warning: {caution}", file=sys.stderr)
         results = [compare_tag(groups, tag, edges, args.alpha) for tag in args.tags]
+        make_out_dir(args.out)
     except ConfigError as e:
         print(f"compare.py: error: {e}", file=sys.stderr)
         return 2
-    os.makedirs(args.out, exist_ok=True)
     md = write_report(groups, results, edges, args, argv, args.out)
+    write_curves(os.path.join(args.out, "curves.csv"), [
+        curve_row(r["tag"], row["window"] + 1, edges[row["window"]], edges[row["window"] + 1], label, [run["dir"] for run in runs],
+                  len(s), (np.mean(s), np.min(s), np.max(s)) if len(s) else None, s, r["verdict"])
+        for r in results for row in r["rows"] for (label, runs), s in zip(groups, row["sides"])])
     if not args.no_plots:
         for r in results:
             plot_tag(groups, r, edges, os.path.join(args.out, fname(r["tag"])))

@@ -32,6 +32,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import RETURN_TAG, ConfigError, args_hash, read_run  # noqa: E402
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 1000000
 PROTOCOL = "--num-envs 1 --num-steps 2048 --num-minibatches 32 --update-epochs 10 --save-model --save-every 50"
 MINIMAL = "--max-grad-norm inf --no-clip-vloss --no-anneal-lr --reward-scaling none --no-ortho-init --clip-obs inf"
@@ -173,7 +174,9 @@ PAPER = {("PPO", "Walker2d-v4"): (3292, 3157, 3426), ("PPO", "Hopper-v4"): (2513
          ("TRPO+", "Walker2d-v4"): (3050, 2976, 3126), ("TRPO+", "Hopper-v4"): (2466, 2381, 2549)}
 PAPER_AAI, PAPER_ACLI = {"Walker2d-v4": 242, "Hopper-v4": 99}, {"Walker2d-v4": 557, "Hopper-v4": 421}
 DIFFERENCES = [
-    "Environments: MuJoCo v4 envs under gymnasium 1.x and MuJoCo 3+ (the paper: v2 under mujoco-py).",
+    "Environments: MuJoCo v4 envs under gymnasium 1.x (the paper: v2 under mujoco-py); each run records its MuJoCo. "
+    "Under MuJoCo 4 (the default lock) Hopper-v4 departs from the published v4 physics at its first contacts "
+    "(tests/test_mujoco_physics.py); `bash scripts/install.sh mujoco-ref` gives MuJoCo 2.3.3.",
     "One Adam over both networks (the critic a param group at the value learning rate), one shuffle, one loss "
     "pg - ent_coef * entropy + 0.5 * 0.5 * (V - R)^2; the paper: a separate value optimizer and shuffle, the value "
     "network trained first, loss (V - R)^2 (Adam is nearly invariant to the scale).",
@@ -230,6 +233,7 @@ def trpo_delta(env):
 
 def report(store, out):
     import matplotlib
+    import matplotlib.ticker
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from scipy import stats
@@ -241,12 +245,16 @@ def report(store, out):
     rng, envs, algos = np.random.default_rng(0), ENVS, ALGOS
     lines = ["# Seed 004 reproduced: PPO, PPO-M, TRPO, TRPO+, PPO-NoClip (Engstrom et al. 2020)", "",
              f"`bash benchmark/implementation_matters.sh`, then `python benchmark/implementation_matters.py report "
-             f"--store {os.path.relpath(store)}`. {len(runs)} stored runs of ppo_continuous_action.py and "
+             f"--store {os.path.relpath(os.path.abspath(store), ROOT)}`. {len(runs)} stored runs of ppo_continuous_action.py and "
              "trpo_continuous_action.py at 1M steps "
              f"(commits {', '.join(sorted({r['git_commit'][:7] for r in runs}))}; MuJoCo "
              f"{', '.join(sorted({r['mujoco'] for r in runs}))}). Final return: the mean of a run's last 100 episodes.",
-             "", "## Tables 2 and 3", "",
-             "| algorithm | " + " | ".join(f"{e}: ours, n | paper ({e.replace('-v4', '-v2')})" for e in envs) + " |",
+             "", "## Tables 2 and 3", ""]
+    short = sum(len(finals(runs, a, e)) < len(TABLE_SEEDS) for a in algos for e in envs)
+    if short:
+        lines += [f"Interim: {short} of the {len(algos) * len(envs)} cells have fewer than the study's "
+                  f"{len(TABLE_SEEDS)} seeds; `bash benchmark/implementation_matters.sh` goes on from the stored runs.", ""]
+    lines += ["| algorithm | " + " | ".join(f"{e}: ours, n | paper ({e.replace('-v4', '-v2')})" for e in envs) + " |",
              "|---|" + "---|---|" * len(envs)]
     summary = {}
     for algo in algos:
@@ -274,8 +282,9 @@ def report(store, out):
 
     def beats(a, b, env):  # a's mean above b's, with the bootstrapped interval of the difference above 0
         x, y = finals(runs, a, env), finals(runs, b, env)
-        if len(x) < 2 or len(y) < 2:
-            return "not run yet", None
+        if len(x) < 3 or len(y) < 3:  # a bootstrap of 2 seeds has 3 possible means: no interval to read
+            return ("not run yet" if not len(x) or not len(y) else
+                    f"too few seeds for a verdict: {x.mean() - y.mean():+.0f}, n {len(x)} and {len(y)}"), None
         diffs = rng.choice(x, (1000, len(x))).mean(1) - rng.choice(y, (1000, len(y))).mean(1)
         low, high = np.percentile(diffs, [2.5, 97.5])
         word = "yes" if low > 0 else "no (the reverse)" if high < 0 else "not shown (the interval holds 0)"
@@ -291,9 +300,6 @@ def report(store, out):
             text += f"; NoClip's mean {'inside' if ppo[1] <= noclip[0] <= ppo[2] else 'outside'} PPO's interval"
         row.append(text)
     lines.append("| (b) PPO-NoClip beats PPO-M, within PPO's interval | " + " | ".join(row) + " |")
-    lines.append("| (e) the code-level details move results more than the step method (ACLI > AAI) | " + " | ".join(
-        ("yes" if aai_acli[e][1] > aai_acli[e][0] else "no") + f": ACLI {aai_acli[e][1]:.0f}, AAI {aai_acli[e][0]:.0f}"
-        if e in aai_acli else "not run yet" for e in envs) + " |")
 
     # Figure 2: the max ratio and the mean KL over training
     fig, axes = plt.subplots(len(envs), 3, figsize=(15, 4 * len(envs)), squeeze=False)
@@ -315,8 +321,11 @@ def report(store, out):
                                        "mean KL(old || new) over the batch")):
             ax.set_title(f"{env}: {title}", fontsize=10)
             ax.set_xlabel("iteration")
-        axes[i][1].set_yscale("log")
-        axes[i][0].legend(fontsize=8)
+        axes[i][1].set_yscale("log")  # PPO-NoClip's ratios reach far: a log axis, its ticks written plainly
+        for axis in (axes[i][1].yaxis.set_major_formatter, axes[i][1].yaxis.set_minor_formatter):
+            axis(matplotlib.ticker.FormatStrFormatter("%g"))
+        if axes[i][0].get_legend_handles_labels()[0]:
+            axes[i][0].legend(fontsize=8)
         by_algo = {a: [f for b, f in outside if b == a] for a in ("PPO", "PPO-M")}
         row.append("; ".join(f"{a}: {100 * np.mean(f):.0f}% of iterations above 1.2 ({len(f)} runs)"
                              for a, f in by_algo.items() if f) or "not run yet")
@@ -349,8 +358,11 @@ def report(store, out):
     fig.tight_layout()
     fig.savefig(os.path.join(out, "figure1.png"), dpi=80)
     plt.close(fig)
-    lines.append("| (d) reward scaling, annealing and init each shift the reward distribution (Walker2d) | "
-                 + "; ".join(shifts) + " | |")
+    lines.append("| (d) reward scaling, annealing and init each shift the reward distribution | "
+                 + "; ".join(shifts) + " | (Figure 1 is on Walker2d-v4 alone) |")
+    lines.append("| (e) the code-level details move results more than the step method (ACLI > AAI) | " + " | ".join(
+        ("yes" if aai_acli[e][1] > aai_acli[e][0] else "no") + f": ACLI {aai_acli[e][1]:.0f}, AAI {aai_acli[e][0]:.0f}"
+        if e in aai_acli else "not run yet" for e in envs) + " |")
     lines += ["", f"Figure 1 ({len(groups)} of 16 combinations stored, {FIGURE1_SEEDS.stop - 1} seeds each), "
               "the paper's way: 1 - CDF of the final return, the runs split by each switch on or off.", "",
               "![Figure 1](figure1.png)", "", "Figure 2: per iteration, one line per seed (stored every "

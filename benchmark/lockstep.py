@@ -15,7 +15,8 @@ normalisation follows CleanRL's gymnasium 0.29.1), and prints, per iteration, ev
 largest relative difference (relative to the larger of |CleanRL's value| and its mean over the iterations compared),
 then the first game whose return differs. Identical through an iteration means the same observations, actions,
 returns and update up to float rounding, which the chaotic MuJoCo dynamics later amplify. Exits 1 when the first
-iteration already differs by more than --tolerance (the two cannot be the same algorithm then), 2 on bad input.
+iteration already differs by more than --tolerance (the two cannot be the same algorithm then), 2 on bad input (and
+when the two runs logged other values of a flag, env id and seed included: not a pair to compare).
 The discrete scripts sample by inverse CDF where CleanRL's Categorical calls torch.multinomial: in them the copy
 samples as CleanRL does too (ppo.py: python benchmark/lockstep.py --script ppo.py --cleanrl-run <its CartPole run> --
 --seed 1). Measured on seed 1 (benchmark/results/): ppo.py on CartPole is identical to CleanRL's run through 8 of 8
@@ -24,9 +25,17 @@ games still equal; envpool 1.2.5 against CleanRL's 0.8.4: the same frames); ppo_
 ppo_atari_lstm.py play the same games, but their losses differ by 0.1-3% from the first update: CleanRL resizes frames
 before converting them to gray, ours after, and 0.08% of the pixels differ by one level (ppo_atari_lstm.py with the
 two swapped is identical to CleanRL's at the first iteration).
+MuJoCo 4 changed the physics of Humanoid, HumanoidStandup, Ant (free joints: from the first reset) and Hopper (from its
+first contacts; tests/test_mujoco_physics.py), so on them a run on MuJoCo 4 and one on an earlier MuJoCo part early: the
+output names each side's MuJoCo (ours as our run logged it, CleanRL's from --cleanrl-mujoco, which its runs do not log),
+and such a pair is refused with exit status 2. CleanRL's runs and published v4 numbers are MuJoCo 2.3.3's: run ours on it from the mujoco-ref target
+(bash scripts/install.sh mujoco-ref; .venv-mujoco-ref/bin/python benchmark/lockstep.py ...). Humanoid-v4, seed 3, both
+on 2.3.3: identical through iteration 1 of 5 (2e-6), the first 188 games equal (benchmark/results/, the Walker2d report).
 """
 
 import argparse
+import importlib.metadata
+import importlib.util
 import os
 import re
 import subprocess
@@ -43,7 +52,7 @@ TAGS = ["losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old
         "losses/clipfrac", "losses/explained_variance", "charts/learning_rate"]
 # (what ours has, CleanRL's choice in its place): detail 4's schedule, and a stop
 PATCHES = [
-    ("(1 - (iteration - 1) / max(args.num_iterations - 1, 1))", "(1 - (iteration - 1) / args.num_iterations)"),
+    ("frac = 1 - (iteration - 1) / max(args.num_iterations - 1, 1)", "frac = 1 - (iteration - 1) / args.num_iterations"),
     ("""    for iteration in range(start_iteration, args.num_iterations + 1):
 """, """    for iteration in range(start_iteration, min(args.num_iterations, LOCKSTEP_ITERATIONS) + 1):
 """),
@@ -52,6 +61,32 @@ PATCHES = [
 # ppo_atari_lstm.py); CleanRL makes one np.arange(n) before the epochs and np.random.shuffle's it in place each epoch
 EPOCHS = "    for epoch in range(args.update_epochs):\n"
 RANDPERM = re.compile(r"torch\.randperm\(([^,]+), device=([^)]+)\)")
+
+# the Args both log that place or track a run and do not change what it computes: left out of the check that the two
+# runs were made with the same flags (and mujoco, our row after the Args: the MuJoCo check below judges it)
+NOT_COMPARED = {"exp_name", "cuda", "torch_deterministic", "track", "wandb_project_name", "wandb_entity", "capture_video",
+                "save_model", "upload_model", "hf_entity", "mujoco"}
+# the envs whose physics MuJoCo 4 changed (issue 38; 1,000 random steps from reset(seed=3)): those with a free joint from
+# the first reset (Humanoid-v4's observation differs under 4.0.0 from 2.3.3 and 3.1.6, which agree to 4e-10), Hopper from
+# its first contacts (step 8). Walker2d agrees to 1e-12 under all three; HalfCheetah's rounding differences (1e-14)
+# grow past 1e-9 by step 49 between any two of them, as its dynamics amplify them
+CHANGED_IN_MUJOCO_4 = {"Humanoid", "HumanoidStandup", "Ant", "Hopper"}
+
+
+def mujoco_check(env_id, ours, theirs):
+    """Why a lockstep of env_id, ours on MuJoCo `ours` and CleanRL's run on `theirs` (None: not known), would compare
+    two physics rather than two algorithms; None when it would not (or ours has no MuJoCo: the script then says so)."""
+    if env_id.split("-v")[0] not in CHANGED_IN_MUJOCO_4 or ours is None:
+        return None
+    if theirs is None:
+        return (f"MuJoCo 4 changed the physics of {env_id}: give --cleanrl-mujoco, the MuJoCo CleanRL's run ran on "
+                "($CLEANRL_PY -c 'import mujoco; print(mujoco.__version__)')")
+    if (int(ours.split(".")[0]) >= 4) != (int(theirs.split(".")[0]) >= 4):
+        return (f"ours runs MuJoCo {ours}, CleanRL's run ran on {theirs}: MuJoCo 4 changed the physics of {env_id}, so the "
+                "two would part by the physics, not the algorithm; run ours on the run's MuJoCo (2.3.3: bash "
+                "scripts/install.sh mujoco-ref, then .venv-mujoco-ref/bin/python benchmark/lockstep.py ...)")
+    return None
+
 
 # and in a discrete script, where it samples: CleanRL's Categorical(logits).sample() in place of the inverse CDF
 SAMPLING = ("action = (logp.exp().cumsum(-1) < torch.rand_like(logp[..., :1])).sum(-1).clamp(max=logp.shape[-1] - 1)",
@@ -126,12 +161,23 @@ def main(argv=None):
     p.add_argument("--iterations", type=int, default=5, help="iterations to run and compare")
     p.add_argument("--tolerance", type=float, default=1e-4, help="largest relative difference counted as identical")
     p.add_argument("--work-dir", default=None, help="where the patched copy runs (default: a temporary folder)")
+    p.add_argument("--cleanrl-mujoco", default=None, help="the MuJoCo CleanRL's run ran on (its scripts do not log it); "
+                   "needed for the envs whose physics MuJoCo 4 changed (Humanoid, HumanoidStandup, Ant, Hopper)")
     args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     try:
         if args.iterations < 1:
             raise ConfigError(f"--iterations must be 1 or more, got {args.iterations}")
+        if args.cleanrl_mujoco is not None and not re.fullmatch(r"\d+(\.\d+)*", args.cleanrl_mujoco):
+            raise ConfigError(f"--cleanrl-mujoco {args.cleanrl_mujoco!r} is not a version; give one such as 2.3.3")
         if not os.path.isdir(args.cleanrl_run) or not read_run(args.cleanrl_run, "losses/value_loss")["steps"]:
             raise ConfigError(f"--cleanrl-run {args.cleanrl_run} holds no losses/value_loss: not a CleanRL run dir")
+        theirs = read_run(args.cleanrl_run)["hparams"]
+        # ours runs on the MuJoCo this interpreter imports (the copy's PYTHONPATH keeps this one's)
+        their_mujoco = args.cleanrl_mujoco or theirs.get("mujoco")
+        ours_mujoco = importlib.metadata.version("mujoco") if importlib.util.find_spec("mujoco") else None
+        refused = mujoco_check(theirs.get("env_id", ""), ours_mujoco, their_mujoco)
+        if refused:
+            raise ConfigError(refused)
         script = args.script if os.path.isfile(args.script) else os.path.join(ROOT, args.script)
         if not os.path.isfile(script):
             raise ConfigError(f"--script {args.script}: no such file here or at the top of {ROOT}")
@@ -143,17 +189,25 @@ def main(argv=None):
         with open(copy, "w") as f:
             f.write(text)
         before = set(os.listdir(os.path.join(work, "runs"))) if os.path.isdir(os.path.join(work, "runs")) else set()
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.dirname(os.path.abspath(script)))
+        path = [os.path.dirname(os.path.abspath(script)), *filter(None, [os.environ.get("PYTHONPATH")])]
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(path))
         cmd = [sys.executable, copy, "--no-cuda", *ours_flags]
         print(f"lockstep.py: $ {' '.join(cmd)}  (in {work})", flush=True)
         if subprocess.run(cmd, cwd=work, env=env, stdout=subprocess.DEVNULL).returncode != 0:
             raise ConfigError(f"our patched script failed (its error above); it ran as {copy}")
         new = sorted(set(os.listdir(os.path.join(work, "runs"))) - before)
+        ours = read_run(os.path.join(work, "runs", new[-1]))["hparams"]
+        differ = [f"{k} {ours[k]} (CleanRL's run {theirs[k]})" for k in sorted(set(ours) & set(theirs) - NOT_COMPARED)
+                  if ours[k] != theirs[k]]
+        if differ:
+            raise ConfigError(f"ours ran with {', '.join(differ)}: not the CleanRL run's flags; give its flags after --")
         lines, same = side_by_side(os.path.join(work, "runs", new[-1]), args.cleanrl_run, args.iterations,
                                    args.tolerance)
     except ConfigError as e:
         print(f"lockstep.py: {e}", file=sys.stderr)
         return 2
+    if "mujoco" in ours:  # what each side ran on: ours as it logged it
+        lines.insert(0, f"MuJoCo: ours {ours['mujoco']}, CleanRL's run {their_mujoco or 'not given (--cleanrl-mujoco)'}")
     print("\n".join(lines))
     return 0 if same >= 1 else 1
 

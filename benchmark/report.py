@@ -10,8 +10,8 @@ budget, preferring CleanRL's own implementation; the verdict says whether our me
 published mean +- std, above, below, or is not comparable (budget differs, or nothing published).
 
 Writes into the out dir (default: report-<date>/ in the current directory, so that a sweep run elsewhere
-leaves the clone as it was): report.md (command, date, machine, the table), per_seed.csv (the raw
-per-seed values) and one <env>.png per env (each seed thin, the mean thick, the published band).
+leaves the clone as it was): report.md (command, date, machine, the MuJoCo the runs logged, the table), per_seed.csv
+(the raw per-seed values) and one <env>.png per env (each seed thin, the mean thick, the published band).
 A corrupt summary, a missing --reference or a runs dir without runs stops it with one line (exit status 2).
 """
 
@@ -27,7 +27,8 @@ from collections import defaultdict
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import FINAL_WINDOW, RETURN_TAG, ConfigError, final_return, machine_info, read_run  # noqa: E402
+from run import (FINAL_WINDOW, RETURN_TAG, ConfigError, final_return, machine_info, make_out_dir, mujoco_line,  # noqa: E402
+                 read_run)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REFERENCE_CSV = os.path.join(HERE, "reference_results.csv")
@@ -173,7 +174,7 @@ def collect(runs_dir, tag=RETURN_TAG):
                "final_return": final_return(data["returns"]), "steps": data["steps"], "returns": data["returns"],
                "run_dir": d, "git_commit": summary.get("git_commit") if summary else None,
                "extra_args": " ".join(summary["args"]) if summary else "", "from_runner": summary is not None,
-               "machine": machine_str(summary["machine"]) if summary else None,
+               "machine": machine_str(summary["machine"]) if summary else None, "mujoco": hp.get("mujoco"),
                # the run name ends in the start time of the run
                "started": int(parts[-1]) if parts[-1].isdigit() else os.path.getmtime(d)}
         key = (exp_name, env_id, seed)
@@ -286,7 +287,7 @@ def plot_env(env_id, results, path):
 
 def write_csv(records, path):
     cols = ["script", "env_id", "exp_name", "extra_args", "seed", "budget", "last_step", "episodes",
-            "final_return", "git_commit", "machine", "run_dir"]
+            "final_return", "git_commit", "machine", "mujoco", "run_dir"]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
@@ -333,7 +334,7 @@ def make_report(argv):
                           f"{' '.join(args.scripts) or '(any)'} with --steps {steps}; widen those filters")
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     out = args.out or "report-" + time.strftime("%Y%m%d-%H%M", time.gmtime())
-    os.makedirs(out, exist_ok=True)
+    make_out_dir(out)
 
     table, sources, results = build_table(group(records), reference, compare_as)
     m = machine_info()
@@ -343,6 +344,7 @@ def make_report(argv):
           f"- machine of the runs: {'; '.join(sorted({r['machine'] for r in records if r['machine']})) or 'unknown'}"
           f" (of this report: {machine_str(m)})",
           f"- git commit of the runs: {', '.join(commits) or 'unknown (not run through benchmark/run.py)'}",
+          *mujoco_line([(None, [r["mujoco"] for r in records])]),
           f"- final return: per seed the mean of the last {FINAL_WINDOW} values of `{args.tag}` (training episodes); "
           "mean ± std across seeds with np.std (ddof=0), as the published numbers",
           "- verdict: our mean within the published mean ± std, above, below; not comparable when the steps budget differs",

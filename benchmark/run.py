@@ -23,7 +23,9 @@ Stopping: Ctrl-C (SIGINT), SIGTERM or a hangup stops the whole sweep. Each run i
 group, which gets the same signal (then SIGKILL after KILL_AFTER_S seconds, or at a second Ctrl-C), and whatever a
 run leaves running when it ends is killed with it; no further run starts. The runner then lists the runs finished,
 interrupted and not started, and ends by that signal itself (the shell's exit status 130 or 143), so that a sweep
-script calling it stops too. The same command run again resumes the sweep.
+script calling it stops too. The same command run again resumes the sweep. A SIGKILL of the runner, which it cannot
+catch, stops its runs with SIGTERM (on Linux); a run that finished with no runner left to record it (killed in between)
+is recorded by the rerun, whose --resume the script refuses as holding the whole run.
 
 Bad input (a seed or env id given twice, --workers 0, a flag of the runner's own among the extra args, ...) stops
 the runner with one line and exit status 2 before any run starts.
@@ -41,6 +43,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -55,6 +58,12 @@ RETURN_TAG = "charts/episodic_return"
 FINAL_WINDOW = 100  # the published numbers average the last 100 logged episodic returns of each seed
 KILL_AFTER_S = 30  # a stopped run gets this long to end (IMPALA stops its actors, PAAC its workers) before SIGKILL
 RUNNER_FLAGS = ("--env-id", "--seed", "--exp-name", "--resume")  # set by the runner for each run
+# what every script says when --resume gets a checkpoint that already holds the whole run
+WHOLE_RUN_CHECKPOINT = re.compile(r"leaves no (iteration|update) to run .*; the checkpoint is at ")
+# on Linux, a run gets SIGTERM when the runner dies, of SIGKILL too (PR_SET_PDEATHSIG, kept across the exec): none goes
+# on unrecorded beside a rerun of the sweep; and one whose runner is already gone does not start
+DIE_WITH_RUNNER = ("import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGTERM); "
+                   "os.getppid() == int(sys.argv[1]) or sys.exit(1); os.execvp(sys.argv[2], sys.argv[2:])")
 
 
 # ---- shared with report.py and throughput.py --------------------------------------------------------
@@ -99,6 +108,27 @@ def git_commit(path):
         return rev.stdout.strip() + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def make_out_dir(path):
+    """os.makedirs(path), its failure (a file in the way, no permission) a ConfigError that names the path and the fix."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--out {path!r} cannot be made ({e.strerror}); give a folder that can be created") from None
+
+
+def mujoco_line(groups):
+    """A report's line on the MuJoCo its runs ran on, [] when none did. groups: [(label or None, [the version each run
+    logged])], from the MuJoCo scripts' hyperparameters row "mujoco" (None: a run without it; "none": not installed)."""
+    used = [(label, sorted({v for v in versions if v not in (None, "none")})) for label, versions in groups]
+    if not any(v for _, v in used):
+        return []
+    text = "; ".join((f"{label}: " if label else "") + (", ".join(v) or "not logged") for label, v in used)
+    if any(int(x.split(".")[0]) >= 4 for _, v in used for x in v):  # issue 38 (tests/test_mujoco_physics.py)
+        text += (" (MuJoCo 4 runs Humanoid, HumanoidStandup, Ant and Hopper on other physics than the published v4 "
+                 "numbers' 2.3.3; that physics: bash scripts/install.sh mujoco-ref)")
+    return [f"- MuJoCo of the runs: {text}"]
 
 
 def final_return(returns, window=FINAL_WINDOW):
@@ -158,6 +188,8 @@ class Children:
         with self.lock:
             if self.stopped_by:
                 return None
+            if sys.platform == "linux":
+                cmd = [sys.executable, "-c", DIE_WITH_RUNNER, str(os.getpid()), *cmd]
             proc = subprocess.Popen(cmd, start_new_session=True, **popen_kwargs)
             self.procs.add(proc)
         status = proc.wait()
@@ -240,6 +272,8 @@ def run_one(script, env_id, seed, extra, runs_dir, threads, python, children=Non
         return None
     if status != 0 and children.stopped_by:  # not a result: the next invocation runs it again
         return {"interrupted": True, "wall_time_s": round(wall, 2), "log_path": log_path}
+    # the run ended with no runner to record it (killed between the two, or a run that outlived it): a finished run
+    finished_earlier = bool(resume_from) and status != 0 and bool(WHOLE_RUN_CHECKPOINT.search(log_tail(log_path, 3)))
 
     # the run's own dir: a new one, or (a rerun started within the same second) one written since the start
     new = [d for d in run_dirs(runs_dir, env_id, exp_name, seed) if d not in before or os.path.getmtime(d) >= start]
@@ -258,8 +292,11 @@ def run_one(script, env_id, seed, extra, runs_dir, threads, python, children=Non
         "steps_per_s": round(sps, 1) if sps is not None else None,
         "resumed_from": os.path.relpath(resume_from, runs_dir) if resume_from else None,
         "episodes": len(data["returns"]), "final_return": final_return(data["returns"]),
-        "exit_status": status, "ok": status == 0 and tb_dir is not None,
+        "exit_status": status, "ok": (status == 0 or finished_earlier) and tb_dir is not None,
+        "finished_earlier": finished_earlier,
         "total_timesteps": data.get("hparams", {}).get("total_timesteps"),
+        # the MuJoCo the run's env ran on, as the MuJoCo scripts log it: MuJoCo 4 changed some envs' physics
+        "mujoco": data.get("hparams", {}).get("mujoco"),
         # relative to runs_dir, so a moved or copied runs/ still finds its logs
         "tb_dir": os.path.relpath(tb_dir, runs_dir) if tb_dir else None, "log_path": log_path,
     }

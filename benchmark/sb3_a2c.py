@@ -263,13 +263,16 @@ class PAACLogging(BaseCallback):
             "envs": [pickle.dumps((game, game.unwrapped.clone_state(include_rng=True), game.unwrapped.np_random))
                      for game in envs.venv.envs]})
 
+    def losses(self, logged):
+        """Our losses/ tags from what A2C.train() recorded (benchmark/sb3_trpo.py: TRPO.train())."""
+        return {"value_loss": logged["train/value_loss"], "policy_loss": logged["train/policy_loss"],
+                "entropy": -logged["train/entropy_loss"], "explained_variance": logged["train/explained_variance"]}
+
     def log_update(self):
         if self.model._n_updates == self.updates_logged:
             return
         self.updates_logged, step = self.model._n_updates, self.model.num_timesteps
-        logged = self.model.logger.name_to_value  # what A2C.train() recorded
-        losses = {"value_loss": logged["train/value_loss"], "policy_loss": logged["train/policy_loss"],
-                  "entropy": -logged["train/entropy_loss"], "explained_variance": logged["train/explained_variance"]}
+        losses = self.losses(self.model.logger.name_to_value)
         lr = self.model.policy.optimizer.param_groups[0]["lr"]
         self.history["losses"].append(losses)
         self.history["learning_rate"].append(lr)

@@ -84,8 +84,11 @@ def parse_seconds(stdout):
 
 
 def last_line(completed):
-    lines = (completed.stderr or completed.stdout).strip().splitlines()
-    return lines[-1] if lines else f"exit status {completed.returncode}"
+    """The child's error: its last line that says something ("ppo.py: error: ...", a traceback's last line, or the
+    line inside tyro's box: "Unrecognized options: --bogus")."""
+    lines = [line.strip("│╭╮╰╯─ ") for line in (completed.stderr or completed.stdout).strip().splitlines()]
+    said = [line for line in lines if ": " in line]
+    return said[-1] if said else lines[-1] if lines else f"exit status {completed.returncode}"
 
 
 def threads_env(threads=1):
@@ -163,10 +166,10 @@ def write_markdown(rows, args, argv, sb3_version, out):
                    "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if args.ab:
-            md.append(f"| {r['script']} | {r['env']} | {r['steps']} | {median_str(r['ours'])} | {median_str(r['sb3'])} | "
+            md.append(f"| {r['script']} | {r['env']} | {r['steps']} | {measured(r['ours'], r)} | {measured(r['sb3'], r)} | "
                       f"{r.get('ratio', float('nan')):.2f} | {seconds_str(r['seconds'])} | {seconds_str(r['seconds_b'])} |")
             continue
-        ours = median_str(r["ours"]) if r["ours"] else f"failed: {r['error']}"
+        ours = measured(r["ours"], r)
         sb3 = median_str(r["sb3"]) if r["sb3"] else "—"
         ratio = f"{r['ratio']:.2f}" if "ratio" in r else "—"
         md.append(f"| {r['script']} | {r['env']} | {r['steps']} | {ours} | {sb3} | {ratio} | {shares_str(r['seconds'])} |")
@@ -194,6 +197,11 @@ def median_str(values):
     return f"{statistics.median(values):.0f} ({', '.join(f'{v:.0f}' for v in values)})"
 
 
+def measured(values, row):
+    """The median and repeats of one side of a row, or the error that stopped it before any."""
+    return median_str(values) if values else f"failed: {row['error']}"
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=0, help="budget of every script (default: per-script BUDGETS)")
@@ -205,6 +213,12 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="markdown output (default: benchmark/results/throughput_<date>.md)")
     p.add_argument("--sb3-child", nargs=3, metavar=("SCRIPT", "ENV", "STEPS"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    low = next(((flag, least) for flag, least in (("repeats", 1), ("steps", 0), ("torch_threads", 1))
+                if getattr(args, flag) < least), None)
+    if low:
+        print(f"throughput.py: error: --{low[0].replace('_', '-')} must be at least {low[1]}, got {getattr(args, low[0])}",
+              file=sys.stderr)
+        return 2
     if args.sb3_child:
         sb3_child(args.sb3_child[0], args.sb3_child[1], int(args.sb3_child[2]))
         return 0
@@ -250,6 +264,8 @@ def main(argv=None):
             a, b = statistics.median(ours), statistics.median(sb3)
             row["ratio"] = b / a if args.ab else a / b  # A/B: with / without; SB3: ours / SB3
             msg += f", {args.ab or 'SB3'} {median_str(sb3)} steps/s, ratio {row['ratio']:.2f}"
+        if ours and error:  # the other side failed: its own error line
+            msg += f"; {args.ab or 'SB3'} failed: {error}"
         print(msg, flush=True)
         write_markdown(rows, args, argv, sb3_version, out)
     print(f"\nthroughput.py: wrote {out}")

@@ -329,6 +329,11 @@ def main(argv=None, ours_dir=ROOT):
     if ours_missing:
         print(f"vs_cleanrl.py: {ours_missing[0]} is not in {ours_dir}", file=sys.stderr)
         return 2
+    ours_as_ref = [s for s in args.scripts if open(refs[s], "rb").read() == open(os.path.join(ours_dir, s), "rb").read()]
+    if ours_as_ref:  # this project (or a copy of a script of it) given as --cleanrl-dir
+        print(f"vs_cleanrl.py: {refs[ours_as_ref[0]]} is our own {ours_as_ref[0]}, not CleanRL's; pass a CleanRL checkout "
+              "(git clone https://github.com/vwxyzjn/cleanrl) as --cleanrl-dir", file=sys.stderr)
+        return 2
     if args.fidelity:
         before = signal.signal(signal.SIGTERM, stopped)
         try:

@@ -5,17 +5,23 @@ the way CleanRL users do must either work or fail loudly.
       step()) trains: the parameters move;
   (b) a temperature in the policy head changes what the rollout samples, and the update scores the same policy
       (the first minibatch's ratio stays 1);
-  (c) one added layer (a LayerNorm in front of the policy head) trains with no other edit.
+  (c) one added layer (a LayerNorm in front of the policy head) trains with no other edit;
+  (d) the critic put in a param group of its own at another learning rate (issue 35): --anneal-lr anneals every group
+      from its own initial rate by the same fraction.
 
-Each takes the script's module, Args for a short run, and the name of the policy head attribute of its Agent.
+(a)-(c) take the script's module, Args for a short run, and the name of the policy head attribute of its Agent; (d) the
+module and Args (its run anneals, whatever the script's default).
 """
 
+import contextlib
+import dataclasses
 import re
 
 import numpy as np
 import torch
 import torch.nn as nn
 from conftest import import_copy
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 CLEANRL_STEP = ("optimizer.zero_grad()\n{i}loss.backward()\n"
                 "{i}nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)\n{i}optimizer.step()")
@@ -125,8 +131,57 @@ def assert_added_layer_trains(mod, args, monkeypatch, head="actor"):
     return out
 
 
+CRITIC_LR = 1e-3  # (d): the critic's own rate, unlike every script's default
+# a researcher's two groups, written into the optimizer's construction: the critic's parameters, and all the others
+CRITIC_GROUP = ('[{"params": [p for name, p in agent.named_parameters() if not name.startswith("critic.")]}, '
+                '{"params": agent.critic.parameters(), "lr": %r}]' % CRITIC_LR)
+
+
+def critic_group_copy(mod, tmp_path):
+    """A copy of the script whose optimizer holds the critic in its own param group at CRITIC_LR, the rest at the
+    script's rate (torch.optim.Adam([{"params": actor}, {"params": critic, "lr": 1e-3}], ...)); imported."""
+    source = open(mod.__file__).read()
+    made = re.compile(r"(optimizer = [\w.]+\()agent\.parameters\(\)")
+    assert len(made.findall(source)) == 1, f"{mod.__name__}: not one `optimizer = ...(agent.parameters()` to edit"
+    return import_copy(made.sub(lambda m: m.group(1) + CRITIC_GROUP, source), tmp_path / f"groups_{mod.__name__}.py")
+
+
+@contextlib.contextmanager
+def recorded_rates():
+    """Inside: the learning rate of every param group at each optimizer step, one list per step."""
+    rates = []
+    hook = register_optimizer_step_pre_hook(
+        lambda optimizer, *_: rates.append([group["lr"] for group in optimizer.param_groups]))
+    try:
+        yield rates
+    finally:
+        hook.remove()
+
+
+def assert_every_group_annealed(rates, logged):
+    """(d) on the rates of every step of a run (recorded_rates) and the rates it logged (its history's): two groups,
+    the critic's starting at CRITIC_LR and the other at the logged rate, and at every step the critic's rate the same
+    fraction of CRITIC_LR as the other's of its own; the rates the steps used are the schedule's, annealed."""
+    assert rates and {len(r) for r in rates} == {2}, "the optimizer did not step with two param groups"
+    (first, first_critic), others = rates[0], [r[0] for r in rates]
+    assert first == logged[0] != CRITIC_LR and first_critic == CRITIC_LR
+    np.testing.assert_allclose([r[1] for r in rates], [CRITIC_LR * r / first for r in others], rtol=1e-12, atol=0,
+                               err_msg="the critic's group is not annealed by the other group's fraction")
+    assert sorted(set(others)) == sorted(set(logged)) and len(set(logged)) > 1  # annealed, as logged
+
+
+def assert_every_param_group_anneals(mod, args, tmp_path):
+    """(d): in a copy whose optimizer holds the critic in its own param group, --anneal-lr (on for the run) anneals
+    both groups, each from its own initial rate."""
+    copy = critic_group_copy(mod, tmp_path)
+    with recorded_rates() as rates:
+        out = copy.train(dataclasses.replace(args, anneal_lr=True))
+    assert_every_group_annealed(rates, out["learning_rate"])
+    return out
+
+
 def hack_safety_tests(mod, args, temperature_args, logits=(0.0, 1.0)):
-    """The three checks above as pytest tests for a script with a Categorical head named `actor`; a test module
+    """The four checks above as pytest tests for a script with a Categorical head named `actor`; a test module
     assigns the returned functions to names starting with test_ (pytest collects them there)."""
     def test_hack_cleanrl_update_trains(tmp_path, monkeypatch):
         assert_cleanrl_update_trains(mod, args, tmp_path, monkeypatch)
@@ -137,4 +192,8 @@ def hack_safety_tests(mod, args, temperature_args, logits=(0.0, 1.0)):
     def test_hack_added_layer_trains(monkeypatch):
         assert_added_layer_trains(mod, args, monkeypatch)
 
-    return test_hack_cleanrl_update_trains, test_hack_temperature_changes_what_the_rollout_samples, test_hack_added_layer_trains
+    def test_hack_every_param_group_anneals(tmp_path):
+        assert_every_param_group_anneals(mod, args, tmp_path)
+
+    return (test_hack_cleanrl_update_trains, test_hack_temperature_changes_what_the_rollout_samples,
+            test_hack_added_layer_trains, test_hack_every_param_group_anneals)

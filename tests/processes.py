@@ -1,10 +1,15 @@
 """Process helpers of the torch.distributed tests (ppo_atari_multigpu.py, impala_vtrace_distributed.py): ranks spawned
-with torchrun's environment on this host, and the /proc checks that no process is left behind."""
+with torchrun's environment on this host, a torchrun job stopped and the lines it printed, a rank started by hand that
+cannot start its process group, and the /proc checks that no process is left behind."""
 
 import glob
 import multiprocessing as mp
 import os
+import re
+import signal
 import socket
+import subprocess
+import sys
 import time
 
 import torch
@@ -73,3 +78,53 @@ def wait_for(condition, timeout):
     while not condition() and time.time() < deadline:
         time.sleep(0.1)
     return condition()
+
+
+def script_lines(stderr, script):
+    """The lines `script` printed itself. torchrun's log records ([IWE]MMDD hh:mm:ss.ffffff ...) come from another
+    process into the same stream and can land inside one of them (seen in CI: "...with the learnerW1124 15:12:06.994000 ...")."""
+    lines = re.split(r"\n|(?=[IWE]\d{4} \d\d:\d\d:\d\d\.\d{6} )", stderr)
+    return [line for line in lines if line.startswith(f"{script}: ")]
+
+
+def stop_job(command, how):
+    """Start `command` (a torchrun job, in a session of its own as in a terminal), `how(job, workers)` once it has
+    checkpointed; (return code, stderr, seconds it took to stop). Every process it started is gone by then: killed here
+    otherwise, and the test fails."""
+    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    workers = []
+    try:
+        assert wait_for(lambda: glob.glob("runs/*/checkpoint.pt"), 90), "no update finished"
+        workers = descendants(job.pid)
+        how(job, workers)
+        start = time.time()
+        _, stderr = job.communicate(timeout=60)
+        took = time.time() - start
+        assert wait_for(lambda: not any(alive(pid) for pid in workers), 10), "a process outlived the job"
+    finally:
+        for pid in [job.pid] + workers:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    return job.returncode, stderr, took
+
+
+def assert_process_group_failure_is_one_line(script, case, flags=()):
+    """Rank 0 of 2 started by hand (no torchrun) with MASTER_ADDR unset, or with MASTER_PORT taken by another program:
+    one line that names the cause and the fix, exit status 1, and no run directory."""
+    name = os.path.basename(script)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        env = rank_env(0, 2, taken.getsockname()[1])
+        if case == "MASTER_ADDR unset":
+            del env["MASTER_ADDR"]
+        proc = subprocess.run([sys.executable, script, "--no-cuda", *flags], env=env, capture_output=True, text=True,
+                              timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and not os.path.exists("runs"), proc.stderr[-2000:]
+    assert script_lines(proc.stderr, name) == [{
+        "MASTER_ADDR unset": f"{name}: error: WORLD_SIZE 2 without MASTER_ADDR and MASTER_PORT: start the processes with "
+                             "torchrun, or give every one both (rank 0's host, and a free port on it)",
+        "port in use": f"{name}: error: rank 0 cannot start the process group at 127.0.0.1:{env['MASTER_PORT']} (The server "
+                       "socket has failed to listen on any local network address. port: "
+                       f"{env['MASTER_PORT']}, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in "
+                       "use); set MASTER_PORT to a free port on rank 0's host, or let torchrun choose one"}[case]]

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT, interrupt_at_update, next_second, resume_elsewhere
-from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout
+from hacks import (assert_added_layer_trains, assert_cleanrl_update_trains, assert_every_param_group_anneals,
+                   assert_temperature_changes_rollout)
 from precision import bf16_tests
 from test_ppo import (
     assert_checkpoint_evaluates,
@@ -210,6 +211,10 @@ def test_hack_added_layer_trains(monkeypatch):
     # at n_e = 2's rate (0.0014) TF RMSProp's first steps on the LayerNorm (lr * g, g ~ 1e-5) are below float32's
     # resolution at 1.0: train at the paper's 0.0224
     assert_added_layer_trains(paac, tiny(learning_rate=0.0224), monkeypatch)
+
+
+def test_hack_every_param_group_anneals(tmp_path):
+    assert_every_param_group_anneals(paac, tiny(), tmp_path)
 
 
 # ---- details 2, 7, 9: the training loop -----------------------------------------------------------

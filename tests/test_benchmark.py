@@ -17,6 +17,7 @@ import time
 import numpy as np
 import pytest
 from conftest import ROOT, next_second
+from processes import alive, wait_for
 
 sys.path.insert(0, os.path.join(ROOT, "benchmark"))
 import report  # noqa: E402
@@ -27,7 +28,7 @@ FAKE_SCRIPT = textwrap.dedent('''
 
     With --save-model it checkpoints (the number of episodes done) every --save-every episodes, and
     Crashy-v0 crashes halfway unless resumed; --resume continues the checkpoint's run dir with a
-    purge_step, as the scripts' SummaryWriter does. Sleepy-v0 sleeps ten minutes (unless a file "awake" exists) beside
+    purge_step, as the scripts' SummaryWriter does, and refuses a checkpoint that holds the whole run, as they do. Sleepy-v0 sleeps ten minutes (unless a file "awake" exists) beside
     a process of its own that ignores SIGINT and SIGTERM (as it does too if a file "stubborn" exists); both write their
     pid to pids.txt.
 
@@ -91,8 +92,13 @@ FAKE_SCRIPT = textwrap.dedent('''
         if a.resume:
             with open(a.resume) as f:
                 run_dir, done = os.path.dirname(a.resume), int(f.read())
+            if done >= n:  # as the scripts refuse a checkpoint that holds the whole run
+                sys.exit(f"fake.py: error: --total-timesteps {a.total_timesteps} leaves no iteration to run (one is 10 "
+                         f"steps; the checkpoint is at iteration {done})")
         end = n // 2 if a.env_id == "Crashy-v0" and not a.resume else n
         hparams = {"exp_name": a.exp_name, "seed": a.seed, "env_id": a.env_id, "total_timesteps": a.total_timesteps}
+        if a.env_id.startswith("Humanoid"):  # a row after the Args, as the MuJoCo scripts log the installed MuJoCo
+            hparams["mujoco"] = "2.3.3"
         write_tb(run_dir, hparams, returns[done:end], steps[done:end], purge_step=steps[done - 1] + 1 if a.resume else None)
         if a.save_model:
             with open(f"{run_dir}/checkpoint.pt", "w") as f:
@@ -192,6 +198,47 @@ def test_runner_continues_a_run_that_stopped_from_its_checkpoint(fake, capsys):
     assert "Crashy-v0 seed 1: ok" in capsys.readouterr().out
 
 
+def test_a_run_that_finished_unrecorded_is_recorded_by_the_rerun_not_failed(fake, capsys):
+    """Issue 37.1: the runner killed after its run ended but before the summary was written (or a run that outlived
+    its runner): the rerun's --resume of the final checkpoint was refused, and every rerun failed the same way."""
+    extra = ["--total-timesteps", "150", "--save-model", "--save-every", "5"]
+    argv = ["--script", fake, "--env-ids", "A-v0", "--seeds", "1", "--", *extra]
+    assert run.main(argv) == 0
+    first = summary("A-v0", 1, extra)
+    os.remove(run.summary_path("runs", fake, "A-v0", 1, extra))
+    for _ in range(2):  # recorded once, then skipped
+        assert run.main(argv) == 0
+    s = summary("A-v0", 1, extra)
+    assert len(calls()) == 2 and len(calls("resumed.txt")) == 1  # the script ran once more: it refused the checkpoint
+    assert s["ok"] and s["finished_earlier"] and s["tb_dir"] == first["tb_dir"]
+    assert (s["episodes"], s["final_return"], s["global_step"]) == (first["episodes"], first["final_return"], 150)
+    out = capsys.readouterr().out
+    assert "A-v0 seed 1: ok" in out and "already finished, skipped" in out and "FAILED" not in out
+
+
+def test_kill_9_of_the_runner_stops_its_runs_and_a_rerun_finishes_the_sweep(fake):
+    """Issue 37.1: each run lives in its own session, so it ran on after a SIGKILL of the runner, unrecorded, beside a
+    rerun. The kernel now sends it SIGTERM when the runner dies."""
+    argv = ["--script", fake, "--env-ids", "Sleepy-v0", "--seeds", "1", "--", "--total-timesteps", "100"]
+    runner = subprocess.Popen([sys.executable, os.path.join(ROOT, "benchmark", "run.py"), *argv],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pids = []
+    try:
+        assert wait_for(lambda: os.path.exists("pids.txt") and len(calls("pids.txt")) == 2, 60)
+        pids = [int(p) for p in calls("pids.txt")]
+        (script,) = [p for p in pids if b"fake.py" in open(f"/proc/{p}/cmdline", "rb").read()]
+        runner.kill()
+        runner.wait()
+        assert wait_for(lambda: not alive(script), 10)
+    finally:
+        runner.kill()
+        for p in pids:  # the helper that ignores SIGTERM (the real scripts stop theirs on SIGTERM)
+            if alive(p):
+                os.kill(p, signal.SIGKILL)
+    open("awake", "w").close()
+    assert run.main(argv) == 0 and summary("Sleepy-v0", 1, ["--total-timesteps", "100"])["episodes"] == 10
+
+
 def test_runner_reports_a_failed_run_with_its_log_tail_and_runs_the_others(fake, capsys):
     argv = ["--script", fake, "--env-ids", "Broken-v0", "A-v0", "--seeds", "1", "--workers", "1", "--",
             "--total-timesteps", "200"]
@@ -226,15 +273,6 @@ def test_runner_refuses_bad_input_with_one_line_before_any_run(fake, capsys, arg
     err = capsys.readouterr().err
     assert err.startswith(f"run.py: error: {message}") and err.count("\n") == 1
     assert not os.path.exists("calls.txt") and not os.path.exists("runs")
-
-
-def alive(pid):
-    """Whether a process runs (a zombie, ended but not yet reaped by its parent, counts as ended)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.parametrize("sig, workers, stubborn", [(signal.SIGINT, 1, False), (signal.SIGTERM, 2, False),
@@ -346,6 +384,23 @@ def test_report_writes_markdown_csv_and_one_plot_per_env(write_tb, tmp_path):
         ("ppo.py", "Acrobot-v1", -80.0), ("ppo.py", "CartPole-v1", 400.0), ("ppo_shared.py", "CartPole-v1", 495.0)]
 
 
+def test_the_mujoco_a_run_logged_is_in_its_summary_and_the_reports_table_and_csv(fake, write_tb, tmp_path):
+    """Issue 38: MuJoCo's version decides the physics of some envs (Humanoid's and Hopper's changed in MuJoCo 4)."""
+    extra = ["--total-timesteps", "1000"]
+    assert run.main(["--script", fake, "--env-ids", "Humanoid-v4", "CartPole-v1", "--seeds", "1", "--", *extra]) == 0
+    assert [summary(env_id, 1, extra)["mujoco"] for env_id in ("Humanoid-v4", "CartPole-v1")] == ["2.3.3", None]
+    write_tb("runs/Humanoid-v4__ppo_continuous_action__2__1", {"exp_name": "ppo_continuous_action", "seed": 2,
+             "env_id": "Humanoid-v4", "total_timesteps": 1000, "mujoco": "4.0.0"}, [600.0] * 100, range(10, 1001, 10))
+    out = tmp_path / "out"
+    assert report.main(["runs", "--out", str(out), "--no-plots"]) == 0
+    assert ("\n- MuJoCo of the runs: 2.3.3, 4.0.0 (MuJoCo 4 runs Humanoid, HumanoidStandup, Ant and Hopper on other "
+            "physics than the published v4 numbers' 2.3.3; that physics: bash scripts/install.sh mujoco-ref)\n"
+            ) in (out / "report.md").read_text()
+    with open(out / "per_seed.csv") as f:
+        assert sorted((r["env_id"], r["seed"], r["mujoco"]) for r in csv.DictReader(f)) == [
+            ("CartPole-v1", "1", ""), ("Humanoid-v4", "1", "2.3.3"), ("Humanoid-v4", "2", "4.0.0")]
+
+
 def test_report_writes_by_default_into_the_current_directory_not_the_clone(write_tb, monkeypatch, tmp_path):
     """A sweep run elsewhere leaves the clone as it was (HERE stands for the clone's benchmark/ here)."""
     monkeypatch.setattr(report, "HERE", str(tmp_path / "clone" / "benchmark"))
@@ -363,6 +418,8 @@ def test_report_writes_by_default_into_the_current_directory_not_the_clone(write
     ("", ["nowhere"], "'nowhere' is not a directory; give the runs/ directory"),
     ("", ["empty"], "no complete TensorBoard runs with charts/episodic_return under 'empty'; give the runs/"),
     ("", ["runs", "--steps", "7"], "none of the 1 runs under 'runs' is of --scripts (any) with --steps 7; widen"),
+    # issue 37.6: a NotADirectoryError traceback
+    ("", ["runs", "--out", "calls.txt/report"], "--out 'calls.txt/report' cannot be made (Not a directory); give a folder"),
 ])
 def test_report_stops_with_one_line_naming_the_path_and_the_fix(write_tb, capsys, case, args, message):
     write_run(write_tb, "CartPole-v1", "ppo", 1, [400.0] * 150, 500000)
@@ -425,6 +482,29 @@ def test_throughput_reads_the_time_breakdown_a_script_prints(capsys):
     two = {"env": 3.0, "inference": 0.5, "update": 2.0, "total": 6.0}
     assert throughput.shares_str([one, two]) == "40% / 10% / 40%"  # summed over repeats: 4/10, 1/10, 4/10
     assert throughput.shares_str([None, None]) == "—"
+
+
+def test_throughput_ab_with_a_flag_the_script_rejects_reports_the_scripts_own_error(tmp_path, capsys):
+    """Issue 37.5: the B side failed, median([]) raised, and neither the report nor the script's error line came out."""
+    import throughput
+
+    out = str(tmp_path / "ab.md")
+    argv = ["--scripts", "ppo.py", "--steps", "512", "--repeats", "1", "--ab=--bogus-flag", "--out", out]
+    assert throughput.main(argv) == 1
+    said = "failed: Unrecognized options: --bogus-flag"
+    assert f"; --bogus-flag failed: Unrecognized options: --bogus-flag\n" in capsys.readouterr().out
+    (row,) = [line for line in open(out) if line.startswith("| ppo.py ")]
+    assert row.split(" | ")[4] == said and float(row.split(" | ")[3].split()[0]) > 0  # the A side's rate stays
+
+
+@pytest.mark.parametrize("flag, value, least", [("--repeats", "0", 1), ("--steps", "-1", 0), ("--torch-threads", "0", 1)])
+def test_throughput_refuses_a_count_below_its_least_in_one_line(tmp_path, capsys, flag, value, least):
+    """Issue 37.5: --repeats 0 measured nothing, wrote "failed: None" and exited 0."""
+    import throughput
+
+    assert throughput.main(["--scripts", "ppo.py", flag, value, "--out", str(tmp_path / "t.md")]) == 2
+    assert capsys.readouterr().err == f"throughput.py: error: {flag} must be at least {least}, got {value}\n"
+    assert os.listdir(tmp_path) == []
 
 
 def test_summary_names_the_commit_the_run_started_with(fake, tmp_path):
@@ -565,6 +645,18 @@ def test_vs_cleanrl_stops_with_one_line_on_a_missing_or_failing_reference(tmp_pa
     (tmp_path / "ppo.py").write_text("import os\nos.makedirs('runs/x')\n")
     assert vs_cleanrl.main(argv) == 1
     assert "no charts/SPS logged" in capsys.readouterr().err
+
+
+def test_vs_cleanrl_refuses_our_own_scripts_as_the_reference(tmp_path, capsys):
+    """Issue 37.9: --cleanrl-dir <this project> was taken as CleanRL and our ppo.py ran as its ppo.py."""
+    import vs_cleanrl
+
+    (tmp_path / "ppo.py").write_text("import sys\nsys.exit('ran')\n")
+    argv = ["--cleanrl-dir", str(tmp_path), "--scripts", "ppo.py", "--seeds", "1", "--out", str(tmp_path / "a.md")]
+    assert vs_cleanrl.main(argv, ours_dir=str(tmp_path)) == 2
+    assert capsys.readouterr().err == (f"vs_cleanrl.py: {tmp_path / 'ppo.py'} is our own ppo.py, not CleanRL's; pass a "
+                                       "CleanRL checkout (git clone https://github.com/vwxyzjn/cleanrl) as --cleanrl-dir\n")
+    assert not (tmp_path / "a.md").exists() and not os.path.exists("runs")
 
 
 def test_bf16_gradients_compares_one_loss_in_both_precisions():

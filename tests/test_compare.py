@@ -63,10 +63,24 @@ def test_two_groups_from_one_distribution_are_the_same_and_the_report_and_plots_
     assert code == 0
     assert verdicts(md) == {tag: "same" for tag in TAGS}
     assert all(not r[6] for tag in TAGS for r in rows(md, tag))
-    assert sorted(os.listdir(tmp_path / "out")) == ["charts_episodic_return.png", "losses_value_loss.png", "report.md"]
+    assert sorted(os.listdir(tmp_path / "out")) == ["charts_episodic_return.png", "curves.csv", "losses_value_loss.png",
+                                                    "report.md"]
     assert "| charts/episodic_return | same |" in capsys.readouterr().out
     assert "- settings that differ (the Args each run logged): `precision` fp32=fp32, bf16=bf16; " \
            "only bf16 logs `loss_scale`\n" in md
+
+
+def test_the_report_names_the_mujoco_each_groups_runs_ran_on(tmp_path):
+    """Issue 38: our MuJoCo scripts log the installed MuJoCo (CleanRL's do not), whose version 4 runs some envs on
+    other physics than the published numbers'; runs without MuJoCo get no such line."""
+    a = group(tmp_path, "ours", [1, 2], hparams={"env_id": "Humanoid-v4", "mujoco": "4.0.0"})
+    b = group(tmp_path, "cleanrl", [3, 4], hparams={"env_id": "Humanoid-v4"})
+    code, md = run_compare(tmp_path, a, b, "--no-plots")
+    assert code == 0 and ("\n- MuJoCo of the runs: ours: 4.0.0; cleanrl: not logged (MuJoCo 4 runs Humanoid, "
+                          "HumanoidStandup, Ant and Hopper on other physics than the published v4 numbers' 2.3.3; "
+                          "that physics: bash scripts/install.sh mujoco-ref)\n") in md
+    code, md = run_compare(tmp_path, group(tmp_path, "x", [1, 2]), group(tmp_path, "y", [3, 4]), "--no-plots")
+    assert code == 0 and "MuJoCo" not in md
 
 
 def test_a_shift_in_the_last_windows_is_flagged_there_after_holm_and_p_is_welchs_over_per_seed_means(tmp_path):
@@ -141,6 +155,7 @@ def test_window_means_put_each_step_in_its_window():
     ("one window", "both groups have data in only 1 of 10 windows; give fewer --windows or longer runs"),
     ("same label", "both groups are labelled 'x'"),
     ("windows", "--windows must be at least 2, got 1"),
+    ("out unmakeable", "cannot be made (Not a directory); give a folder that can be created"),
 ])
 def test_bad_input_is_one_line(tmp_path, capsys, case, message):
     a, b = group(tmp_path, "x", [1, 2]), group(tmp_path, "y", [3, 4])
@@ -157,12 +172,44 @@ def test_bad_input_is_one_line(tmp_path, capsys, case, message):
         a = [f"x={write_run(tmp_path / 'late2', 4, steps=np.arange(9100, 10_001, 100))}"]
     elif case == "same label":
         b = ["x=" + b[0].split("=", 1)[1]]
-    else:
+    elif case == "out unmakeable":  # issue 37.6: a NotADirectoryError traceback
+        (tmp_path / "file").write_text("")
+        extra = ["--out", str(tmp_path / "file" / "out")]
+    elif case == "windows":
         extra = ["--windows", "1"]
     code, _ = run_compare(tmp_path, a, b, "--no-plots", *extra)
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1 and err.startswith("compare.py: error: ")
     assert not (tmp_path / "out").exists()
+
+
+def damage(run_dir, how):
+    """Its event file cut to its first 3/4 (the second tag's later half lost), or replaced by random bytes."""
+    (path,) = [p for p in (run_dir).iterdir() if p.name.startswith("events.out.tfevents")]
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) * 3 // 4] if how == "truncated" else np.random.default_rng(0).bytes(len(data)))
+    return path
+
+
+def test_a_run_that_ends_short_or_groups_of_other_envs_are_named_and_an_unreadable_file_stops_it(tmp_path, capsys):
+    """Issue 37.8: a truncated event file was read as a shorter run without a word (the verdict changed), groups of
+    different envs were compared without one, and a file of random bytes got the advice to leave a tag out."""
+    a = group(tmp_path, "x", [1, 2], hparams={"env_id": "CartPole-v1"})
+    b = group(tmp_path, "y", [3, 4], hparams={"env_id": "Acrobot-v1"})
+    damage(tmp_path / "y" / "s4", "truncated")
+    code, md = run_compare(tmp_path, a, b, "--no-plots")
+    err = capsys.readouterr().err.splitlines()
+    assert code == 0 and md
+    short = [line for line in err if "short of" in line]
+    assert len(short) == 1 and short[0].startswith(f"compare.py: warning: y run {str(tmp_path / 'y' / 's4')!r} logs "
+                                                   "losses/value_loss up to step ") and "of the others' 10000" in short[0]
+    assert "compare.py: warning: the groups' runs are of different envs (x: CartPole-v1; y: Acrobot-v1)" in "\n".join(err)
+
+    path = damage(tmp_path / "y" / "s3", "random")
+    code, _ = run_compare(tmp_path, a, b, "--no-plots")
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and f"no events could be read from {str(path)!r}" in err
+    assert "--tags" not in err
 
 
 def test_vs_cleanrl_fidelity_keeps_both_logs_skips_finished_pairs_and_compares(tmp_path, capsys):

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn as nn
 from conftest import ROOT, next_second, resume_elsewhere
-from hacks import Scale, assert_cleanrl_update_trains, edited_agent
+from hacks import Scale, assert_cleanrl_update_trains, assert_every_param_group_anneals, edited_agent
 from precision import bf16_tests
 from test_ppo import (
     assert_foreign_and_corrupt_checkpoints_rejected,
@@ -449,6 +449,10 @@ def test_hack_added_layer_trains(monkeypatch):
     norm = out["agent"].actor[0]
     assert isinstance(norm, nn.LayerNorm) and (norm.weight - 1).abs().max().item() > 0
     assert all(losses["max_abs_logratio"] < 1e-4 for losses in out["losses"])  # the actors sample the same policy
+
+
+def test_hack_every_param_group_anneals(tmp_path):
+    assert_every_param_group_anneals(iv, tiny(), tmp_path)
 
 
 # ---- bad input -----------------------------------------------------------------------------------

@@ -17,8 +17,10 @@ import time
 import pytest
 import torch
 from conftest import ROOT
+from hacks import assert_every_group_annealed, critic_group_copy, recorded_rates
 from test_ppo import assert_foreign_and_corrupt_checkpoints_rejected, assert_memory_checked, assert_rejected_before_training, read_scalars
-from processes import alive, descendants, free_port, rank_env, run_ranks, wait_for
+import processes
+from processes import assert_process_group_failure_is_one_line, free_port, rank_env, run_ranks, stop_job, wait_for
 
 import impala_vtrace as iv
 import impala_vtrace_distributed as ivd
@@ -83,6 +85,19 @@ def copy_state(agent):
     return {k: v.detach().clone() for k, v in agent.state_dict().items()}
 
 
+def test_hack_every_param_group_anneals(tmp_path):
+    """tests/hacks.py's check (d) in the learner (the other hack checks are impala_vtrace.py's, whose learner this is)."""
+    copy = critic_group_copy(ivd, tmp_path)
+
+    def rank_main(rank, world):
+        with recorded_rates() as rates:
+            out = copy.train(tiny(anneal_lr=True))
+        return {"rates": rates, "learning_rate": out["learning_rate"]} if rank == 0 else None
+
+    learner, *_ = run_ranks(rank_main, world=3, timeout=90, method="fork")
+    assert_every_group_annealed(learner["rates"], learner["learning_rate"])
+
+
 # ---- torchrun ----------------------------------------------------------------------------------------------------
 
 
@@ -124,31 +139,12 @@ LONG_RUN = ("--no-cuda", "--batch-size", "2", "--unroll-length", "5", "--total-t
 
 
 def script_lines(stderr):
-    """The script's own lines. torchrun's log records ([IWE]MMDD hh:mm:ss.ffffff ...) come from another process into
-    the same stream and can land inside one of them (seen in CI: "...with the learnerW1124 15:12:06.994000 ...")."""
-    lines = re.split(r"\n|(?=[IWE]\d{4} \d\d:\d\d:\d\d\.\d{6} )", stderr)
-    return [line for line in lines if line.startswith("impala_vtrace_distributed.py: ")]
+    return processes.script_lines(stderr, "impala_vtrace_distributed.py")
 
 
 def stop_torchrun(how):
-    """Start a long torchrun job, `how(job, workers)` once it has checkpointed; (return code, stderr, seconds it took
-    to stop). Every process it started is gone by then: killed here otherwise, and the test fails."""
-    job = subprocess.Popen(torchrun(*LONG_RUN, "--actor-timeout", "30"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True)
-    workers = []
-    try:
-        assert wait_for(lambda: glob.glob("runs/*/checkpoint.pt"), 90), "no update finished"
-        workers = descendants(job.pid)
-        how(job, workers)
-        start = time.time()
-        _, stderr = job.communicate(timeout=60)
-        took = time.time() - start
-        assert wait_for(lambda: not any(alive(pid) for pid in workers), 10), "a process outlived the job"
-    finally:
-        for pid in [job.pid] + workers:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
-    return job.returncode, stderr, took
+    """A long torchrun job stopped by `how(job, workers)` once it has checkpointed: processes.stop_job."""
+    return stop_job(torchrun(*LONG_RUN, "--actor-timeout", "30"), how)
 
 
 def rank_pid(workers, rank):
@@ -238,3 +234,10 @@ def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "100")  # torchrun's ranks on this machine: 100 of ~400 MB exceed its 8 GB
     with pytest.raises(ivd.ConfigError, match="needs about 40.5 GB"):
         ivd.check_args(ivd.Args())
+
+
+@pytest.mark.parametrize("case", ["MASTER_ADDR unset", "port in use"])
+def test_a_rank_started_by_hand_that_cannot_start_the_process_group_is_one_line_and_writes_nothing(case):
+    """Issue 37.7: without torchrun, MASTER_ADDR unset was a ValueError traceback and a port in use a DistNetworkError
+    one, and both left an empty run directory. The learner's process group now starts before anything is written."""
+    assert_process_group_failure_is_one_line(SCRIPT, case)

@@ -124,12 +124,12 @@ def test_store_keeps_finished_runs_once_and_plan_skips_them(tmp_path, monkeypatc
     assert lines[0][:3] == ["PPO", "Walker2d-v4", "1"] and lines[1][:3] == ["PPO-M", "Walker2d-v4", "1 2"]  # seed 2 stored
 
 
-def synthetic_store(path, ppo=3300.0, ppo_m=2700.0):
+def synthetic_store(path, ppo=3300.0, ppo_m=2700.0, seeds=10):
     """A store of made-up runs: every cell's seeds, final returns around the given means, Figure 2 curves."""
     noise, runs, curves = np.random.default_rng(0).normal(0, 50, size=11), [], []  # a seed's noise in every cell
-    for cell, env, seeds, flags in im.cells("full"):
+    for cell, env, seeds_of_cell, flags in im.cells("full"):
         h = im.args_hash(im.extra_args(flags))
-        for seed in seeds:
+        for seed in [s for s in seeds_of_cell if s <= seeds]:
             mean = {"PPO": ppo, "PPO-M": ppo_m, "PPO-NoClip": ppo, "TRPO": ppo_m - 100, "TRPO+": ppo - 100}.get(
                 cell, ppo - 200 * ("anneal" in cell))
             runs.append(dict(cell=cell, script=im.script_of(cell), env_id=env, seed=seed, args_hash=h, flags=flags, final_return=mean + noise[seed],
@@ -152,7 +152,7 @@ def test_report_reads_the_verdicts_off_the_stored_runs(tmp_path):
     assert claims["| (e) the code-level details move results more than the step method (ACLI > AAI)"].count("yes") == 2
     assert "PPO: 100% of iterations above 1.2" in claims["| (c) the max ratio leaves [1 - eps, 1 + eps] for PPO and PPO-M alike"]
     assert "PPO-M: 0% of iterations" in claims["| (c) the max ratio leaves [1 - eps, 1 + eps] for PPO and PPO-M alike"]
-    d = claims["| (d) reward scaling, annealing and init each shift the reward distribution (Walker2d)"]
+    d = claims["| (d) reward scaling, annealing and init each shift the reward distribution"]
     on, off, n_on, n_off = map(int, re.search(r"anneal_lr: on (\d+), off (\d+) \(n (\d+)/(\d+)", d).groups())
     assert abs(on - 3300) < 30 and abs(off - 3100) < 30 and n_on == n_off == 32  # 8 combinations of 4 seeds a side
     assert d.split("anneal_lr")[1].split(")")[0].endswith("shifted")  # only annealing moved the made-up returns
@@ -162,6 +162,11 @@ def test_report_reads_the_verdicts_off_the_stored_runs(tmp_path):
     synthetic_store(tmp_path / "b", ppo_m=3300.0)
     im.main(["report", "--store", str(tmp_path / "b")])
     assert "| (a) PPO beats PPO-M | not shown" in (tmp_path / "b" / "report.md").read_text()
+    # two seeds a cell: a bootstrap of two values is no interval, so no verdict, only the difference
+    synthetic_store(tmp_path / "c", seeds=2)
+    im.main(["report", "--store", str(tmp_path / "c")])
+    text = (tmp_path / "c" / "report.md").read_text()
+    assert "| (a) PPO beats PPO-M | too few seeds for a verdict: +6" in text and "Interim: 10 of the 10 cells" in text
 
 
 def test_an_empty_store_is_one_line(tmp_path):

@@ -1,6 +1,7 @@
 """benchmark/lockstep.py: the patched copy shuffles and anneals as CleanRL does, and the side-by-side finds the
 first iteration that differs."""
 
+import importlib.metadata
 import os
 import sys
 
@@ -68,7 +69,7 @@ def test_patched_update_visits_cleanrls_minibatches_and_anneals_to_lr_over_n(tmp
     ours = import_copy(text, tmp_path / "lockstep_ours.py")
     assert minibatch_order(ours, 5, lstm) != cleanrl_order(5, lstm)  # ours shuffles with torch
     assert module.LOCKSTEP_ITERATIONS == 2
-    assert "(1 - (iteration - 1) / args.num_iterations)" in lockstep.patched(text, 2)
+    assert "frac = 1 - (iteration - 1) / args.num_iterations\n" in lockstep.patched(text, 2)
 
 
 def test_a_script_without_the_patched_lines_is_one_line(tmp_path, capsys):
@@ -86,8 +87,10 @@ def test_same_flags_run_in_lockstep_and_another_learning_rate_differs_from_itera
     assert "holds no losses/value_loss" in capsys.readouterr().err
     module = import_copy(lockstep.patched(open(SCRIPT).read(), 8), tmp_path / "lockstep_full.py")
     monkeypatch.chdir(tmp_path)
-    ref_dir = module.train(module.Args(env_id="Pendulum-v1", seed=3, total_timesteps=1024, num_envs=1, num_steps=128,
-                                       num_minibatches=4, update_epochs=3, cuda=False))["run_dir"]
+    ref = module.train(module.Args(env_id="Pendulum-v1", seed=3, total_timesteps=1024, num_envs=1, num_steps=128,
+                                   num_minibatches=4, update_epochs=3, cuda=False))
+    assert ref["learning_rate"] == [3e-4 * (1 - i / 8) for i in range(8)]  # CleanRL's schedule: lr / 8 at the last
+    ref_dir = ref["run_dir"]
     base = ["--cleanrl-run", os.path.join(tmp_path, ref_dir), "--iterations", "2", "--work-dir", str(tmp_path / "w")]
     capsys.readouterr()
     assert lockstep.main(base + ["--script", "ppo_nosuch.py"]) == 2
@@ -97,8 +100,63 @@ def test_same_flags_run_in_lockstep_and_another_learning_rate_differs_from_itera
     assert lockstep.main(base + ["--"] + TINY) == 0
     out = capsys.readouterr().out
     assert "identical (relative difference <= 0.0001) through iteration 2 of 2" in out
-    assert lockstep.main(base + ["--"] + TINY + ["--learning-rate", "1e-3"]) == 1
-    assert "through iteration 0 of 2" in capsys.readouterr().out
+    other = module.train(module.Args(env_id="Pendulum-v1", seed=3, total_timesteps=1024, num_envs=1, num_steps=128,
+                                     num_minibatches=4, update_epochs=3, cuda=False, learning_rate=1e-3))
+    lines, same = lockstep.side_by_side(other["run_dir"], ref_dir, 2, 1e-4)
+    assert same == 0 and lines[-1] == "identical (relative difference <= 0.0001) through iteration 0 of 2"
+    # issue 37.9: runs of other flags or another env were compared as if they were a pair; now refused, named
+    assert lockstep.main(base + ["--"] + TINY + ["--learning-rate", "1e-3"]) == 2
+    assert capsys.readouterr().err == ("lockstep.py: ours ran with learning_rate 0.001 (CleanRL's run 0.0003): not the "
+                                       "CleanRL run's flags; give its flags after --\n")
+    assert lockstep.main(base + ["--"] + TINY[2:] + ["--env-id", "MountainCarContinuous-v0"]) == 2
+    assert capsys.readouterr().err.startswith("lockstep.py: ours ran with env_id MountainCarContinuous-v0 (CleanRL's run "
+                                              "Pendulum-v1)")
+
+
+def test_an_env_whose_physics_mujoco_4_changed_is_refused_on_either_side_of_it_before_ours_runs(tmp_path, capsys):
+    """Issue 38: MuJoCo 4 changed the physics of the envs with a free joint (and Hopper's), so that a Humanoid run on
+    MuJoCo 2.3.3 and ours on 4.0.0 (or the other way round) part at the first reset; lockstep does not call that a
+    lockstep failure."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    cleanrl_run = tmp_path / "Humanoid-v4__ppo_continuous_action__3__1"  # what lockstep reads of a CleanRL run
+    with SummaryWriter(cleanrl_run) as writer:
+        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n|env_id|Humanoid-v4|\n|seed|3|")
+        writer.add_scalar("losses/value_loss", 1.0, 2048)
+    ours = importlib.metadata.version("mujoco")
+    other = "2.3.3" if int(ours.split(".")[0]) >= 4 else "4.0.0"
+    args = ["--cleanrl-run", str(cleanrl_run), "--work-dir", str(tmp_path / "w"), "--", "--env-id", "Humanoid-v4"]
+    assert lockstep.main(["--cleanrl-mujoco", other, *args]) == 2
+    assert capsys.readouterr().err == (
+        f"lockstep.py: ours runs MuJoCo {ours}, CleanRL's run ran on {other}: MuJoCo 4 changed the physics of Humanoid-v4, "
+        "so the two would part by the physics, not the algorithm; run ours on the run's MuJoCo (2.3.3: bash "
+        "scripts/install.sh mujoco-ref, then .venv-mujoco-ref/bin/python benchmark/lockstep.py ...)\n")
+    assert lockstep.main(args) == 2  # CleanRL does not log its MuJoCo: without --cleanrl-mujoco it is not known
+    assert capsys.readouterr().err.startswith("lockstep.py: MuJoCo 4 changed the physics of Humanoid-v4: give "
+                                              "--cleanrl-mujoco, the MuJoCo CleanRL's run ran on")
+    assert lockstep.main(["--cleanrl-mujoco", "2.3.3 (uv.lock)", *args]) == 2
+    assert capsys.readouterr().err == ("lockstep.py: --cleanrl-mujoco '2.3.3 (uv.lock)' is not a version; give one such "
+                                       "as 2.3.3\n")
+    assert not (tmp_path / "w").exists()  # refused before our copy was written
+    # 2.3.3 and 3.1.6 agree to 4e-10 over 1,000 Humanoid steps; Walker2d and HalfCheetah are the same under all three
+    assert [lockstep.mujoco_check(*c) for c in [("Ant-v4", "3.1.6", "2.3.3"), ("Walker2d-v4", "4.0.0", "2.3.3"),
+                                                ("HalfCheetah-v4", "4.0.0", None)]] == [None] * 3
+
+
+def test_walker2d_on_another_mujoco_is_not_refused_and_the_output_names_each_sides(tmp_path, capsys, monkeypatch):
+    """Walker2d's physics are the same under MuJoCo 2.3.3 and 4.0.0 (tests/test_mujoco_physics.py)."""
+    module = import_copy(lockstep.patched(open(SCRIPT).read(), 2), tmp_path / "lockstep_walker.py")
+    monkeypatch.chdir(tmp_path)
+    ref = module.train(module.Args(env_id="Walker2d-v4", seed=3, total_timesteps=256, num_envs=1, num_steps=128,
+                                   num_minibatches=4, update_epochs=3, cuda=False))
+    flags = ["--env-id", "Walker2d-v4", "--seed", "3", "--total-timesteps", "256", "--num-envs", "1", "--num-steps", "128",
+             "--num-minibatches", "4", "--update-epochs", "3"]
+    capsys.readouterr()
+    assert lockstep.main(["--cleanrl-run", ref["run_dir"], "--iterations", "2", "--cleanrl-mujoco", "2.3.3",
+                          "--work-dir", str(tmp_path / "w"), "--", *flags]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == f"MuJoCo: ours {importlib.metadata.version('mujoco')}, CleanRL's run 2.3.3"
+    assert out[-1] == "identical (relative difference <= 0.0001) through iteration 2 of 2"
 
 
 def test_patched_discrete_script_samples_as_cleanrls_categorical(tmp_path):

@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT, CountingEnv, interrupt_at_update, next_second, resume_elsewhere
-from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout, edited_agent
+from hacks import (assert_added_layer_trains, assert_cleanrl_update_trains, assert_every_group_annealed,
+                   assert_every_param_group_anneals, assert_temperature_changes_rollout, critic_group_copy, edited_agent,
+                   recorded_rates)
 
 SCRIPTS = ["ppo", "ppo_shared"]
 
@@ -136,6 +138,7 @@ def test_adam_eps_and_lr_schedule(mod):
     lrs = out["learning_rate"]
     assert len(lrs) == 5 and lrs[0] == 2.5e-4 and lrs[-1] == 0.0  # detail 4: exactly 0 at the last iteration
     np.testing.assert_allclose(np.diff(lrs), -2.5e-4 / 4)  # linear
+    assert lrs == [2.5e-4 * (1 - i / 4) for i in range(5)]  # to the last bit, as before param groups had their own
     one = mod.train(tiny(mod, total_timesteps=2 * 16))  # a single iteration keeps the initial rate
     assert one["learning_rate"] == [2.5e-4]
 
@@ -304,6 +307,23 @@ def test_hack_minus_inf_mask_in_the_head_trains(mod, monkeypatch):
 
 def test_hack_added_layer_trains(mod, monkeypatch):
     assert_added_layer_trains(mod, tiny(mod), monkeypatch)
+
+
+def test_hack_every_param_group_anneals(mod, tmp_path):
+    assert_every_param_group_anneals(mod, tiny(mod), tmp_path)
+
+
+def test_every_param_group_resumes_its_schedule(mod, tmp_path, monkeypatch):
+    """(d)'s copy resumed from its checkpoint after iteration 2 of 4 steps at the uninterrupted run's rates in both
+    groups: each group's initial rate travels in the checkpoint (the optimizer's param groups keep "initial_lr")."""
+    copy = critic_group_copy(mod, tmp_path)
+    keep_checkpoint(copy, monkeypatch, kept := "iteration2.pt")
+    with recorded_rates() as full:
+        out = copy.train(tiny(mod, save_model=True, save_every=1))
+    with recorded_rates() as resumed:
+        resume_later(copy, kept)
+    assert len(resumed) == len(full) // 2 and resumed == full[len(full) // 2:]
+    assert_every_group_annealed(full, out["learning_rate"])
 
 
 # ---- logging -------------------------------------------------------------------------------------

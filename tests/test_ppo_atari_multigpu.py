@@ -19,7 +19,8 @@ import torch
 import torch.distributed as dist
 import test_ppo_atari
 from conftest import ROOT
-from processes import alive, descendants, free_port, rank_env, run_ranks, wait_for
+from processes import (alive, assert_process_group_failure_is_one_line, descendants, free_port, rank_env, run_ranks,
+                       script_lines, stop_job, wait_for)
 from hacks import hack_safety_tests
 from precision import bf16_tests
 from test_ppo import assert_cli_error_is_one_line, assert_memory_checked, read_scalars
@@ -177,7 +178,9 @@ def test_torchrun_trains_checkpoints_and_resumes():
 
     resume = subprocess.run(torchrun(mg.Args(resume=ckpt, total_timesteps=2 * 128 * 3)), capture_output=True, text=True, timeout=120)
     assert resume.returncode == 0, resume.stderr[-3000:]
-    assert "resuming" in resume.stderr and "step 768/768 " in resume.stdout
+    assert "step 768/768 " in resume.stdout
+    # issue 37.10: its notices once, from rank 0, not once per rank
+    assert resume.stderr.count(": resuming ") == 1 and resume.stderr.count("holds no env state") == 1
     assert torch.load(ckpt, weights_only=False)["iteration"] == 3
     # iterations 1, 2, then the resumed 3 (its schedule ends at 3, ppo_atari.py's as well), each logged once
     assert read_scalars(os.path.dirname(ckpt), "charts/learning_rate") == pytest.approx([2.5e-4, 0.0, 0.0])
@@ -207,6 +210,18 @@ def test_killing_one_rank_under_torchrun_stops_the_job():
     assert not [pid for pid in workers if alive(pid)]  # no process left behind
 
 
+def test_ctrl_c_under_torchrun_is_one_line_and_keeps_the_checkpoint():
+    """Issue 37.2: Ctrl-C in the terminal (SIGINT to torchrun and every rank) printed a KeyboardInterrupt traceback
+    from every rank; impala_vtrace_distributed.py prints one line."""
+    args = tiny(num_steps=128, total_timesteps=2 * 128 * 1000, save_model=True, save_every=1)
+    code, stderr, took = stop_job(torchrun(args), lambda job, workers: os.killpg(job.pid, signal.SIGINT))
+    assert code != 0 and took < 30 and "KeyboardInterrupt" not in stderr, stderr[-3000:]
+    assert script_lines(stderr, "ppo_atari_multigpu.py") == [
+        "ppo_atari_multigpu.py: interrupted; --resume its last checkpoint to continue"], stderr[-3000:]
+    (ckpt,) = glob.glob("runs/*/checkpoint.pt")
+    assert torch.load(ckpt, weights_only=False)["iteration"] >= 1
+
+
 def test_a_hung_rank_stops_the_other_with_a_one_line_error():
     """Without torchrun to stop it (e.g. on another node), a rank whose peer stops answering gives up after
     --dist-timeout with one line."""
@@ -233,23 +248,50 @@ def test_a_hung_rank_stops_the_other_with_a_one_line_error():
 # ---- bad input -------------------------------------------------------------------------------------------------------
 
 
-def test_bad_input_is_one_line_from_rank_0_and_silent_elsewhere(monkeypatch):
+def test_bad_input_is_one_line_from_the_first_process_of_each_node(monkeypatch):
+    """Issue 37.3: only rank 0 spoke, so a rank that could not read --resume (a file one node sees and another does
+    not) exited 1 in silence. The first process of each node (LOCAL_RANK 0) says what it found, naming its rank."""
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert_cli_error_is_one_line("ppo_atari_multigpu.py", ["--num-envs", "3"], (
         "ppo_atari_multigpu.py: error: --num-envs 3 does not split over 2 processes into 4 equal minibatch shares; "
         "choose a multiple of 2, and --num-minibatches dividing num_envs / 2 * num_steps"))
-    rank1 = subprocess.run([sys.executable, SCRIPT, "--num-envs", "3"], capture_output=True, text=True, timeout=60,
-                           env={**os.environ, "RANK": "1"})
-    assert rank1.returncode == 1 and rank1.stderr == ""
+    second_node = subprocess.run([sys.executable, SCRIPT, "--resume", "elsewhere.pt"], capture_output=True, text=True,
+                                 timeout=60, env={**os.environ, "RANK": "1", "LOCAL_RANK": "0"})
+    assert second_node.returncode == 1 and "Traceback" not in second_node.stderr
+    assert second_node.stderr.startswith("ppo_atari_multigpu.py: error: rank 1: checkpoint 'elsewhere.pt' could not be "
+                                         "read (FileNotFoundError: ") and second_node.stderr.count("\n") == 1
+    same_node = subprocess.run([sys.executable, SCRIPT, "--num-envs", "3"], capture_output=True, text=True, timeout=60,
+                               env={**os.environ, "RANK": "1", "LOCAL_RANK": "1"})
+    assert same_node.returncode == 1 and same_node.stderr == ""  # rank 0 says it on this node's output
     with pytest.raises(mg.ConfigError, match="does not split"):  # every rank checks before the process group starts
         mg.train(tiny(num_envs=2, num_steps=3))  # 1 env x 3 steps per process: not 2 equal minibatch shares
     assert not os.path.exists("runs")
 
 
+def test_resuming_on_a_number_of_processes_that_does_not_split_the_envs_says_what_fits(monkeypatch):
+    """Issue 37.10: resuming 2 envs on 3 processes said "choose a multiple of 3", which --resume then refused as a
+    changed --num-envs."""
+    torch.save({"script": "ppo_atari_multigpu.py", "args": dataclasses.asdict(tiny(num_envs=2)), "iteration": 1}, "ckpt.pt")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    with pytest.raises(mg.ConfigError) as refused:
+        mg.train(mg.Args(resume="ckpt.pt"))
+    assert str(refused.value) == ("the checkpoint's --num-envs 2 does not split over 3 processes into 2 equal minibatch "
+                                  "shares; resume it on one of these numbers of processes: 1, 2; or start a new run")
+    assert not os.path.exists("runs")
+
+
+@pytest.mark.parametrize("case", ["MASTER_ADDR unset", "port in use"])
+def test_a_rank_started_by_hand_that_cannot_start_the_process_group_is_one_line_and_writes_nothing(case):
+    """Issue 37.7: without torchrun, MASTER_ADDR unset was a ValueError traceback, and both cases left an empty run
+    directory. The process group now starts before anything is written."""
+    assert_process_group_failure_is_one_line(SCRIPT, case, ["--num-envs", "2", "--num-minibatches", "2"])
+
+
 # ---- hack safety in a world of one (issue 19) ------------------------------------------------------------------------
 
 
-test_hack_cleanrl_update_trains, test_hack_temperature_changes_what_the_rollout_samples, test_hack_added_layer_trains = \
+(test_hack_cleanrl_update_trains, test_hack_temperature_changes_what_the_rollout_samples, test_hack_added_layer_trains,
+ test_hack_every_param_group_anneals) = \
     hack_safety_tests(mg, tiny(), tiny(env_id="BreakoutNoFrameskip-v4", num_envs=4, num_steps=128, total_timesteps=512),
                       logits=(0.0, 1.0, 0.0, 0.0))
 

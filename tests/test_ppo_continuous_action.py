@@ -598,7 +598,7 @@ def test_mujoco_v4_and_v5_ids_train(env_id):
 
 
 def test_the_hyperparameters_text_ends_with_the_installed_mujoco():
-    """Issue 38: MuJoCo's version decides the free-joint envs' physics. A row after the Args, where benchmark/run.py's
+    """Issue 38: MuJoCo's version decides some envs' physics. A row after the Args, where benchmark/run.py's
     read_run finds it for the run summaries, report.py, compare.py and lockstep.py."""
     sys.path.insert(0, os.path.join(ROOT, "benchmark"))
     from run import read_run

@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn as nn
 from conftest import ROOT
-from hacks import Scale, assert_added_layer_trains, assert_cleanrl_update_trains, edited_agent
+from hacks import Scale, assert_added_layer_trains, assert_cleanrl_update_trains, assert_every_param_group_anneals, edited_agent
 from test_ppo import (PPO_BAD_INPUT, assert_checkpoint_evaluates, assert_memory_checked,
                       assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
                       assert_resumes_with_fresh_episodes, read_scalars)
@@ -295,6 +295,11 @@ def test_hack_temperature_changes_what_the_rollout_samples(mod, monkeypatch):
 @needs_microrts
 def test_hack_added_layer_trains(mod, monkeypatch):
     assert_added_layer_trains(mod, tiny(mod), monkeypatch)
+
+
+@needs_microrts
+def test_hack_every_param_group_anneals(mod, tmp_path):
+    assert_every_param_group_anneals(mod, tiny(mod), tmp_path)
 
 
 @_microrts_missing

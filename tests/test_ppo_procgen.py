@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout
+from hacks import (assert_added_layer_trains, assert_cleanrl_update_trains, assert_every_param_group_anneals,
+                   assert_temperature_changes_rollout)
 from precision import bf16_tests
 from test_ppo import (PPO_BAD_INPUT, assert_checkpoint_evaluates, assert_envs_of_another_version_refused,
                       assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
@@ -261,6 +262,11 @@ def test_hack_temperature_changes_what_the_rollout_samples(monkeypatch):
 @needs_procgen
 def test_hack_added_layer_trains(monkeypatch):
     assert_added_layer_trains(mod, tiny(), monkeypatch)
+
+
+@needs_procgen
+def test_hack_every_param_group_anneals(tmp_path):  # --anneal-lr is off for Procgen by default; on for this run
+    assert_every_param_group_anneals(mod, tiny(), tmp_path)
 
 
 test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_across_precisions, test_bf16_without_bf16_kernels_is_refused = map(

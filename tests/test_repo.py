@@ -1,9 +1,11 @@
 """Repository-level promises: the README's quick start and .ci/run agree, scripts stand alone."""
 
 import glob
+import importlib
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -97,10 +99,17 @@ def test_every_target_pins_what_the_whole_lock_pins():
     """requirements/all.txt resolves every extra at once; a target that pinned another release of a package
     would move it when installed after a second target."""
     whole = lock_pins(os.path.join(ROOT, "requirements", "all.txt"))
+    # but mujoco-ref, which moves MuJoCo on purpose (issue 38; a venv of its own) to the release its input names, and,
+    # a lock for Python 3.11 alone, pins the others without markers
+    ref_in = open(os.path.join(ROOT, "requirements", "mujoco-ref.in")).read()
+    moved = {name: [(v, None)] for name, v in re.findall(r"^([\w.-]+)==(\S+)", ref_in, re.M)}
     for path in glob.glob(os.path.join(ROOT, "requirements", "*.txt")):
         if os.path.basename(path) not in ("procgen.txt", "microrts.txt", "microrts020.txt"):  # --no-deps, outside the resolution
             for name, versions in lock_pins(path).items():
-                assert set(versions) <= set(whole[name]), (os.path.basename(path), name, versions)
+                if os.path.basename(path) == "mujoco-ref.txt":
+                    assert versions == moved.get(name) or {v for v, _ in versions} <= {v for v, _ in whole[name]}, (name, versions)
+                else:
+                    assert set(versions) <= set(whole[name]), (os.path.basename(path), name, versions)
 
 
 # issue 19: a file short enough to read whole, and `diff` between siblings listing only the details between them.
@@ -120,18 +129,37 @@ def test_every_target_pins_what_the_whole_lock_pins():
 # By 2 in ppo_atari_envpool.py for --mask-reset-steps: masking envpool's reset steps became a flag, off as in the reference.
 # And by 3 in all for save_checkpoint's in-memory buffer: a Ctrl-C as torch.save ended its zip aborted the process, its
 # message unprinted (a CI failure).
+# And by 2 in all for issue 35: --anneal-lr anneals every param group from its own initial rate (a critic in a group of
+# its own at another rate stayed at it), a loop over the groups; by 1 more in the seven scripts that log their games from
+# final_info, which name the game's return and length first so that the four logging lines are ppo.py's (issue 35's
+# sibling diffs, lowered below with the same text: the logging, exp_name from SCRIPT, actions.flatten(0, 1)).
+# And by 3 in all for issue 37's --exp-name check (no '/', a run name within 255 bytes: '../' wrote outside runs/); by 1
+# more in ppo_continuous_action.py, whose env error blamed a display for an env it could not make; by 22 in
+# ppo_atari_multigpu.py (each node's first process says its own bad input, Ctrl-C is one line, the process group starts
+# before the run directory and a launch that cannot start it is one line, a resume on a world that does not split the
+# checkpoint's envs names the worlds that do) and by 14 in impala_vtrace_distributed.py (start_process_group: the same
+# launch checks), and the sibling diffs of those two by as much.
+# And by 3 in ppo_continuous_action.py and trpo_continuous_action.py for issue 38: the installed MuJoCo, a row logged after
+# the Args (MuJoCo 4 changed some envs' physics), an import and two lines; ppo.py's diff to the first by 5.
+# And by 51 in ppo_continuous_action.py for issue 33, seed 004's study in one file: the switches that turn each
+# code-level detail off (--no-norm-obs, --reward-scaling, --no-ortho-init, --value-lr's param group, inf for a clip) with
+# their checks and docstring lines, and the paper's Figure 2 logged every iteration (get_mean_and_logstd, gaussian_kl,
+# the max ratio and exact KL around update()); its diff to ppo.py by as much.
 LINE_TARGETS = {"ppo.py": 400, "a2c_paac.py": 550, "impala_vtrace.py": 550,  # every other PPO script: 450
-                "ppo_atari_multigpu.py": 520, "impala_vtrace_distributed.py": 550}  # issue 21: the torch.distributed pair
-LINE_CEILINGS = {"ppo.py": 483, "ppo_shared.py": 485, "ppo_atari.py": 541, "ppo_atari_lstm.py": 583,
-                 "ppo_atari_envpool.py": 519, "ppo_continuous_action.py": 578, "ppo_procgen.py": 520,
-                 "ppo_multidiscrete.py": 517, "ppo_multidiscrete_mask.py": 528, "a2c_paac.py": 581, "impala_vtrace.py": 589,
-                 "ppo_atari_multigpu.py": 626, "impala_vtrace_distributed.py": 575}
-SIBLINGS = [("ppo.py", "ppo_shared.py", 40, 40), ("ppo.py", "ppo_atari.py", 250, 254),
-            ("ppo.py", "ppo_continuous_action.py", 200, 179), ("ppo_atari.py", "ppo_atari_lstm.py", 150, 104),
-            ("ppo_atari.py", "ppo_atari_envpool.py", 180, 176), ("ppo_atari.py", "ppo_procgen.py", 250, 253),
-            ("ppo_atari.py", "ppo_multidiscrete.py", 200, 270), ("ppo_multidiscrete.py", "ppo_multidiscrete_mask.py", 60, 35),
-            ("ppo_atari.py", "ppo_atari_multigpu.py", 162, 153),  # CleanRL's own pair: 162
-            ("impala_vtrace.py", "impala_vtrace_distributed.py", 182, 200)]
+                "ppo_atari_multigpu.py": 520, "impala_vtrace_distributed.py": 550,  # issue 21: the torch.distributed pair
+                "trpo_continuous_action.py": 737}  # issue 34: ppo_continuous_action.py's 637 + 100, its diff to it 250
+LINE_CEILINGS = {"ppo.py": 488, "ppo_shared.py": 490, "ppo_atari.py": 547, "ppo_atari_lstm.py": 589,
+                 "ppo_atari_envpool.py": 525, "ppo_continuous_action.py": 638, "ppo_procgen.py": 526,
+                 "ppo_multidiscrete.py": 523, "ppo_multidiscrete_mask.py": 534, "a2c_paac.py": 586, "impala_vtrace.py": 594,
+                 "ppo_atari_multigpu.py": 654, "impala_vtrace_distributed.py": 594,
+                 "trpo_continuous_action.py": 731}  # issue 34: TRPO's step (T1-T6) and its 7 flags in place of PPO's epochs
+SIBLINGS = [("ppo.py", "ppo_shared.py", 40, 38), ("ppo.py", "ppo_atari.py", 250, 245),
+            ("ppo.py", "ppo_continuous_action.py", 200, 250), ("ppo_atari.py", "ppo_atari_lstm.py", 150, 102),
+            ("ppo_atari.py", "ppo_atari_envpool.py", 180, 174), ("ppo_atari.py", "ppo_procgen.py", 250, 249),
+            ("ppo_atari.py", "ppo_multidiscrete.py", 200, 266), ("ppo_multidiscrete.py", "ppo_multidiscrete_mask.py", 60, 33),
+            ("ppo_atari.py", "ppo_atari_multigpu.py", 162, 177),  # CleanRL's own pair: 162
+            ("impala_vtrace.py", "impala_vtrace_distributed.py", 182, 214),
+            ("ppo_continuous_action.py", "trpo_continuous_action.py", 250, 241)]  # issue 34: only the policy step
 
 
 def changed_lines(a, b):
@@ -157,3 +185,78 @@ def test_run_and_checkpoint_functions_are_the_same_text_in_every_script(function
     texts = {os.path.basename(p): re.search(rf"^def {function}\(.*?(?=^\S)", open(p).read(), re.S | re.M).group(0)
              for p in glob.glob(os.path.join(ROOT, "*.py"))}
     assert len(texts) >= 11 and {s for s, t in texts.items() if t != texts["ppo.py"]} == set()
+
+
+SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "*.py")))
+
+
+@pytest.mark.parametrize("exp_name", ["../../../escaped", "a/b", "x" * 300], ids=["dotdot", "slash", "300 chars"])
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_script_refuses_an_exp_name_that_is_not_one_short_directory(script, exp_name):
+    """Issue 37.4: '../' wrote the run outside runs/ and '/' nested it; 300 characters were refused with a hint to find
+    a writable directory. check_args refuses them before any directory is made."""
+    mod = importlib.import_module(script[:-3])
+    with pytest.raises(mod.ConfigError) as refused:
+        mod.check_args(mod.Args(exp_name=exp_name))
+    assert str(refused.value).startswith(f"--exp-name {exp_name[:60]!r} must be one directory's name in runs/: no '/'")
+    assert not os.path.exists("runs")
+
+
+def test_a_refused_exp_name_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
+    from test_ppo import assert_cli_error_is_one_line
+
+    os.makedirs("a/b/c")
+    monkeypatch.chdir("a/b/c")
+    assert_cli_error_is_one_line("ppo.py", ["--exp-name", "../../../escaped"], (
+        "ppo.py: error: --exp-name '../../../escaped' must be one directory's name in runs/: no '/', and short enough "
+        "that the run name (env id, exp name, seed, time) fits in 255 bytes; choose a short plain name"))
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == ["a", "a/b", "a/b/c"]
+
+
+FAKE_PYTHON_310 = """#!/bin/bash
+# Python 3.10, as install.sh meets it: fails the version check, and makes a venv of itself when asked
+if [[ $1 == -m && $2 == venv ]]; then mkdir -p .venv/bin && ln -s "$0" .venv/bin/python; exit 0; fi
+if [[ $1 == -V || $1 == --version ]]; then echo "Python 3.10.14"; exit 0; fi
+exit 1
+"""
+
+
+def test_install_with_an_unsupported_python_makes_no_venv_so_a_rerun_with_the_right_one_proceeds(tmp_path):
+    """Issue 37.10: Python 3.10 made a 3.10 .venv before it was refused, and that .venv then refused the rerun with
+    the right Python."""
+    clone = tmp_path / "clone"
+    (clone / "scripts").mkdir(parents=True)
+    (clone / "requirements").mkdir()
+    (clone / "scripts" / "install.sh").write_text(open(os.path.join(ROOT, "scripts", "install.sh")).read())
+    (clone / "requirements" / "core.txt").write_text("")
+    (tmp_path / "python3.10").write_text(FAKE_PYTHON_310)
+    (tmp_path / "python3.10").chmod(0o755)
+    old = subprocess.run(["bash", "scripts/install.sh"], cwd=clone, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHON": str(tmp_path / "python3.10")})
+    assert old.returncode == 1 and not (clone / ".venv").exists()
+    assert old.stderr == (f"install.sh: error: {tmp_path / 'python3.10'} is Python 3.10.14; the lock is for 3.11-3.13: "
+                          "PYTHON=python3.12 bash scripts/install.sh\n")
+    wheels = tmp_path / "wheels"  # so that Python 3.11 does not look for torch's index
+    wheels.mkdir()
+    (wheels / "torch-2.13.0+cpu-cp311-none-any.whl").write_text("")
+    right = subprocess.run(["bash", "scripts/install.sh"], cwd=clone, capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "PYTHON": sys.executable, "TORCH_FIND_LINKS": str(wheels)})
+    assert "the lock is for 3.11-3.13" not in right.stderr and (clone / ".venv" / "bin" / "python").exists()
+
+
+def test_install_of_mujoco_ref_on_a_python_after_3_11_is_one_line_and_makes_no_venv(tmp_path):
+    """Issue 38: MuJoCo 2.3.3, the published v4 numbers' physics, has no wheel for Python 3.12+; its target says so
+    before it makes its venv (.venv-mujoco-ref), so that a rerun with Python 3.11 proceeds."""
+    for path in ("scripts/install.sh", "requirements/mujoco-ref.txt"):
+        (tmp_path / path).parent.mkdir(exist_ok=True)
+        (tmp_path / path).write_text(open(os.path.join(ROOT, path)).read())
+    python = tmp_path / "python3.12"  # this Python, telling the checks it runs that it is 3.12
+    python.write_text(f'#!/bin/bash\n[[ $1 == -V ]] && echo "Python 3.12.1" && exit 0\n[[ $1 == -c ]] && exec '
+                      f'{sys.executable} -c "import sys; sys.version_info = (3, 12, 1); exec(sys.argv[1])" "$2"\nexit 1\n')
+    python.chmod(0o755)
+    refused = subprocess.run(["bash", "scripts/install.sh", "mujoco-ref"], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=60, env={**os.environ, "PYTHON": str(python)})
+    assert refused.returncode == 1 and not (tmp_path / ".venv-mujoco-ref").exists() and not (tmp_path / ".venv").exists()
+    assert refused.stderr == (f"install.sh: error: {python} is Python 3.12.1; MuJoCo 2.3.3 (requirements/mujoco-ref.txt) "
+                              "has wheels up to Python 3.11 only: PYTHON=python3.11 bash scripts/install.sh mujoco-ref "
+                              "(after deleting .venv-mujoco-ref, if made)\n")
