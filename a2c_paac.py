@@ -396,6 +396,9 @@ def load_checkpoint(path, args=None, given=None):
     owner = ckpt.get("script") if isinstance(ckpt, dict) else None  # and another version's args do not fit Args
     if owner != SCRIPT or not isinstance(ckpt.get("args"), dict) or set(ckpt["args"]) - set(asdict(Args())):
         raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not by this {SCRIPT}")
+    if args is not None:  # resuming: a save that SIGKILL cut short left its .tmp beside this whole checkpoint
+        with contextlib.suppress(FileNotFoundError):  # (every rank resuming together tries)
+            os.remove(f"{path}.tmp")
     default, values = asdict(Args()), asdict(args or Args())
     given = set(values) & (set(given) if given is not None else {k for k, v in values.items() if v != default[k]})
     for k in sorted(given - RESUMABLE):

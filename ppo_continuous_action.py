@@ -45,6 +45,7 @@ checkpoint and frozen in evaluation (the reference's evaluation starts fresh one
 MuJoCo envs pickle only their constructor arguments: the checkpoint adds their physics state and random generator.
 """
 
+import contextlib
 import gc
 import importlib.metadata
 import importlib.util
@@ -419,6 +420,9 @@ def load_checkpoint(path, args=None, given=None):
     owner = ckpt.get("script") if isinstance(ckpt, dict) else None  # and another version's args do not fit Args
     if owner != SCRIPT or not isinstance(ckpt.get("args"), dict) or set(ckpt["args"]) - set(asdict(Args())):
         raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not by this {SCRIPT}")
+    if args is not None:  # resuming: a save that SIGKILL cut short left its .tmp beside this whole checkpoint
+        with contextlib.suppress(FileNotFoundError):  # (every rank resuming together tries)
+            os.remove(f"{path}.tmp")
     default, values = asdict(Args()), asdict(args or Args())
     given = set(values) & (set(given) if given is not None else {k for k, v in values.items() if v != default[k]})
     for k in sorted(given - RESUMABLE):
