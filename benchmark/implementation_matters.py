@@ -306,7 +306,7 @@ def report(store, out):
     colors = {"PPO": "tab:blue", "PPO-M": "tab:orange", "TRPO": "tab:red", "PPO-NoClip": "tab:green"}
     row = []
     for i, env in enumerate(envs):
-        outside = []
+        outside, trpo_kl = [], []
         for algo in colors:
             for n, (seed, rows) in enumerate(sorted(curves_of(curves, runs, algo, env).items())):
                 it = [int(r["iteration"]) for r in rows]
@@ -315,6 +315,8 @@ def report(store, out):
                             lw=0.8, alpha=0.7, label=algo if n == 0 else None)
                 if algo in ("PPO", "PPO-M"):
                     outside.append((algo, np.mean([float(r["max_ratio"]) > 1.2 for r in rows])))
+                if algo == "TRPO":
+                    trpo_kl += [float(r["mean_kl"]) for r in rows]
         axes[i][1].axhline(1.2, color="k", ls=":", label="1 + epsilon")
         axes[i][2].axhline(trpo_delta(env), color="tab:red", ls=":", label="TRPO's delta")
         for ax, title in zip(axes[i], ("mean episodic return", "max ratio new / old over the batch",
@@ -329,6 +331,9 @@ def report(store, out):
         by_algo = {a: [f for b, f in outside if b == a] for a in ("PPO", "PPO-M")}
         row.append("; ".join(f"{a}: {100 * np.mean(f):.0f}% of iterations above 1.2 ({len(f)} runs)"
                              for a, f in by_algo.items() if f) or "not run yet")
+        if trpo_kl:  # TRPO's bound, for contrast: its line search holds the mean KL at or under delta
+            row[-1] += (f"; TRPO's mean KL <= delta {trpo_delta(env)} in {100 * np.mean(np.array(trpo_kl) <= trpo_delta(env)):.0f}% "
+                        f"of iterations (median {np.median(trpo_kl):.3f})")
     fig.tight_layout()
     fig.savefig(os.path.join(out, "figure2.png"), dpi=80)
     plt.close(fig)

@@ -152,6 +152,8 @@ def test_report_reads_the_verdicts_off_the_stored_runs(tmp_path):
     assert claims["| (e) the code-level details move results more than the step method (ACLI > AAI)"].count("yes") == 2
     assert "PPO: 100% of iterations above 1.2" in claims["| (c) the max ratio leaves [1 - eps, 1 + eps] for PPO and PPO-M alike"]
     assert "PPO-M: 0% of iterations" in claims["| (c) the max ratio leaves [1 - eps, 1 + eps] for PPO and PPO-M alike"]
+    assert "TRPO's mean KL <= delta 0.13 in 100% of iterations (median 0.010)" in claims[
+        "| (c) the max ratio leaves [1 - eps, 1 + eps] for PPO and PPO-M alike"]  # Hopper's delta
     d = claims["| (d) reward scaling, annealing and init each shift the reward distribution"]
     on, off, n_on, n_off = map(int, re.search(r"anneal_lr: on (\d+), off (\d+) \(n (\d+)/(\d+)", d).groups())
     assert abs(on - 3300) < 30 and abs(off - 3100) < 30 and n_on == n_off == 32  # 8 combinations of 4 seeds a side
