@@ -14,9 +14,9 @@ directions, unit type, attack target cell] of MultiDiscrete [100, 6, 4, 4, 4, 4,
 
 To hack: the rollout and the update both call Agent.get_action_and_value, the optimizer holds agent.parameters()
 and update() is CleanRL's loop, so an edit to the network, a head or the loop applies everywhere.
-Deliberate choices (reference behaviour stays the default): --torch-threads 1; observations stored as uint8 (0/1);
-sampling by Gumbel-max (argmax of log-probabilities + Gumbel noise: exact, one op per component, no multinomial);
---resume starts new games (the Java games cannot be saved); no --bootstrap-truncated, no --capture-video.
+Deliberate choices (reference behaviour stays the default): --bootstrap-truncated (off); --torch-threads 1;
+observations stored as uint8 (0/1); sampling by Gumbel-max (argmax of log-probabilities + Gumbel noise: exact, one op
+per component, no multinomial); --resume starts new games (the Java games cannot be saved); no --capture-video.
 """
 
 import contextlib
@@ -80,6 +80,7 @@ class Args:
     vf_coef: float = 0.5  # coefficient of the value loss
     max_grad_norm: float = 0.5  # the maximum global norm of the gradients
     target_kl: Optional[float] = None  # stop the epochs early when approx_kl exceeds this (off in the reference)
+    bootstrap_truncated: bool = False  # bootstrap time-limit ends from the value of their final observation
 
     # filled in at runtime
     batch_size: int = 0  # computed: num_envs * num_steps
@@ -365,15 +366,16 @@ def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
     env = make_env(args)
     agent = Agent(env.observation_space.shape, env.action_space.nvec).to(device)
     agent.load_state_dict(ckpt["model"])
-    returns, (obs, info) = [], env.reset(seed=seed)
+    returns, (obs, _) = [], env.reset(seed=seed)
     with torch.random.fork_rng(), torch.inference_mode():
         torch.manual_seed(seed)
         while len(returns) < eval_episodes:
             action, *_ = agent.get_action_and_value(torch.as_tensor(obs[None], device=device))
             obs, _, terminated, truncated, info = env.step(action[0].cpu().numpy())
-            if terminated or truncated:
+            if "episode" in info:  # a game is over
                 returns.append(float(info["episode"]["r"]))
-                obs, info = env.reset()
+            if terminated or truncated:
+                obs, _ = env.reset()
     env.close()
     return returns
 
@@ -423,7 +425,7 @@ def train(args: Args, given=None):
     history = {"episodic_return": [], "episodic_length": [], "losses": [], "first_minibatch": [], "learning_rate": [],
                "seconds": {"env": 0.0, "inference": 0.0, "update": 0.0}}  # where the wall time goes
     seconds, start_iteration, global_step = history["seconds"], 1, 0
-    next_obs, infos = envs.reset(seed=args.seed)
+    next_obs, _ = envs.reset(seed=args.seed)
     if ckpt:
         agent.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
@@ -457,6 +459,11 @@ def train(args: Args, given=None):
             seconds["inference"] += t1 - t0
             seconds["env"] += time.perf_counter() - t1
             rewards[step], dones[step] = reward, terminations | truncations
+            if args.bootstrap_truncated and (idx := np.flatnonzero(truncations & ~terminations)).size:
+                # r + gamma * V(final obs) for time-limit ends, so the done cut leaves the right target
+                final = torch.as_tensor(np.stack([infos["final_obs"][i] for i in idx]), device=device)
+                with torch.no_grad():
+                    rewards[step, idx] += args.gamma * agent.get_value(final).cpu().numpy()
 
             final_info = infos.get("final_info", {})  # "_episode" marks the games that are over
             for i in np.flatnonzero(final_info.get("_episode", ())):

@@ -19,9 +19,9 @@ directions, unit type, attack target cell] of MultiDiscrete [100, 6, 4, 4, 4, 4,
 
 To hack: the rollout and the update both call Agent.get_action_and_value, the optimizer holds agent.parameters()
 and update() is CleanRL's loop, so an edit to the network, a head or the loop applies everywhere.
-Deliberate choices (reference behaviour stays the default): --torch-threads 1; observations stored as uint8 (0/1);
-sampling by Gumbel-max (argmax of log-probabilities + Gumbel noise: exact, one op per component, no multinomial);
---resume starts new games (the Java games cannot be saved); no --bootstrap-truncated, no --capture-video.
+Deliberate choices (reference behaviour stays the default): --bootstrap-truncated (off); --torch-threads 1;
+observations stored as uint8 (0/1); sampling by Gumbel-max (argmax of log-probabilities + Gumbel noise: exact, one op
+per component, no multinomial); --resume starts new games (the Java games cannot be saved); no --capture-video.
 """
 
 import contextlib
@@ -85,6 +85,7 @@ class Args:
     vf_coef: float = 0.5  # coefficient of the value loss
     max_grad_norm: float = 0.5  # the maximum global norm of the gradients
     target_kl: Optional[float] = None  # stop the epochs early when approx_kl exceeds this (off in the reference)
+    bootstrap_truncated: bool = False  # bootstrap time-limit ends from the value of their final observation
 
     # filled in at runtime
     batch_size: int = 0  # computed: num_envs * num_steps
@@ -468,6 +469,11 @@ def train(args: Args, given=None):
             seconds["inference"] += t1 - t0
             seconds["env"] += time.perf_counter() - t1
             rewards[step], dones[step] = reward, terminations | truncations
+            if args.bootstrap_truncated and (idx := np.flatnonzero(truncations & ~terminations)).size:
+                # r + gamma * V(final obs) for time-limit ends, so the done cut leaves the right target
+                final = torch.as_tensor(np.stack([infos["final_obs"][i] for i in idx]), device=device)
+                with torch.no_grad():
+                    rewards[step, idx] += args.gamma * agent.get_value(final).cpu().numpy()
 
             final_info = infos.get("final_info", {})  # "_episode" marks the games that are over
             for i in np.flatnonzero(final_info.get("_episode", ())):

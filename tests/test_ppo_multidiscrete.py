@@ -205,6 +205,50 @@ def test_vector_env_autoresets_in_the_same_step(mod):
 
 
 @needs_microrts
+def test_bootstrap_truncated_adds_the_final_value_at_time_limits_only(mod, monkeypatch):
+    """--bootstrap-truncated: at the 20-step limit of both games (step 19 of the rollout), GAE's reward gains
+    gamma * V(the final observation), V the rollout's agent; every other reward is the env's own."""
+    agents, final_obs, seen = [], {}, {}
+    real_make_envs, real_gae = mod.make_envs, mod.compute_gae
+
+    class SpyAgent(mod.Agent):
+        def __init__(self, *a):
+            super().__init__(*a)
+            agents.append(self)
+
+    def spy_make_envs(*a):
+        envs, steps = real_make_envs(*a), []
+        real_step = envs.step
+
+        def step(actions):
+            out = real_step(actions)
+            if "final_obs" in out[4]:
+                final_obs[len(steps)] = np.stack(out[4]["final_obs"])
+            steps.append(None)
+            return out
+        envs.step = step
+        return envs
+
+    def spy_gae(rewards, *a):
+        with torch.no_grad():  # before the update: the agent that collected the rollout
+            seen[run] = (rewards.clone(), {s: agents[-1].get_value(torch.as_tensor(o)) for s, o in final_obs.items()})
+        return real_gae(rewards, *a)
+
+    monkeypatch.setattr(mod, "Agent", SpyAgent)
+    monkeypatch.setattr(mod, "make_envs", spy_make_envs)
+    monkeypatch.setattr(mod, "compute_gae", spy_gae)
+    for run in (False, True):
+        final_obs.clear()
+        mod.train(tiny(mod, num_steps=32, total_timesteps=2 * 32, bootstrap_truncated=run, gamma=0.9))
+    (off, _), (on, values) = seen[False], seen[True]
+    assert list(values) == [19]  # the games of both envs hit the time limit together
+    changed = torch.nonzero(on != off).tolist()
+    assert changed == [[19, 0], [19, 1]]
+    torch.testing.assert_close(on[19] - off[19], 0.9 * values[19], rtol=1e-5, atol=1e-6)
+    assert values[19].abs().min() > 1e-4  # the added term is not vanishingly small
+
+
+@needs_microrts
 def test_evaluation_of_a_checkpoint(mod):
     assert_checkpoint_evaluates(mod, mod.train(tiny(mod, save_model=True)))
 
