@@ -8,8 +8,8 @@ The defaults are seed 004's TRPO on Walker2d (Table 4, column TRPO; its released
 the critic's Adam at 3e-4 for 10 epochs of 32 minibatches, 2048 steps of one env, gamma 0.99, lambda 0.95, and none of
 PPO's code-level optimisations: raw rewards, Xavier init, no annealing, no value or gradient clip, observations
 normalised but unclipped. Its TRPO+ on Walker2d (Table 4, configs/walker_trpo_plus.py) switches them on by
-ppo_continuous_action.py's names, with footnote 5's KL schedule:
-       python trpo_continuous_action.py --env-id Walker2d-v4 --max-kl 0.07 --max-kl-final 0.04 --value-lr 1e-4 \
+ppo_continuous_action.py's names, at the constant delta its released code ran (T6; add --max-kl-final 0.04 for footnote 5's):
+       python trpo_continuous_action.py --env-id Walker2d-v4 --max-kl 0.07 --value-lr 1e-4 \
            --reward-scaling returns --clip-reward 10 --clip-obs 10 --ortho-init --max-grad-norm inf
 Table 4 gives TRPO+ a gradient clip of 1, but the released trpo_step and value_step clip nothing (only its ppo_step
 reads CLIP_GRAD_NORM): --max-grad-norm inf is what ran; --max-grad-norm 1 would clip this file's critic step.
@@ -24,8 +24,9 @@ The step, in update() instead of PPO's epochs of the clipped surrogate (details 
       over the batch is <= delta and whose surrogate improves by more than --accept-ratio times g.step (the paper's
       code: 0.1; 0: any improvement) is taken; when none qualifies the policy stays exactly as it was
   T5. the critic alone learns by Adam, --update-epochs epochs of --num-minibatches minibatches, as in PPO
-  T6. --max-kl-final (TRPO+): delta moves linearly from --max-kl to it as the paper's code moves it, one increment
-      before each policy step: the first step's bound is one increment in, the last one's is --max-kl-final
+  T6. --max-kl-final: delta moves linearly from --max-kl to it (footnote 5's TRPO+ schedule), one increment before each
+      policy step, as the paper's code writes it. There it never reaches the step: Trainer's `self.MAX_KL +=` makes a
+      Trainer attribute and trpo_step reads params.MAX_KL, so the published TRPO+ ran at a constant --max-kl
 Logged every iteration beside PPO's keys and seed 004's Figure 2 (max_ratio, mean_kl, max_kl): losses/kl (the mean KL
 the step reached; 0 without one), kl_bound (delta), backtracks (halvings before the step taken; -1: none taken) and
 surrogate_improvement (0 without a step). The paper's code also resets the envs at each rollout and leaves each

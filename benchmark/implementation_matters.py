@@ -8,9 +8,9 @@ Run:   bash benchmark/implementation_matters.sh [short]          (calls the thre
 The settings are the paper's released configs (MadryLab/implementation-matters: src/MuJoCo.json, overridden by
 configs/{walker,hopper}_{ppo,ppom,ppo_noclip,trpo,trpo_plus}.py), as the flags of ppo_continuous_action.py (PPO, PPO-M,
 PPO-NoClip) and trpo_continuous_action.py (TRPO, TRPO+). PPO-M turns every code-level detail off but keeps observation
-normalisation (without its clip); PPO-NoClip keeps them and sets the clip to 1e32; TRPO+ turns them on in TRPO, with
-its KL schedule (Hopper's rises from 0.04 to 0.07 in the config) and no gradient clip (its config's 1.0 is read by
-the paper's PPO step only).
+normalisation (without its clip); PPO-NoClip keeps them and sets the clip to 1e32; TRPO+ turns them on in TRPO, at
+the constant delta its released code ran (its configs' KL schedule never reached the step: DIFFERENCES), and with no
+gradient clip (its config's 1.0 is read by the paper's PPO step only).
 Where the configs and the paper's Tables 4 and 6 differ, the configs are followed (Hopper PPO-NoClip's state clip: 10
 in the config, 2.5 in Table 6; Walker2d's: none in the config, 30 in Table 4). What the paper's code does otherwise,
 and we do not, is listed in the report (DIFFERENCES below).
@@ -50,8 +50,9 @@ SETTINGS = {  # (algorithm, env): flags; policy and value learning rates, lambda
                                  "--no-clip-vloss",
     ("TRPO", "Walker2d-v4"): "--max-kl 0.04 --value-lr 3e-4",  # trpo_continuous_action.py's defaults: no details
     ("TRPO", "Hopper-v4"): "--max-kl 0.13 --value-lr 2e-4",
-    ("TRPO+", "Walker2d-v4"): f"--max-kl 0.07 --max-kl-final 0.04 --value-lr 1e-4 {DETAILS}",
-    ("TRPO+", "Hopper-v4"): f"--max-kl 0.04 --max-kl-final 0.07 --value-lr 2e-4 {DETAILS}",
+    # TRPO+'s delta: the configs' max_kl, constant; their max_kl_final never reached the released step (DIFFERENCES)
+    ("TRPO+", "Walker2d-v4"): f"--max-kl 0.07 --value-lr 1e-4 {DETAILS}",
+    ("TRPO+", "Hopper-v4"): f"--max-kl 0.04 --value-lr 2e-4 {DETAILS}",
 }
 SCRIPTS = {"TRPO": "trpo_continuous_action.py", "TRPO+": "trpo_continuous_action.py"}  # the others: PPO's
 ALGOS = ["PPO", "PPO-M", "TRPO", "TRPO+", "PPO-NoClip"]
@@ -183,6 +184,10 @@ DIFFERENCES = [
     "Gradient clipping (PPO-NoClip's 0.1 and 4) bounds the joint norm of both networks' gradients; the paper clips "
     "the policy's alone (its PPO and PPO-M clip nothing, as here; its TRPO step clips nothing, so TRPO+'s 1.0 is not "
     "run here either).",
+    "TRPO+'s delta is constant, the configs' max_kl, as in the released code: its Trainer adds the schedule's "
+    "increments (footnote 5; max_kl_final) by `self.MAX_KL += self.MAX_KL_INCREMENT`, which, the Trainer having a "
+    "`__getattr__` onto its params and no `__setattr__`, makes an attribute of the Trainer, and trpo_step reads "
+    "`params.MAX_KL`. Runs with the schedule (`--max-kl-final`) are listed apart, under other stored runs.",
     "TRPO: our line search, Fisher subsample and conjugate gradient are the paper's (trpo_continuous_action.py's "
     "docstring); its advantages are normalised over the batch, as the paper's.",
     "Episodes run on across iterations and the rollout bootstraps from V(next observation); the paper resets the "
@@ -238,17 +243,20 @@ def report(store, out):
     import matplotlib.pyplot as plt
     from scipy import stats
 
-    runs, curves = read_csv(os.path.join(store, "runs.csv")), read_csv(os.path.join(store, "iterations.csv"))
-    if not runs:
+    stored_runs, curves = read_csv(os.path.join(store, "runs.csv")), read_csv(os.path.join(store, "iterations.csv"))
+    if not stored_runs:
         raise ConfigError(f"no stored runs in {store}; run benchmark/implementation_matters.sh first")
+    planned = {(script_of(cell), args_hash(extra_args(flags))) for cell, _, _, flags in cells("full")}
+    runs = [r for r in stored_runs if (r["script"], r["args_hash"]) in planned]  # others: settings changed since
+    others = [r for r in stored_runs if (r["script"], r["args_hash"]) not in planned]
     os.makedirs(out, exist_ok=True)
     rng, envs, algos = np.random.default_rng(0), ENVS, ALGOS
     lines = ["# Seed 004 reproduced: PPO, PPO-M, TRPO, TRPO+, PPO-NoClip (Engstrom et al. 2020)", "",
              f"`bash benchmark/implementation_matters.sh`, then `python benchmark/implementation_matters.py report "
-             f"--store {os.path.relpath(os.path.abspath(store), ROOT)}`. {len(runs)} stored runs of ppo_continuous_action.py and "
-             "trpo_continuous_action.py at 1M steps "
-             f"(commits {', '.join(sorted({r['git_commit'][:7] for r in runs}))}; MuJoCo "
-             f"{', '.join(sorted({r['mujoco'] for r in runs}))}). Final return: the mean of a run's last 100 episodes.",
+             f"--store {os.path.relpath(os.path.abspath(store), ROOT)}`. {len(stored_runs)} stored runs of ppo_continuous_action.py "
+             "and trpo_continuous_action.py at 1M steps "
+             f"(commits {', '.join(sorted({r['git_commit'][:7] for r in stored_runs}))}; MuJoCo "
+             f"{', '.join(sorted({r['mujoco'] for r in stored_runs}))}). Final return: the mean of a run's last 100 episodes.",
              "", "## Tables 2 and 3", ""]
     short = sum(len(finals(runs, a, e)) < len(TABLE_SEEDS) for a in algos for e in envs)
     if short:
@@ -258,14 +266,14 @@ def report(store, out):
              "|---|" + "---|---|" * len(envs)]
     summary = {}
     for algo in algos:
-        cells = []
+        row_cells = []
         for env in envs:
             x = finals(runs, algo, env)
             summary[algo, env] = bootstrap(x, rng) if len(x) else None
             ours = f"{summary[algo, env][0]:.0f} [{summary[algo, env][1]:.0f}, {summary[algo, env][2]:.0f}], " \
                    f"{len(x)}" if len(x) else "not run yet"
-            cells.append(f"{ours} | {PAPER[algo, env][0]} [{PAPER[algo, env][1]}, {PAPER[algo, env][2]}]")
-        lines.append(f"| {algo} | " + " | ".join(cells) + " |")
+            row_cells.append(f"{ours} | {PAPER[algo, env][0]} [{PAPER[algo, env][1]}, {PAPER[algo, env][2]}]")
+        lines.append(f"| {algo} | " + " | ".join(row_cells) + " |")
     lines += ["", "Mean [bootstrapped 95% interval of the mean, 1,000 resamples], and the number of seeds. AAI, what the "
               "step method moves: max(|PPO - TRPO+|, |PPO-M - TRPO|); ACLI, what the code-level details move: "
               "max(|PPO - PPO-M|, |TRPO+ - TRPO|):", ""]
@@ -373,6 +381,14 @@ def report(store, out):
               "![Figure 1](figure1.png)", "", "Figure 2: per iteration, one line per seed (stored every "
               f"{CURVE_EVERY} iterations); the dotted line is 1 + epsilon.", "", "![Figure 2](figure2.png)", "",
               "## What the paper's code does otherwise", ""] + [f"- {d}" for d in DIFFERENCES]
+    if others:  # stored under settings the study no longer plans: shown, kept out of the tables above
+        lines += ["", "## Other stored runs", "", "Runs of settings the study no longer plans (not in the tables above):",
+                  "", "| cell | env | flags | seeds | final returns | mean |", "|---|---|---|---|---|---|"]
+        for key in sorted({(r["cell"], r["env_id"], r["flags"]) for r in others}):
+            x = [r for r in others if (r["cell"], r["env_id"], r["flags"]) == key]
+            returns = [float(r["final_return"]) for r in x]
+            lines.append(f"| {key[0]} | {key[1]} | `{key[2]}` | {' '.join(r['seed'] for r in x)} | "
+                         f"{', '.join(f'{v:.0f}' for v in returns)} | {np.mean(returns):.0f} |")
     lines += ["", "## Settings of each cell (ppo_continuous_action.py's flags)", "", f"Every run: `{PROTOCOL}`.", ""]
     lines += [f"- {algo} on {env} ({script_of(algo)}): `{flags}`" for (algo, env), flags in SETTINGS.items()]
     lines += [f"- Figure 1: PPO's Walker2d flags with {', '.join(f'`{f}`' for f in SWITCHES.values())} for a switch "

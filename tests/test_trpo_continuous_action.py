@@ -266,7 +266,7 @@ def test_defaults_are_the_papers_trpo_and_the_docstring_gives_trpo_plus():
     import tyro
     command = trpo.__doc__.split("python trpo_continuous_action.py --env-id Walker2d-v4 ")[1].split("\nTable 4")[0]
     plus = tyro.cli(trpo.Args, args=shlex.split(command))
-    walker_trpo_plus = dict(max_kl=0.07, max_kl_final=0.04, value_lr=1e-4, reward_scaling="returns", clip_reward=10.0,
+    walker_trpo_plus = dict(max_kl=0.07, max_kl_final=None, value_lr=1e-4, reward_scaling="returns", clip_reward=10.0,
                             clip_obs=10.0, ortho_init=True, anneal_lr=False, clip_vloss=False, max_grad_norm=math.inf)
     assert {k: getattr(plus, k) for k in walker_trpo_plus} == walker_trpo_plus
 
