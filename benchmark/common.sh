@@ -27,6 +27,30 @@ report() {
     exit $status
 }
 
+# run_dirs SCRIPT "ARGS": the TensorBoard dir of each of $SEEDS's runs of SCRIPT on $ENV_ID with --total-timesteps
+# $STEPS and ARGS, from run.py's summaries (a seed not run yet: an error)
+run_dirs() {
+    python - "$BENCH" "$1" "$ENV_ID" "--total-timesteps $STEPS $2" $SEEDS <<'EOF'
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from run import summary_path
+script, env_id, extra = sys.argv[2], sys.argv[3], sys.argv[4].split()
+paths = [summary_path("runs", script, env_id, int(seed), extra) for seed in sys.argv[5:]]
+print(*("runs/" + json.load(open(path))["tb_dir"] for path in paths))
+EOF
+}
+
+# compare OUT LABEL_A SCRIPT_A "ARGS_A" LABEL_B SCRIPT_B "ARGS_B": compare.py's curves and verdicts of the two groups'
+# runs (run_dirs) for the tags in $TAGS into OUT/
+compare() {
+    local dirs_a dirs_b a b
+    dirs_a="$(run_dirs "$3" "$4")" && dirs_b="$(run_dirs "$6" "$7")" || { status=1; return; }
+    read -r -a a <<< "$dirs_a"; read -r -a b <<< "$dirs_b"
+    # shellcheck disable=SC2086  # TAGS is split into words on purpose
+    python "$BENCH/compare.py" --a "$2=${a[0]}" "${a[@]:1}" --b "$5=${b[0]}" "${b[@]:1}" --tags $TAGS --out "$1" \
+        || status=1
+}
+
 # atari_ids SUFFIX GAME...: atari_ids NoFrameskip-v4 Breakout Pong -> BreakoutNoFrameskip-v4 PongNoFrameskip-v4
 atari_ids() {
     local suffix="$1"; shift

@@ -19,32 +19,12 @@ ENV_ID=BreakoutNoFrameskip-v4
 SAVE="--save-model --save-every ${SAVE_EVERY:-500}"  # a checkpoint every 500 updates (80k steps)
 SHARED="--loss-scale 5 --vf-coef 0.25 --max-grad-norm 3 --ent-coef 0.02 $SAVE ${ARGS:-}"  # both implementations' flags
 SHARED_115M="$SHARED --anneal-timesteps 115000000"
-
-# run_dirs SCRIPT "ARGS": the TensorBoard dir of each seed's run of SCRIPT with these args, from run.py's summaries
-run_dirs() {
-    python - "$BENCH" "$1" "$ENV_ID" "--total-timesteps $STEPS $2" $SEEDS <<'EOF'
-import json, sys
-sys.path.insert(0, sys.argv[1])
-from run import summary_path
-script, env_id, extra = sys.argv[2], sys.argv[3], sys.argv[4].split()
-paths = [summary_path("runs", script, env_id, int(seed), extra) for seed in sys.argv[5:]]
-print(*("runs/" + json.load(open(path))["tb_dir"] for path in paths))
-EOF
-}
-
-# compare NAME LABEL_A SCRIPT_A "ARGS_A" LABEL_B SCRIPT_B "ARGS_B": the two groups' curves and verdicts into NAME/
-compare() {
-    local dirs_a dirs_b a b
-    dirs_a="$(run_dirs "$3" "$4")" && dirs_b="$(run_dirs "$6" "$7")" || { status=1; return; }
-    read -r -a a <<< "$dirs_a"; read -r -a b <<< "$dirs_b"
-    python "$BENCH/compare.py" --a "$2=${a[0]}" "${a[@]:1}" --b "$5=${b[0]}" "${b[@]:1}" \
-        --tags charts/episodic_return losses/value_loss losses/policy_loss losses/entropy charts/learning_rate \
-        --out "$BENCH/results/paac_vs_sb3_$MODE/$1" || status=1
-}
+TAGS="charts/episodic_return losses/value_loss losses/policy_loss losses/entropy charts/learning_rate"
 
 ARGS="$SHARED" sweep a2c_paac.py "$ENV_ID"
 ARGS="$SHARED_115M" sweep a2c_paac.py "$ENV_ID"
 ARGS="$SHARED" sweep benchmark/sb3_a2c.py "$ENV_ID"
-compare ours_vs_sb3 ours a2c_paac.py "$SHARED" sb3 sb3_a2c.py "$SHARED"
-compare anneal_2m_vs_115m anneal_2m a2c_paac.py "$SHARED" anneal_115m a2c_paac.py "$SHARED_115M"
+OUT="$BENCH/results/paac_vs_sb3_$MODE"
+compare "$OUT/ours_vs_sb3" ours a2c_paac.py "$SHARED" sb3 sb3_a2c.py "$SHARED"
+compare "$OUT/anneal_2m_vs_115m" anneal_2m a2c_paac.py "$SHARED" anneal_115m a2c_paac.py "$SHARED_115M"
 report paac_vs_sb3 a2c_paac.py sb3_a2c.py
