@@ -231,8 +231,8 @@ def curves_of(curves, runs, cell, env):
     return out
 
 
-def trpo_delta(env):
-    flags = SETTINGS["TRPO", env].split()
+def trpo_delta(env, algo="TRPO"):
+    flags = SETTINGS[algo, env].split()
     return float(flags[flags.index("--max-kl") + 1])
 
 
@@ -311,7 +311,7 @@ def report(store, out):
 
     # Figure 2: the max ratio and the mean KL over training
     fig, axes = plt.subplots(len(envs), 3, figsize=(15, 4 * len(envs)), squeeze=False)
-    colors = {"PPO": "tab:blue", "PPO-M": "tab:orange", "TRPO": "tab:red", "PPO-NoClip": "tab:green"}
+    colors = {"PPO": "tab:blue", "PPO-M": "tab:orange", "TRPO": "tab:red", "TRPO+": "tab:purple", "PPO-NoClip": "tab:green"}
     row = []
     for i, env in enumerate(envs):
         outside, trpo_kl = [], []
@@ -326,16 +326,19 @@ def report(store, out):
                 if algo == "TRPO":
                     trpo_kl += [float(r["mean_kl"]) for r in rows]
         axes[i][1].axhline(1.2, color="k", ls=":", label="1 + epsilon")
-        axes[i][2].axhline(trpo_delta(env), color="tab:red", ls=":", label="TRPO's delta")
+        for algo in ("TRPO", "TRPO+"):
+            axes[i][2].axhline(trpo_delta(env, algo), color=colors[algo], ls=":", label=f"{algo}'s delta")
         for ax, title in zip(axes[i], ("mean episodic return", "max ratio new / old over the batch",
                                        "mean KL(old || new) over the batch")):
             ax.set_title(f"{env}: {title}", fontsize=10)
             ax.set_xlabel("iteration")
-        axes[i][1].set_yscale("log")  # PPO-NoClip's ratios reach far: a log axis, its ticks written plainly
-        for axis in (axes[i][1].yaxis.set_major_formatter, axes[i][1].yaxis.set_minor_formatter):
-            axis(matplotlib.ticker.FormatStrFormatter("%g"))
-        if axes[i][0].get_legend_handles_labels()[0]:
-            axes[i][0].legend(fontsize=8)
+        axes[i][1].set_yscale("log")  # PPO-NoClip's ratios reach far: a log axis, ticks at 1, 2, 5, 10, ... written plainly
+        axes[i][1].yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1, 2, 5)))
+        axes[i][1].yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        axes[i][1].yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        for ax in axes[i]:
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=8)
         by_algo = {a: [f for b, f in outside if b == a] for a in ("PPO", "PPO-M")}
         row.append("; ".join(f"{a}: {100 * np.mean(f):.0f}% of iterations above 1.2 ({len(f)} runs)"
                              for a, f in by_algo.items() if f) or "not run yet")
