@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 34: trpo_continuous_action.py beside Stable-Baselines3-contrib's TRPO configured as it (benchmark/sb3_trpo.py)
-# on Hopper-v4, 1M steps, seeds 1-4 a side (the issue asks 3; a fourth fills the core a third would leave idle), at seed 004's TRPO settings for Hopper (delta 0.13, the critic at 2e-4)
-# and the four values SB3 cannot change (sb3_trpo.py's docstring), given to both; then the curves overlaid by
-# compare.py with a verdict, and the report of the two.
+# on Hopper-v4, 1M steps, seeds 1-4 a side (the issue asks 3; a fourth fills the core a third would leave idle), at
+# seed 004's TRPO settings for Hopper (delta 0.13, the critic at 2e-4) and the four values SB3 cannot change
+# (sb3_trpo.py's docstring), given to both; then the curves overlaid by compare.py with a verdict, and the report.
 #
 #   bash benchmark/trpo_vs_sb3.sh                          # 8 runs, 2 at a time
 #   STEPS=20000 SEEDS=1 bash benchmark/trpo_vs_sb3.sh      # a smoke test: every step, in a minute
