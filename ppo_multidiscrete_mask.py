@@ -381,8 +381,9 @@ def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
             action, *_ = agent.get_action_and_value(torch.as_tensor(obs[None], device=device),
                                                     torch.as_tensor(info["action_mask"][None], device=device))
             obs, _, terminated, truncated, info = env.step(action[0].cpu().numpy())
-            if terminated or truncated:
+            if "episode" in info:  # a game is over
                 returns.append(float(info["episode"]["r"]))
+            if terminated or truncated:
                 obs, info = env.reset()
     env.close()
     return returns

@@ -26,7 +26,7 @@ The step, in update() instead of PPO's epochs of the clipped surrogate (details 
   T5. the critic alone learns by Adam, --update-epochs epochs of --num-minibatches minibatches, as in PPO
   T6. --max-kl-final: delta moves linearly from --max-kl to it (footnote 5's TRPO+ schedule), one increment before each
       policy step, as the paper's code writes it. There it never reaches the step: Trainer's `self.MAX_KL +=` makes a
-      Trainer attribute and trpo_step reads params.MAX_KL, so the published TRPO+ ran at a constant --max-kl
+      Trainer attribute and trpo_step reads params.MAX_KL, so the released code's TRPO+ runs at a constant --max-kl
 Logged every iteration beside PPO's keys and seed 004's Figure 2 (max_ratio, mean_kl, max_kl): losses/kl (the mean KL
 the step reached; 0 without one), kl_bound (delta), backtracks (halvings before the step taken; -1: none taken) and
 surrogate_improvement (0 without a step). The paper's code also resets the envs at each rollout and leaves each
@@ -627,7 +627,7 @@ def train(args: Args, given=None):
             frac = 1 - (iteration - 1) / max(args.num_iterations - 1, 1)
             for group in optimizer.param_groups:
                 group["lr"] = group.setdefault("initial_lr", group["lr"]) * frac
-        # T6: TRPO+'s KL schedule (seed 004's footnote 5), the bound moved before each step as the paper's code moves it
+        # T6: the KL schedule of seed 004's footnote 5, the bound moved before each step as the paper's code writes it
         max_kl = args.max_kl if args.max_kl_final is None else \
             args.max_kl + (args.max_kl_final - args.max_kl) * iteration / args.num_iterations
 

@@ -1,6 +1,7 @@
 # Sourced by every sweep script here: the paths, the mode (first argument: full or short), and the two
 # steps each sweep takes. The sourcing script sets STEPS, SEEDS and WORKERS, calls `sweep` once per
-# training script, then `report` once.
+# training script, then `report` once. A paired sweep also sets ENV_ID and TAGS and calls `compare` (its groups'
+# run dirs from `run_dirs`) for compare.py's verdict.
 set -uo pipefail
 BENCH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$BENCH")"

@@ -382,7 +382,7 @@ def report(store, out):
     lines += ["", f"Figure 1 ({len(groups)} of 16 combinations stored, {FIGURE1_SEEDS.stop - 1} seeds each), "
               "the paper's way: 1 - CDF of the final return, the runs split by each switch on or off.", "",
               "![Figure 1](figure1.png)", "", "Figure 2: per iteration, one line per seed (stored every "
-              f"{CURVE_EVERY} iterations); the dotted line is 1 + epsilon.", "", "![Figure 2](figure2.png)", "",
+              f"{CURVE_EVERY} iterations); the dotted lines: 1 + epsilon on the ratios, TRPO's and TRPO+'s delta on the KL.", "", "![Figure 2](figure2.png)", "",
               "## What the paper's code does otherwise", ""] + [f"- {d}" for d in DIFFERENCES]
     if others:  # stored under settings the study no longer plans: shown, kept out of the tables above
         lines += ["", "## Other stored runs", "", "Runs of settings the study no longer plans (not in the tables above):",

@@ -5,7 +5,7 @@
 # (sb3_trpo.py's docstring), given to both; then the curves overlaid by compare.py with a verdict, and the report.
 #
 #   bash benchmark/trpo_vs_sb3.sh                          # 8 runs, 2 at a time
-#   STEPS=20000 SEEDS=1 bash benchmark/trpo_vs_sb3.sh      # a smoke test: every step, in a minute
+#   STEPS=8192 SEEDS=1 bash benchmark/trpo_vs_sb3.sh       # a smoke test: every step, in a minute
 #
 # Logs go to runs/ of the current directory, the comparison and the report to benchmark/results/trpo_vs_sb3_hopper_<STEPS>/.
 # SB3's runs cannot checkpoint, so neither side does: the same command run again skips the finished runs and starts
