@@ -26,7 +26,8 @@ How SB3 is configured, step by step of trpo_continuous_action.py's T1-T6, and wh
       from 1e-4 * N(0, 1), not 0, and stops once the squared residual is below 1e-10
   T4. line_search_shrinking_factor 0.5, line_search_max_iter = --backtrack-steps; SB3 takes the first step whose mean
       KL(new || old) (ours: KL(old || new)) is strictly below delta and whose surrogate is strictly higher: ours'
-      rule at --accept-ratio 0 (<= delta); with none it restores the parameters, as ours
+      rule at --accept-ratio 0 (<= delta); with none it restores the parameters, as ours. --kl-test old-new (a probe,
+      not SB3's own) makes it test ours' KL(old || new)
   T5. the critic: n_critic_updates = --update-epochs epochs of minibatches of batch_size = the batch / --num-minibatches
       (drawn by numpy's permutation, ours by torch's), after the policy step as ours, by SB3's Adam (eps 1e-5) on
       all the policy's parameters (the actor's gradients set to None) at --value-lr (else --learning-rate): the MSE
@@ -47,6 +48,7 @@ import os
 import sys
 import time
 from dataclasses import asdict, dataclass
+from typing import Literal
 
 import numpy as np
 import torch
@@ -70,6 +72,7 @@ class Args(ours.Args):
     accept_ratio: float = 0.0  # SB3's line search takes any improvement (the only value it runs)
     vf_coef: float = 2.0  # SB3's critic loss is the MSE: ours at 2 (the only value it runs)
     bootstrap_truncated: bool = True  # SB3 bootstraps every time-limit end (the only value it runs)
+    kl_test: Literal["new-old", "old-new"] = "new-old"  # the line search's KL: SB3's KL(new || old), or ours' (a probe)
 
 
 # (flag, the only value SB3 runs, why): anything else is refused before the run starts
@@ -109,7 +112,7 @@ def make_model(args, envs, device="cpu"):
     """SB3-contrib's TRPO set to ours' step (args with batch_size, minibatch_size, num_iterations filled in)."""
     policy_kwargs = dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=nn.Tanh, ortho_init=args.ortho_init)
     per_component = envs.action_space.shape[0]  # SB3's KL is a mean over the action's components, ours their sum
-    model = TRPO("MlpPolicy", envs, learning_rate=args.value_lr or args.learning_rate, n_steps=args.num_steps,
+    model = (TRPO if args.kl_test == "new-old" else TRPOOldNewKL)("MlpPolicy", envs, learning_rate=args.value_lr or args.learning_rate, n_steps=args.num_steps,
                  batch_size=args.minibatch_size, gamma=args.gamma, gae_lambda=args.gae_lambda, cg_max_steps=args.cg_steps,
                  cg_damping=args.cg_damping / per_component, line_search_shrinking_factor=0.5,
                  line_search_max_iter=args.backtrack_steps, n_critic_updates=args.update_epochs,
@@ -120,6 +123,19 @@ def make_model(args, envs, device="cpu"):
             nn.init.xavier_uniform_(layer.weight)
             nn.init.zeros_(layer.bias)
     return model
+
+
+class TRPOOldNewKL(TRPO):
+    """--kl-test old-new: SB3-contrib's TRPO with the KL(old || new) of ours and the paper's code in its line search
+    (sb3_contrib.trpo.trpo's kl_divergence called with its arguments swapped while train() runs; the Fisher matrix, the
+    KL's Hessian at the old policy, is the same either way)."""
+    def train(self):
+        module, sb3_kl = sys.modules[TRPO.__module__], sys.modules[TRPO.__module__].kl_divergence
+        module.kl_divergence = lambda new, old: sb3_kl(old, new)
+        try:
+            super().train()
+        finally:
+            module.kl_divergence = sb3_kl
 
 
 def kl_bound(args, update):

@@ -28,8 +28,8 @@ def tiny(**kw):
 
 def test_flags_are_ours_and_four_defaults_are_what_sb3_runs():
     theirs, mine = dataclasses.asdict(sb3.Args()), dataclasses.asdict(trpo.Args())
-    assert set(theirs) == set(mine)
-    assert {k for k in theirs if theirs[k] != mine[k]} == {"exp_name", "fisher_frac", "accept_ratio", "vf_coef",
+    assert set(theirs) == set(mine) | {"kl_test"} and theirs["kl_test"] == "new-old"  # SB3's own line search
+    assert {k for k in mine if theirs[k] != mine[k]} == {"exp_name", "fisher_frac", "accept_ratio", "vf_coef",
                                                            "bootstrap_truncated"}
     sb3.check_args(sb3.Args())
 
@@ -95,6 +95,31 @@ def test_first_update_equals_ours_on_the_same_rollout(ortho_init, cg_from_0, mon
     assert actor_step < (2e-6 if cg_from_0 else 5e-5) and moved > 1e-2
     for a, b in zip([*ext.value_net.parameters(), *policy.value_net.parameters()], agent.critic.parameters(), strict=True):
         torch.testing.assert_close(a.detach(), b.detach(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kl_test", ["new-old", "old-new"])
+def test_kl_test_is_the_direction_its_line_search_measures(kl_test):
+    """--kl-test: SB3's line search tests (and logs, per action component) its own KL(new || old), or with old-new the
+    KL(old || new) of ours and the paper's code: the logged KL of the step taken times A equals that direction's exact
+    Gaussian KL between the policies before and after the update on the batch's states, and not the other's."""
+    args = tiny(num_steps=256, total_timesteps=256, num_minibatches=1, update_epochs=1, kl_test=kl_test,
+                batch_size=256, minibatch_size=256, num_iterations=1)
+    envs = sb3.make_envs(args)
+    try:
+        model = sb3.make_model(args, envs)
+        before, after = trpo.Agent(11, 3), trpo.Agent(11, 3)
+        copy_weights(model.policy, before)
+        model.learn(256)
+    finally:
+        envs.close()
+    copy_weights(model.policy, after)
+    obs = torch.as_tensor(model.rollout_buffer.observations, dtype=torch.float32).reshape(256, -1)
+    with torch.no_grad():
+        old, new = before.get_mean_and_logstd(obs), after.get_mean_and_logstd(obs)
+        kl = {"old-new": trpo.gaussian_kl(*old, *new).mean().item(), "new-old": trpo.gaussian_kl(*new, *old).mean().item()}
+    logged = model.logger.name_to_value["train/kl_divergence_loss"] * 3
+    other = "new-old" if kl_test == "old-new" else "old-new"
+    assert logged == pytest.approx(kl[kl_test], rel=1e-4) and logged != pytest.approx(kl[other], rel=1e-3), kl
 
 
 def test_kl_schedule_and_our_tags():
