@@ -24,9 +24,8 @@ The step, in update() instead of PPO's epochs of the clipped surrogate (details 
       over the batch is <= delta and whose surrogate improves by more than --accept-ratio times g.step (the paper's
       code: 0.1; 0: any improvement) is taken; when none qualifies the policy stays exactly as it was
   T5. the critic alone learns by Adam, --update-epochs epochs of --num-minibatches minibatches, as in PPO
-  T6. --max-kl-final: delta moves linearly from --max-kl to it (footnote 5's TRPO+ schedule), one increment before each
-      policy step, as the paper's code writes it. There it never reaches the step: Trainer's `self.MAX_KL +=` makes a
-      Trainer attribute and trpo_step reads params.MAX_KL, so the released code's TRPO+ runs at a constant --max-kl
+  T6. --max-kl-final: delta moved linearly from --max-kl to it, one increment before each step (footnote 5); in the
+      released code `self.MAX_KL +=` never reaches trpo_step (it reads params.MAX_KL): its TRPO+ ran at --max-kl
 Logged every iteration beside PPO's keys and seed 004's Figure 2 (max_ratio, mean_kl, max_kl): losses/kl (the mean KL
 the step reached; 0 without one), kl_bound (delta), backtracks (halvings before the step taken; -1: none taken) and
 surrogate_improvement (0 without a step). The paper's code also resets the envs at each rollout and leaves each
