@@ -54,7 +54,11 @@ def test_dry_run_checks_trains_resumes_evaluates_times_and_reports(tmp_path):
     The wheels: ours' folder holds a stand-in envpool that fails to import; CleanRL's folder a module that the fake
     CleanRL scripts import, so they run only if CleanRL's processes see their own site."""
     wheel(tmp_path / "wheels" / "ours", "envpool", {"envpool/__init__.py": "raise ImportError('a stand-in')\n"})
-    wheel(tmp_path / "wheels" / "cleanrl", "cleanrl_probe", {"cleanrl_probe.py": ""})
+    (tmp_path / "wheels" / "ours" / "lib").mkdir()
+    (tmp_path / "wheels" / "ours" / "lib" / "libprobe.so.1").write_text("")
+    # CleanRL's processes too load libraries from every site's lib first (the device has no libGL for procgen)
+    probe = "import os\nassert os.path.isfile(os.path.join(os.environ['LD_LIBRARY_PATH'].split(':')[0], 'libprobe.so.1'))\n"
+    wheel(tmp_path / "wheels" / "cleanrl", "cleanrl_probe", {"cleanrl_probe.py": probe})
     fake = FAKE_SCRIPT.replace("import argparse,", "import cleanrl_probe, argparse,", 1)
     assert fake != FAKE_SCRIPT
     (tmp_path / "cleanrl" / "cleanrl").mkdir(parents=True)
@@ -110,7 +114,7 @@ def good_run(**kw):
     """What a correctness run of a PPO script returns when every check passes (batch 64)."""
     losses = {"policy_loss": 0.0, "value_loss": 2.0, "entropy": 1.0}
     r = {"train": {"global_step": 128, "ratio": 0.0, "losses": losses}, "resume": {"global_step": 192, "ratio": 0.0},
-         "eval": {"cpu": [3.0], "device": [4.0]}, "twin": {"conv": False, "cpu": losses, "device": dict(losses)},
+         "eval": {"cpu": [3.0], "device": [4.0]}, "twin": {"cpu": losses, "device": dict(losses)},
          "bf16": {"ratio": 0.0, "losses": dict(losses)}}
     for step, values in kw.items():
         r[step] = {**r[step], **values}
@@ -123,7 +127,6 @@ def good_run(**kw):
     ({"resume": {"global_step": 128}}, ["resume"]),
     ({"eval": {"device": [math.nan]}}, ["eval"]),
     ({"twin": {"device": {"policy_loss": 0.0, "value_loss": 2.0 * (1 + 2e-4), "entropy": 1.0}}}, ["twin"]),
-    ({"twin": {"conv": True, "device": {"policy_loss": 0.0, "value_loss": 2.0 * (1 + 2e-4), "entropy": 1.0}}}, []),
     ({"twin": {"device": {"policy_loss": 2e-5, "value_loss": 2.0, "entropy": 1.0}}}, ["twin"]),
     ({"bf16": {"losses": {"policy_loss": 0.0, "value_loss": 2.1, "entropy": 1.0}}}, ["bf16"]),
     ({"bf16": {"ratio": 1e-3}}, ["bf16"]),
@@ -154,6 +157,35 @@ class SyncingAgent:
     def get_action_and_value(self, n):
         warnings.warn("not a sync")
         syncs(n)
+
+
+def test_twin_runs_both_sides_in_fp32_convolutions_and_restores_tf32():
+    """cuDNN's TF32 (on by default) is off for both sides of the twin, and as it was afterwards."""
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Args:
+        num_minibatches: int = 4
+        batch_size: int = 8
+        minibatch_size: int = 2
+
+    seen = []
+
+    def update(agent, optimizer, b, args, *rest):
+        seen.append((torch.backends.cudnn.allow_tf32, args.num_minibatches, args.minibatch_size))
+        return {k: torch.tensor(1.0) for k in gpu_check.LOSSES}
+
+    agent = torch.nn.Conv2d(1, 1, 1)
+    state = {"first": (agent, torch.optim.Adam, {"lr": 1e-3}, {"obs": torch.zeros(8, 1, 2, 2)}, Args(), ()),
+             "update": update}
+    before = torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = True
+        out = gpu_check.step_twin(None, {"device": "cpu"}, state)
+        assert torch.backends.cudnn.allow_tf32 is True
+    finally:
+        torch.backends.cudnn.allow_tf32 = before
+    assert seen == [(False, 1, 8)] * 2 and out["cpu"] == out["device"] == dict.fromkeys(gpu_check.LOSSES, 1.0)
 
 
 def test_syncs_go_to_the_phase_of_the_call_before_them():
