@@ -196,7 +196,7 @@ DIFFERENCES = [
     "The reward filter's running return restarts after every episode end (VecNormalize); the paper's also at every "
     "iteration (its env reset). Reward and observation statistics follow baselines' VecNormalize (var + 1e-8).",
     "Final return: the mean of each run's last 100 training episodes; the paper does not say which episodes its "
-    "final reward averages. Read over the last 12 iterations instead (below the tables), the means rise by up to ~200.",
+    "final reward averages. Read over the last 12 iterations instead (below the tables), the cell means move by up to ~200, most of them up.",
     "No learning-rate grid: the configs' rates for each cell, and for Figure 1 PPO's Walker2d rates in every "
     "combination (the paper picks the best rate of a grid for each of its combinations).",
 ]
