@@ -19,7 +19,9 @@ CPU dry run (the same runs and report, small): python benchmark/gpu_check.py --n
      impala_vtrace_distributed.py with a learner and one actor rank (gloo by design: its actors are CPU processes).
    During the first training torch.cuda.set_sync_debug_mode("warn") is on, and the syncs between consecutive calls of
    Agent.get_action_and_value are counted: gradients off, a rollout step; on, a minibatch (IMPALA and PAAC: a learner
-   batch). The median over those gaps is the figure; a gap that also holds GAE, logging or a checkpoint is the max.
+   batch). The figure is the median over the gaps followed by a call of the same phase (a minibatch, then the next); a
+   gap that closes its phase (GAE, logging, a checkpoint) shows in the max, and in the median only where every gap
+   closes one (one learner batch an iteration: PAAC, IMPALA).
 2. Speed, one run at a time: each script at its defaults for SPEED_STEPS (x --speed-scale), seed 1; ours with --bf16
    where it has the flag; CleanRL's script of the same name with the same env, steps and seed, under its own pins
    (the site installed from a folder named cleanrl; CleanRL's cuda flag is on by default). steps/s: the last
@@ -195,12 +197,16 @@ class Probe:
         self.mod.Agent.get_action_and_value, self.mod.update = self.real_call, self.real_update
 
     def per_call(self, iterations):
-        """Syncs per rollout step and per minibatch: median and max over the gaps after each call of that phase."""
-        marks, gaps = self.calls + [(None, self.count)], {True: [], False: []}
-        for (grad, n), (_, m) in zip(marks, marks[1:]):
+        """Syncs per rollout step and per minibatch: the median over the gaps after each call of that phase that the
+        same phase follows (all its gaps where none does), and the max over all."""
+        marks, gaps, inner = self.calls + [(None, self.count)], {True: [], False: []}, {True: [], False: []}
+        for (grad, n), (after, m) in zip(marks, marks[1:]):
             gaps[grad].append(m - n)
-        stats = {phase: {"calls": len(g), "median": statistics.median(g) if g else None, "max": max(g, default=None)}
-                 for phase, g in (("rollout", gaps[False]), ("update", gaps[True]))}
+            if after == grad:
+                inner[grad].append(m - n)
+        stats = {phase: {"calls": len(gaps[grad]), "median": statistics.median(inner[grad] or gaps[grad])
+                         if gaps[grad] else None, "max": max(gaps[grad], default=None)}
+                 for phase, grad in (("rollout", False), ("update", True))}
         return {**stats, "per_iteration": self.count / iterations, "counted": self.syncs}
 
 
@@ -566,7 +572,9 @@ class Check:
             md.append(speed_line(s, row))
         md += ["", "## Host-device syncs", "",
                "During the first correctness training, torch.cuda.set_sync_debug_mode('warn'): the syncs between one "
-               "call of Agent.get_action_and_value and the next, median (max) over the calls of each phase; rollout = "
+               "call of Agent.get_action_and_value and the next; the median over the gaps a call of the same phase "
+               "follows (over all where none does), and in brackets the max over all, which holds GAE, logging and "
+               "checkpoints; rollout = "
                "gradients off, update = on (one minibatch; IMPALA, PAAC: one learner batch; IMPALA's rollout runs in "
                "CPU actor processes, not seen here). Per iteration: all syncs / iterations.", "",
                "| script | per rollout step | per minibatch | per iteration | calls: rollout / update |",

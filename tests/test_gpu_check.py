@@ -137,15 +137,6 @@ def test_judgement_fails_each_check_past_its_tolerance(change, failed):
     assert got == failed and all(("**FAIL**" in cells[k]) == (k in failed) for k in cells)
 
 
-class SyncingAgent:
-    """Warns as set_sync_debug_mode("warn") does, `n` times per call, and once about something else."""
-
-    def get_action_and_value(self, n):
-        warnings.warn("not a sync")
-        for _ in range(n):
-            warnings.warn("called a synchronizing CUDA operation")
-
-
 def syncs(n):
     for _ in range(n):
         warnings.warn("called a synchronizing CUDA operation")
@@ -205,6 +196,31 @@ def test_syncs_go_to_the_phase_of_the_call_before_them():
     s = probe.per_call(iterations=2)
     assert s["rollout"] == {"calls": 3, "median": 2, "max": 7} and s["update"] == {"calls": 3, "median": 3, "max": 7}
     assert s["per_iteration"] == 12
+
+
+def test_the_sync_median_skips_the_gaps_that_close_a_phase():
+    """ppo_atari.py's check on the H100: 2 iterations of 2 rollout steps and 2 minibatches, no sync inside a minibatch
+    and 59 at the end of each update (logging). Per minibatch: median 0, max 59, where all gaps' median is 29.5.
+    One learner batch an iteration (PAAC): no gap that its own phase follows, so the median is over them all."""
+    mod = types.SimpleNamespace(Agent=SyncingAgent, update=None)
+    with gpu_check.Probe(mod, syncs=False, keep=False) as probe:
+        agent = SyncingAgent()
+        for _ in range(2):
+            with torch.no_grad():
+                agent.get_action_and_value(2)
+                agent.get_action_and_value(2)
+            agent.get_action_and_value(0)
+            agent.get_action_and_value(0)
+            syncs(59)
+    s = probe.per_call(iterations=2)
+    assert s["update"] == {"calls": 4, "median": 0, "max": 59} and s["rollout"] == {"calls": 4, "median": 2, "max": 2}
+    with gpu_check.Probe(mod, syncs=False, keep=False) as probe:
+        for _ in range(2):
+            with torch.no_grad():
+                agent.get_action_and_value(2)
+            agent.get_action_and_value(20)
+            syncs(7)
+    assert probe.per_call(iterations=2)["update"] == {"calls": 2, "median": 27, "max": 27}
 
 
 @pytest.mark.parametrize("args, message", [
