@@ -191,6 +191,8 @@ DIFFERENCES = [
     "`params.MAX_KL`. Runs with the schedule (`--max-kl-final`) are listed apart, under other stored runs.",
     "TRPO: our line search, Fisher subsample and conjugate gradient are the paper's (trpo_continuous_action.py's "
     "docstring); its advantages are normalised over the batch, as the paper's.",
+    "Actions: the env gets the sampled action clipped to its bounds (C5, in every cell); the paper's env wrapper passes "
+    "it unclipped (MuJoCo clamps the control to its range, and the v2 envs' control cost reads the unclipped action).",
     "Episodes run on across iterations and the rollout bootstraps from V(next observation); the paper resets the "
     "env at every iteration, bootstraps the last step from V(last state), and drops the done steps from the value loss.",
     "The reward filter's running return restarts after every episode end (VecNormalize); the paper's also at every "
