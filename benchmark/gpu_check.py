@@ -19,9 +19,10 @@ CPU dry run (the same runs and report, small): python benchmark/gpu_check.py --n
      impala_vtrace_distributed.py with a learner and one actor rank (gloo by design: its actors are CPU processes).
    During the first training torch.cuda.set_sync_debug_mode("warn") is on, and the syncs between consecutive calls of
    Agent.get_action_and_value are counted: gradients off, a rollout step; on, a minibatch (IMPALA and PAAC: a learner
-   batch). The figure is the median over the gaps followed by a call of the same phase (a minibatch, then the next); a
-   gap that closes its phase (GAE, logging, a checkpoint) shows in the max, and in the median only where every gap
-   closes one (one learner batch an iteration: PAAC, IMPALA).
+   batch). The figure is the median over the gaps inside a phase: a call of the same phase follows, and update() has
+   not returned in between (a minibatch, then the next). A gap that closes its phase (GAE, the end of the update:
+   statistics, logging, a checkpoint) shows in the max, and in the median only where every gap closes one (one
+   learner batch an update(): PAAC, IMPALA).
 2. Speed, one run at a time: each script at its defaults for SPEED_STEPS (x --speed-scale), seed 1; ours with --bf16
    where it has the flag; CleanRL's script of the same name with the same env, steps and seed, under its own pins
    (the site installed from a folder named cleanrl; CleanRL's cuda flag is on by default). steps/s: the last
@@ -156,7 +157,7 @@ class Probe:
 
     def __init__(self, mod, syncs, keep):
         self.mod, self.syncs, self.keep = mod, syncs, keep
-        self.calls, self.first, self.seen, self.count = [], None, 0, 0
+        self.calls, self.first, self.seen, self.count, self.returns = [], None, 0, 0, set()
 
     def counted(self):
         for w in self.caught[self.seen:]:
@@ -177,7 +178,10 @@ class Probe:
             if probe.keep and probe.first is None:
                 probe.first = (copy.deepcopy(agent), type(optimizer), dict(optimizer.defaults),
                                tree(b, lambda t: t.detach().clone()), copy.deepcopy(args), rest)
-            return probe.real_update(agent, optimizer, b, args, *rest)
+            try:
+                return probe.real_update(agent, optimizer, b, args, *rest)
+            finally:
+                probe.returns.add(len(probe.calls))  # the gap after that many calls holds update()'s return
 
         self.mod.Agent.get_action_and_value, self.mod.update = call, update
         self.catcher = warnings.catch_warnings(record=True)
@@ -197,12 +201,12 @@ class Probe:
         self.mod.Agent.get_action_and_value, self.mod.update = self.real_call, self.real_update
 
     def per_call(self, iterations):
-        """Syncs per rollout step and per minibatch: the median over the gaps after each call of that phase that the
-        same phase follows (all its gaps where none does), and the max over all."""
+        """Syncs per rollout step and per minibatch: the median over the gaps after each call of that phase that lie
+        inside it (the same phase follows, update() has not returned; all its gaps where none does), the max over all."""
         marks, gaps, inner = self.calls + [(None, self.count)], {True: [], False: []}, {True: [], False: []}
-        for (grad, n), (after, m) in zip(marks, marks[1:]):
+        for i, ((grad, n), (after, m)) in enumerate(zip(marks, marks[1:])):
             gaps[grad].append(m - n)
-            if after == grad:
+            if after == grad and i + 1 not in self.returns:
                 inner[grad].append(m - n)
         stats = {phase: {"calls": len(gaps[grad]), "median": statistics.median(inner[grad] or gaps[grad])
                          if gaps[grad] else None, "max": max(gaps[grad], default=None)}
@@ -354,7 +358,7 @@ class Check:
         sites = sorted(glob.glob(os.path.join(args.site, "*")))
         ours = [s for s in sites if os.path.basename(s) != "cleanrl"]
         extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        libs = [p for p in [*glob.glob(os.path.join(args.site, "*", "lib")),
+        libs = [p for p in [*sorted(glob.glob(os.path.join(args.site, "*", "lib"))),
                             *os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)] if p]
         base = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(libs))
         self.env = dict(base, PYTHONPATH=os.pathsep.join(ours + extra))
@@ -636,7 +640,7 @@ def install(dirs, site):
         if out.returncode != 0:
             raise RuntimeError(f"pip could not install {d} into {target}: {last_line(out)}")
         if os.path.isdir(os.path.join(d, "lib")):
-            shutil.copytree(os.path.join(d, "lib"), os.path.join(target, "lib"))
+            shutil.copytree(os.path.join(d, "lib"), os.path.join(target, "lib"), dirs_exist_ok=True)
         print(f"{NAME}: installed {d} into {target}", flush=True)
 
 

@@ -3,8 +3,9 @@
 # there: wheels for its Python 3.12 (x86-64), and CleanRL's four scripts. The device already has torch, numpy,
 # tensorboard, opencv, imageio and cloudpickle (/work/.library/device/KINDS.md), so none of those is fetched.
 #   .gpu/ours         ours: gymnasium, ale-py, tyro (the lock's pins, requirements/all.txt) and MuJoCo 3.1.6; in
-#                     lib/, this machine's copies of the system libraries procgen's libenv.so links beyond glibc
-#                     (libGL and what it needs, glib): the device has no libGL.so.1 (seen 2026-11-26)
+#                     lib/, this machine's copies of the system libraries that procgen's libenv.so and its bundled
+#                     Qt load beyond glibc, libstdc++ and zlib (libGL and what it needs, X11, glib): the device has
+#                     no libGL.so.1 (seen 2026-11-26)
 #   .gpu/cleanrl      CleanRL's pins (benchmark/cleanrl-requirements.txt) that differ from ours: gymnasium 0.29.1,
 #                     numpy 1.26.4, ale-py 0.9.1, stable-baselines3; installed into a site of its own
 #   .gpu/cleanrl-src  cleanrl/{ppo,ppo_atari,ppo_atari_envpool,ppo_continuous_action}.py, cleanrl_utils, COMMIT
@@ -45,11 +46,12 @@ download() {  # download FOLDER REQUIREMENT...: wheels for the device's CPython 
 
 download ours $(pins requirements/all.txt gymnasium farama-notifications ale-py tyro docstring-parser typeguard glfw) \
     mujoco==3.1.6
-# they need glibc 2.34 at most (objdump -T), and the device has a newer one
+# they need glibc 2.34 at most (objdump -T); the device has 2.39 (ldd --version there, 2026-11-26)
 mkdir -p "$out/ours/lib"
+cache=$(/sbin/ldconfig -p)  # read once: awk leaving a pipe early would end ldconfig by SIGPIPE, and pipefail the script
 for lib in libGL.so.1 libGLdispatch.so.0 libGLX.so.0 libX11.so.6 libxcb.so.1 libXau.so.6 libXdmcp.so.6 libbsd.so.0 \
            libmd.so.0 libglib-2.0.so.0 libgthread-2.0.so.0 libpcre2-8.so.0; do
-    path=$(/sbin/ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ {print $NF; exit}')
+    path=$(awk -v l="$lib" '$1 == l && /x86-64/ {print $NF; exit}' <<< "$cache")
     [[ -n $path ]] || { echo "gpu_wheels.sh: error: no $lib here to copy; apt-get install libgl1 libglib2.0-0" >&2; exit 1; }
     cp -L "$path" "$out/ours/lib/$lib"
 done

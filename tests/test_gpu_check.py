@@ -200,27 +200,34 @@ def test_syncs_go_to_the_phase_of_the_call_before_them():
 
 def test_the_sync_median_skips_the_gaps_that_close_a_phase():
     """ppo_atari.py's check on the H100: 2 iterations of 2 rollout steps and 2 minibatches, no sync inside a minibatch
-    and 59 at the end of each update (logging). Per minibatch: median 0, max 59, where all gaps' median is 29.5.
-    One learner batch an iteration (PAAC): no gap that its own phase follows, so the median is over them all."""
-    mod = types.SimpleNamespace(Agent=SyncingAgent, update=None)
-    with gpu_check.Probe(mod, syncs=False, keep=False) as probe:
-        agent = SyncingAgent()
-        for _ in range(2):
-            with torch.no_grad():
-                agent.get_action_and_value(2)
-                agent.get_action_and_value(2)
-            agent.get_action_and_value(0)
-            agent.get_action_and_value(0)
-            syncs(59)
-    s = probe.per_call(iterations=2)
+    and 59 at the end of each update (statistics, logging, checkpoint). Per minibatch: median 0, max 59, where all
+    gaps' median is 29.5. One learner batch an update() (PAAC with its rollout; IMPALA, whose actors are other
+    processes, without): every gap holds update()'s return, so the median is over them all."""
+    agent = SyncingAgent()
+
+    def update(agent, optimizer, b, args, minibatches, n):
+        for _ in range(minibatches):
+            agent.get_action_and_value(n)
+        syncs(1)  # the statistics at update()'s end
+
+    def train(mod, rollout, minibatches, n, after):
+        with gpu_check.Probe(mod, syncs=False, keep=False) as probe:
+            for syncs_after in after:  # an iteration each: logging, the checkpoint
+                with torch.no_grad():
+                    for _ in range(rollout):
+                        agent.get_action_and_value(2)
+                mod.update(agent, None, {}, None, minibatches, n)
+                syncs(syncs_after)
+        return probe.per_call(iterations=len(after))
+
+    mod = types.SimpleNamespace(Agent=SyncingAgent, update=update)
+    s = train(mod, 2, 2, 0, [58, 58])
     assert s["update"] == {"calls": 4, "median": 0, "max": 59} and s["rollout"] == {"calls": 4, "median": 2, "max": 2}
-    with gpu_check.Probe(mod, syncs=False, keep=False) as probe:
-        for _ in range(2):
-            with torch.no_grad():
-                agent.get_action_and_value(2)
-            agent.get_action_and_value(20)
-            syncs(7)
-    assert probe.per_call(iterations=2)["update"] == {"calls": 2, "median": 27, "max": 27}
+    assert mod.update is update
+    assert train(mod, 1, 1, 20, [6, 6])["update"] == {"calls": 2, "median": 27, "max": 27}  # PAAC
+    # IMPALA: gaps of 44 (a batch, its statistics, 3 more) and 41 (the last); a batch follows only the first
+    s = train(mod, 0, 1, 40, [3, 0])
+    assert s["update"] == {"calls": 2, "median": 42.5, "max": 44} and s["rollout"]["calls"] == 0
 
 
 @pytest.mark.parametrize("args, message", [
