@@ -337,10 +337,15 @@ def train(args: Args):
     return history
 
 
-if __name__ == "__main__":
+def cli(script, train, args_type, config_error):
+    """An SB3 stand-in's command line, as the top-level scripts': bad input is one line and exit status 1."""
     import tyro
 
     try:
-        train(tyro.cli(Args))
-    except ConfigError as e:
-        sys.exit(f"{SCRIPT}: error: {e}")
+        train(tyro.cli(args_type))
+    except config_error as e:
+        sys.exit(f"{script}: error: {e}")
+
+
+if __name__ == "__main__":
+    cli(SCRIPT, train, Args, ConfigError)

@@ -53,7 +53,7 @@ from typing import Literal
 import numpy as np
 import torch
 import torch.nn as nn
-from sb3_a2c import PAACLogging
+from sb3_a2c import PAACLogging, cli
 from sb3_contrib import TRPO
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
@@ -112,7 +112,8 @@ def make_model(args, envs, device="cpu"):
     """SB3-contrib's TRPO set to ours' step (args with batch_size, minibatch_size, num_iterations filled in)."""
     policy_kwargs = dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=nn.Tanh, ortho_init=args.ortho_init)
     per_component = envs.action_space.shape[0]  # SB3's KL is a mean over the action's components, ours their sum
-    model = (TRPO if args.kl_test == "new-old" else TRPOOldNewKL)("MlpPolicy", envs, learning_rate=args.value_lr or args.learning_rate, n_steps=args.num_steps,
+    algo = TRPO if args.kl_test == "new-old" else TRPOOldNewKL
+    model = algo("MlpPolicy", envs, learning_rate=args.value_lr or args.learning_rate, n_steps=args.num_steps,
                  batch_size=args.minibatch_size, gamma=args.gamma, gae_lambda=args.gae_lambda, cg_max_steps=args.cg_steps,
                  cg_damping=args.cg_damping / per_component, line_search_shrinking_factor=0.5,
                  line_search_max_iter=args.backtrack_steps, n_critic_updates=args.update_epochs,
@@ -187,9 +188,4 @@ def train(args: Args):
 
 
 if __name__ == "__main__":
-    import tyro
-
-    try:
-        train(tyro.cli(Args))
-    except ConfigError as e:
-        sys.exit(f"{SCRIPT}: error: {e}")
+    cli(SCRIPT, train, Args, ConfigError)
