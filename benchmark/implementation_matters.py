@@ -1,7 +1,7 @@
 """Seed 004: what benchmark/implementation_matters.sh runs, the stored runs, and the report.
 
 Run:   bash benchmark/implementation_matters.sh [short]          (calls the three commands below)
-       python benchmark/implementation_matters.py plan --mode full|short --store DIR
+       python benchmark/implementation_matters.py plan --mode full|short --store DIR [--cells CELL ...]
        python benchmark/implementation_matters.py store runs/ --store DIR
        python benchmark/implementation_matters.py report --store DIR [--out DIR]
 
@@ -103,9 +103,15 @@ def stored(store):
     return {(r["script"], r["args_hash"], r["env_id"], int(r["seed"])) for r in read_csv(os.path.join(store, "runs.csv"))}
 
 
-def plan(mode, store):
+def plan(mode, store, only=None):
+    """Print the runs still to make, one run.py call a line; `only` keeps the named cells (fig1: Figure 1's)."""
+    unknown = sorted(set(only or []) - set(ALGOS) - {"fig1"})
+    if unknown:
+        raise ConfigError(f"--cells: unknown cell {unknown[0]!r}; choose from {', '.join(ALGOS + ['fig1'])}")
     done = stored(store)
     for cell, env, seeds, flags in cells(mode):
+        if only and cell.split()[0] not in only:
+            continue
         todo = [s for s in seeds if (script_of(cell), args_hash(extra_args(flags)), env, s) not in done]
         if todo:
             print(f"{cell}\t{env}\t{' '.join(map(str, todo))}\t{script_of(cell)}\t{PROTOCOL} {flags}")
@@ -445,6 +451,7 @@ def main(argv=None):
         s.add_argument("--store", required=True, help="the folder of the stored runs (runs.csv, iterations.csv)")
         if name == "plan":
             s.add_argument("--mode", choices=["full", "short"], default="full")
+            s.add_argument("--cells", nargs="+", help="plan only these cells (fig1: Figure 1's combinations)")
         if name == "store":
             s.add_argument("runs_dir", help="the runs/ folder the sweep wrote")
         if name == "report":
@@ -452,7 +459,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     try:
         if args.command == "plan":
-            plan(args.mode, args.store)
+            plan(args.mode, args.store, args.cells)
         elif args.command == "store":
             store_runs(args.runs_dir, args.store)
         else:

@@ -8,6 +8,7 @@
 #                                                     # and Hopper-v4, 10 seeds a cell; Figure 1: 16 combinations on
 #                                                     # Walker2d-v4, 4 seeds each (160 runs)
 #   bash benchmark/implementation_matters.sh short    # seeds 1-4 of the ten table cells only (40 runs)
+#   CELLS="TRPO TRPO+" bash benchmark/implementation_matters.sh   # only these cells' runs (fig1: Figure 1's)
 #
 # Runs go to runs/ of the current directory through run.py (2 at a time, one thread each; checkpointed every 50
 # iterations, so a rerun continues a stopped run). After each cell, the runs that finished are stored, compactly,
@@ -20,7 +21,8 @@ STUDY="$BENCH/implementation_matters.py"
 STORE="$BENCH/results/implementation_matters"
 
 # one line per run.py call still to make: cell, env id, seeds, script, the script's flags
-plan=$(python "$STUDY" plan --mode "$MODE" --store "$STORE") || exit 2
+# shellcheck disable=SC2086  # CELLS is split into cell names on purpose
+plan=$(python "$STUDY" plan --mode "$MODE" --store "$STORE" ${CELLS:+--cells $CELLS}) || exit 2
 while IFS=$'\t' read -r cell env_id seeds script args; do
     [ -n "$cell" ] || continue
     echo "== $cell on $env_id, seeds $seeds"

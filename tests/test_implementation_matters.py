@@ -58,9 +58,9 @@ def parsed(env, flags, script="ppo_continuous_action.py"):
     return mod, tyro.cli(mod.Args, args=["--env-id", env] + im.extra_args(flags))
 
 
-def plan_lines(store, mode="full"):
-    res = subprocess.run([sys.executable, STUDY, "plan", "--mode", mode, "--store", str(store)], capture_output=True,
-                         text=True)
+def plan_lines(store, mode="full", *extra):
+    res = subprocess.run([sys.executable, STUDY, "plan", "--mode", mode, "--store", str(store), *extra],
+                         capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     return [line.split("\t") for line in res.stdout.splitlines()]
 
@@ -79,6 +79,17 @@ def test_each_cell_runs_the_papers_released_settings(tmp_path):
     # the table first, seeds 1-2 of every cell, then 3-4; Figure 1; the table's seeds 5-10
     assert [line[2] for line in lines] == ["1 2"] * 10 + ["3 4"] * 10 + ["1 2 3 4"] * 15 + ["5 6 7 8 9 10"] * 10
     assert plan_lines(tmp_path, "short") == lines[:20]
+    # --cells keeps the named cells' lines, in the same order; fig1 names Figure 1's combinations
+    kept = [line for line in lines if line[0].split()[0] in ("TRPO+", "fig1")]
+    assert plan_lines(tmp_path, "full", "--cells", "TRPO+", "fig1") == kept and len(kept) == 4 + 2 + 15
+
+
+def test_plan_refuses_an_unknown_cell(tmp_path):
+    res = subprocess.run([sys.executable, STUDY, "plan", "--store", str(tmp_path), "--cells", "PPO", "TRPO-"],
+                         capture_output=True, text=True)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.strip().splitlines() == ["implementation_matters.py: error: --cells: unknown cell 'TRPO-'; "
+                                               "choose from PPO, PPO-M, TRPO, TRPO+, PPO-NoClip, fig1"]
 
 
 def test_figure1_is_every_combination_of_four_switches_around_ppo():
