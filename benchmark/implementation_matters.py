@@ -254,6 +254,29 @@ def curves_of(curves, runs, cell, env):
     return out
 
 
+def kl_parts(curves, runs, cell, env, parts=10):
+    """A cell's mean KL over training: each run's stored iterations cut in order into `parts` equal spans, the median
+    over the cell's runs and the span's iterations of each; None where nothing is stored."""
+    spans = [[] for _ in range(parts)]
+    for rows in curves_of(curves, runs, cell, env).values():
+        kls = [float(r["mean_kl"]) for r in sorted(rows, key=lambda r: int(r["iteration"]))]
+        for i, span in enumerate(np.array_split(np.array(kls), min(parts, len(kls)))):
+            spans[i * parts // min(parts, len(kls))] += list(span)
+    return [np.median(s) for s in spans if s] or None
+
+
+def kl_trends(curves, runs, env):
+    """The paper's reading of Figure 2: PPO-M's mean KL trends up over training; PPO's peaks about halfway, then falls."""
+    ppo_m, ppo = kl_parts(curves, runs, "PPO-M", env), kl_parts(curves, runs, "PPO", env)
+    if not ppo_m or not ppo:
+        return "not run yet"
+    peak = int(np.argmax(ppo))
+    halfway = 0.2 <= (peak + 0.5) / len(ppo) <= 0.8 and ppo[-1] < ppo[peak]
+    return (f"PPO-M: {'yes' if ppo_m[-1] > ppo_m[0] else 'no'}, {ppo_m[0]:.3f} in the first tenth, {ppo_m[-1]:.3f} "
+            f"in the last; PPO: {'yes' if halfway else 'no'}, its peak {ppo[peak]:.3f} in tenth {peak + 1} of "
+            f"{len(ppo)}, {ppo[-1]:.3f} in the last")
+
+
 def trpo_delta(env, algo="TRPO"):
     flags = SETTINGS[algo, env].split()
     return float(flags[flags.index("--max-kl") + 1])
@@ -421,6 +444,9 @@ def report(store, out):
     lines.append("| (e) the code-level details move results more than the step method (ACLI > AAI) | " + " | ".join(
         ("yes" if aai_acli[e][1] > aai_acli[e][0] else "no") + f": ACLI {aai_acli[e][1]:.0f}, AAI {aai_acli[e][0]:.0f}"
         if e in aai_acli else "not run yet" for e in envs) + " |")
+    lines.append("| (f) PPO-M's mean KL trends up over training; PPO's peaks about halfway, then falls (the paper's "
+                 "reading of Figure 2; a tenth: the median over runs and iterations) | "
+                 + " | ".join(kl_trends(curves, runs, e) for e in envs) + " |")
     lines += ["", f"Figure 1 ({len(groups)} of 16 combinations stored, {FIGURE1_SEEDS.stop - 1} seeds each), "
               "the paper's way: 1 - CDF of the final return, the runs split by each switch on or off.", "",
               "![Figure 1](figure1.png)", "", "Figure 2: per iteration, one line per seed (stored every "

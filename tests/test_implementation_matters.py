@@ -136,7 +136,12 @@ def test_store_keeps_finished_runs_once_and_plan_skips_them(tmp_path, monkeypatc
     assert lines[0][:3] == ["PPO", "Walker2d-v4", "1"] and lines[1][:3] == ["PPO-M", "Walker2d-v4", "1 2"]  # seed 2 stored
 
 
-def synthetic_store(path, ppo=3300.0, ppo_m=2700.0, seeds=10):
+def synthetic_kl(cell, i, rising=True):
+    """Made-up mean KL at iteration i (4 to 24): PPO's peaks at 12, PPO-M's rises (or falls), the others' is flat."""
+    return {"PPO": 0.02 - 0.0005 * abs(i - 12), "PPO-M": 0.01 + (1 if rising else -1) * 0.0002 * i}.get(cell, 0.01)
+
+
+def synthetic_store(path, ppo=3300.0, ppo_m=2700.0, seeds=10, kl_rising=True):
     """A store of made-up runs: every cell's seeds, final returns around the given means, Figure 2 curves."""
     noise, runs, curves = np.random.default_rng(0).normal(0, 50, size=11), [], []  # a seed's noise in every cell
     for cell, env, seeds_of_cell, flags in im.cells("full"):
@@ -149,7 +154,7 @@ def synthetic_store(path, ppo=3300.0, ppo_m=2700.0, seeds=10):
             # windows out of order, the last without an episode: the late return reads 16 and 20 (mean + 180)
             curves += [dict(args_hash=h, env_id=env, seed=seed, iteration=i, step=2048 * i,
                             mean_return=mean + 10 * i if i != 24 else "",
-                            max_ratio=1.5 if cell == "PPO" else 1.1, mean_kl=0.01, max_kl=0.05)
+                            max_ratio=1.5 if cell == "PPO" else 1.1, mean_kl=synthetic_kl(cell, i, kl_rising), max_kl=0.05)
                        for i in (16, 4, 24, 8, 20, 12)]
     os.makedirs(path, exist_ok=True)
     im.append_rows(os.path.join(path, "runs.csv"), runs)
@@ -180,10 +185,16 @@ def test_report_reads_the_verdicts_off_the_stored_runs(tmp_path):
     assert d.split("anneal_lr")[1].split(")")[0].endswith("shifted")  # only annealing moved the made-up returns
     assert d.count("no shift shown") == 3
     assert (tmp_path / "a" / "figure1.png").stat().st_size > 10000 and (tmp_path / "a" / "figure2.png").exists()
-    # the same means: the verdict turns
-    synthetic_store(tmp_path / "b", ppo_m=3300.0)
+    # Figure 2's KL read the paper's way: six stored iterations a run, so six spans; PPO's peak in the third (i = 12)
+    assert claims["| (f) PPO-M's mean KL trends up over training; PPO's peaks about halfway, then falls (the paper's "
+                  "reading of Figure 2; a tenth: the median over runs and iterations)"].count(
+        "PPO-M: yes, 0.011 in the first tenth, 0.015 in the last; PPO: yes, its peak 0.020 in tenth 3 of 6, 0.014 in "
+        "the last") == 2
+    # the same means and a falling PPO-M KL: the verdicts turn
+    synthetic_store(tmp_path / "b", ppo_m=3300.0, kl_rising=False)
     im.main(["report", "--store", str(tmp_path / "b")])
-    assert "| (a) PPO beats PPO-M | not shown" in (tmp_path / "b" / "report.md").read_text()
+    text = (tmp_path / "b" / "report.md").read_text()
+    assert "| (a) PPO beats PPO-M | not shown" in text and text.count("PPO-M: no, 0.009 in the first tenth, 0.005") == 2
     # two seeds a cell: a bootstrap of two values is no interval, so no verdict, only the difference
     synthetic_store(tmp_path / "c", seeds=2)
     im.main(["report", "--store", str(tmp_path / "c")])
@@ -205,3 +216,14 @@ def test_an_empty_store_is_one_line(tmp_path):
     res = subprocess.run([sys.executable, STUDY, "report", "--store", str(tmp_path)], capture_output=True, text=True)
     assert res.returncode == 2 and res.stderr.strip().splitlines() == [
         f"implementation_matters.py: error: no stored runs in {tmp_path}; run benchmark/implementation_matters.sh first"]
+
+
+def test_kl_parts_are_tenths_of_each_run_in_iteration_order():
+    h = im.args_hash(im.extra_args(im.SETTINGS["PPO", "Hopper-v4"]))
+    runs = [dict(cell="PPO", env_id="Hopper-v4", args_hash=h, seed=str(s)) for s in (1, 2)]
+    # 20 iterations a run, stored out of order, seed 2's KL ten times seed 1's: tenth k holds iterations 2k+1 and
+    # 2k+2 of both runs, whose median is the mean of 2k+2 and 10 (2k+1)
+    curves = [dict(args_hash=h, env_id="Hopper-v4", seed=str(s), iteration=str(i), mean_kl=str(i * 10 ** (s - 1)))
+              for s in (1, 2) for i in reversed(range(1, 21))]
+    assert im.kl_parts(curves, runs, "PPO", "Hopper-v4") == pytest.approx([(2 * k + 2 + 10 * (2 * k + 1)) / 2 for k in range(10)])
+    assert im.kl_parts(curves, runs, "PPO-M", "Hopper-v4") is None
