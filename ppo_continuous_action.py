@@ -28,10 +28,10 @@ The 9 details for continuous action domains (seed 000), C1-C9 in the comments:
   C8. rewards divided by the standard deviation of a running discounted return
   C9. scaled rewards clipped to [-10, 10]
 Seed 004 (Engstrom et al., Implementation Matters in Deep Policy Gradients) turns these code-level details off one
-flag at a time, each on by default: --no-norm-obs (C6), --clip-obs inf (C7), --reward-scaling rewards|none (C8: by the
-std of the rewards, or raw rewards with no C9 clip), --clip-reward inf (C9), --no-ortho-init (detail 2: its released
-PPO-M init, Xavier-uniform weights and zero biases), --max-grad-norm inf (detail 11), --no-clip-vloss (9),
---no-anneal-lr (4), --clip-coef 1e32 (8, its PPO-NoClip); --value-lr gives the critic its own learning rate.
+flag at a time, each on by default: --no-norm-obs (C6), --clip-obs inf (C7), --reward-scaling rewards|none (C8: the
+rewards' deviation from their mean by their std, the mean kept; or raw, no C9 clip), --clip-reward inf (C9),
+--no-ortho-init (detail 2: its PPO-M init, Xavier-uniform weights, zero biases), --max-grad-norm inf (detail 11),
+--no-clip-vloss (9), --no-anneal-lr (4), --clip-coef 1e32 (8, its PPO-NoClip); --value-lr: the critic's own rate.
 After each update it logs its Figure 2: the largest ratio new / old over the batch and the exact KL(old || new) of the
 Gaussians over the batch's states (losses/max_ratio, losses/mean_kl, losses/max_kl). benchmark/implementation_matters.sh
 runs its study; the settings of its PPO, PPO-M and PPO-NoClip are there.
@@ -108,7 +108,7 @@ class Args:
     gymnasium_normalization: bool = False  # normalise by the rules of gymnasium's per-env wrappers (see above)
     norm_obs: bool = True  # normalise observations by their running statistics (detail C6); off: raw ones, unclipped
     reward_scaling: Literal["returns", "rewards", "none"] = "returns"  # divide rewards by the std of the running
-    # discounted return (detail C8), of the rewards themselves (seed 004's PPO-NoClip), or not at all (none: no C9 clip)
+    # discounted return (detail C8), of the rewards around their mean (seed 004's PPO-NoClip), or not at all (none)
     ortho_init: bool = True  # orthogonal init (detail 2); off: Xavier-uniform weights, zero biases (seed 004's PPO-M)
     value_lr: Optional[float] = None  # the critic's learning rate, in a param group of its own (None: --learning-rate)
 
@@ -254,10 +254,10 @@ class VecNormalize(gym.vector.VectorWrapper):
         self.obs_rms = update_rms(self.obs_rms, obs)  # after a done: the next episode's first observation
         # ... and restarts the return at a termination, before adding the reward (VecNormalize: after any episode end)
         self.ret = self.ret * (1 - terminations if gymnasium_rules else 1) * self.args.gamma + reward
-        scaling = self.args.reward_scaling  # the std of the returns (C8), of the rewards (seed 004), or no scaling
+        scaling = self.args.reward_scaling  # by the std of the returns (C8), of the rewards (seed 004), or no scaling
         self.ret_rms = update_rms(self.ret_rms, self.ret if scaling == "returns" else reward)
-        scaled = np.clip(reward / np.sqrt(self.ret_rms[1] + 1e-8), -self.args.clip_reward, self.args.clip_reward)
-        scaled = reward if scaling == "none" else scaled
+        mean, std = self.ret_rms[0] if scaling == "rewards" else 0.0, np.sqrt(self.ret_rms[1] + 1e-8)  # seed 004's code
+        scaled = reward if scaling == "none" else np.clip((reward - mean) / std + mean, -self.args.clip_reward, self.args.clip_reward)
         self.ret = self.ret if gymnasium_rules else np.where(terminations | truncations, 0.0, self.ret)
         obs = normalize_obs(obs, self.obs_rms, self.args)
         return obs, scaled, terminations, truncations, {**infos, "reward": reward}

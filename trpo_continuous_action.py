@@ -139,7 +139,7 @@ class Args:
     gymnasium_normalization: bool = False  # normalise by the rules of gymnasium's per-env wrappers (see above)
     norm_obs: bool = True  # normalise observations by their running statistics (detail C6); off: raw ones, unclipped
     reward_scaling: Literal["returns", "rewards", "none"] = "none"  # divide rewards by the std of the running
-    # discounted return (detail C8), of the rewards themselves (seed 004's PPO-NoClip), or not at all (none: no C9 clip)
+    # discounted return (detail C8), of the rewards around their mean (seed 004's PPO-NoClip), or not at all (none)
     ortho_init: bool = False  # orthogonal init (detail 2); off: Xavier-uniform weights, zero biases (seed 004's PPO-M)
     value_lr: Optional[float] = None  # the critic's learning rate, in a param group of its own (None: --learning-rate)
 
@@ -286,10 +286,10 @@ class VecNormalize(gym.vector.VectorWrapper):
         self.obs_rms = update_rms(self.obs_rms, obs)  # after a done: the next episode's first observation
         # ... and restarts the return at a termination, before adding the reward (VecNormalize: after any episode end)
         self.ret = self.ret * (1 - terminations if gymnasium_rules else 1) * self.args.gamma + reward
-        scaling = self.args.reward_scaling  # the std of the returns (C8), of the rewards (seed 004), or no scaling
+        scaling = self.args.reward_scaling  # by the std of the returns (C8), of the rewards (seed 004), or no scaling
         self.ret_rms = update_rms(self.ret_rms, self.ret if scaling == "returns" else reward)
-        scaled = np.clip(reward / np.sqrt(self.ret_rms[1] + 1e-8), -self.args.clip_reward, self.args.clip_reward)
-        scaled = reward if scaling == "none" else scaled
+        mean, std = self.ret_rms[0] if scaling == "rewards" else 0.0, np.sqrt(self.ret_rms[1] + 1e-8)  # seed 004's code
+        scaled = reward if scaling == "none" else np.clip((reward - mean) / std + mean, -self.args.clip_reward, self.args.clip_reward)
         self.ret = self.ret if gymnasium_rules else np.where(terminations | truncations, 0.0, self.ret)
         obs = normalize_obs(obs, self.obs_rms, self.args)
         return obs, scaled, terminations, truncations, {**infos, "reward": reward}

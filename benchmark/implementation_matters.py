@@ -452,9 +452,11 @@ def report(store, out):
               "![Figure 1](figure1.png)", "", "Figure 2: per iteration, one line per seed (stored every "
               f"{CURVE_EVERY} iterations); the dotted lines: 1 + epsilon on the ratios, TRPO's and TRPO+'s delta on the KL.", "", "![Figure 2](figure2.png)", "",
               "## What the paper's code does otherwise", ""] + [f"- {d}" for d in DIFFERENCES]
-    if others:  # stored under settings the study no longer plans: shown, kept out of the tables above
-        lines += ["", "## Other stored runs", "", "Runs of settings the study no longer plans (not in the tables above):",
-                  "", "| cell | env | flags | seeds | final returns | mean |", "|---|---|---|---|---|---|"]
+    if others:  # stored under settings (or code: a suffix on their args_hash) no longer planned: shown apart
+        lines += ["", "## Other stored runs", "", "Runs of settings, or of code, the study no longer plans (not in the "
+                  "tables above; a cell named `<cell>, rewards / std` ran `--reward-scaling rewards` as r / std, before "
+                  "it became the paper's (r - mean) / std + mean):", "",
+                  "| cell | env | flags | seeds | final returns | mean |", "|---|---|---|---|---|---|"]
         for key in sorted({(r["cell"], r["env_id"], r["flags"]) for r in others}):
             x = [r for r in others if (r["cell"], r["env_id"], r["flags"]) == key]
             returns = [float(r["final_return"]) for r in x]

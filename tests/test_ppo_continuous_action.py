@@ -404,13 +404,24 @@ def test_reward_scaling_by_the_rewards_or_none(scaling):
     got = np.stack([envs.step(np.zeros((N, 1)))[1] for _ in range(T)])
     if scaling == "none":
         np.testing.assert_array_equal(got, rewards)  # raw, 400 included: no C9 clip either
-    else:  # divided by the running std of all the rewards so far (PPO-NoClip's "rewards"), not of the returns
-        expected = np.stack([rewards[t] / np.sqrt(prior_merged_moments(rewards[: t + 1].ravel())[1] + 1e-8)
-                             for t in range(T)])
+    else:  # PPO-NoClip's "rewards" (seed 004's ZFilter, center=False): the deviation from the running mean of all the
+        # rewards so far divided by their running std, the mean added back; not the returns' std
+        moments = [prior_merged_moments(rewards[: t + 1].ravel()) for t in range(T)]
+        expected = np.stack([(rewards[t] - m) / np.sqrt(v + 1e-8) + m for t, (m, v) in enumerate(moments)])
         np.testing.assert_allclose(got, np.clip(expected, -12, 12), rtol=1e-9)
         assert got[120, 0] == 12.0 and np.abs(got[:120]).max() < 12
         by_returns = independent_reward_scaling(rewards, done, np.zeros_like(done), 0.95, clip=12.0)
         assert np.abs(by_returns - got).max() > 1e-2
+
+
+def test_reward_scaling_by_the_rewards_keeps_their_mean():
+    """Rewards around 5 with std 0.5 come out around 5 with std 1 (seed 004's code), not around 10 (r / std)."""
+    rewards = np.random.default_rng(2).normal(5.0, 0.5, size=(2000, 1))
+    done = np.zeros_like(rewards, dtype=bool)
+    envs = pca.VecNormalize(ReplayVecEnv(rewards, done, done), pca.Args(reward_scaling="rewards", clip_reward=30.0))
+    envs.reset(seed=0)
+    got = np.stack([envs.step(np.zeros((1, 1)))[1] for _ in range(2000)])[1000:]
+    assert abs(got.mean() - 5.0) < 0.1 and abs(got.std() - 1.0) < 0.05
 
 
 def initial_weights(monkeypatch, **kw):
