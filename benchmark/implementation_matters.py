@@ -55,6 +55,10 @@ SETTINGS = {  # (algorithm, env): flags; policy and value learning rates, lambda
     ("TRPO+", "Hopper-v4"): f"--max-kl 0.04 --value-lr 2e-4 {DETAILS}",
 }
 SCRIPTS = {"TRPO": "trpo_continuous_action.py", "TRPO+": "trpo_continuous_action.py"}  # the others: PPO's
+# the released configs/<name>.py of each cell, which benchmark/paper_code.py runs on the same envs
+RELEASED = {f"{game}_{name}": (cell, env) for game, env in (("walker", "Walker2d-v4"), ("hopper", "Hopper-v4"))
+            for name, cell in (("ppo", "PPO"), ("ppom", "PPO-M"), ("ppo_noclip", "PPO-NoClip"), ("trpo", "TRPO"),
+                               ("trpo_plus", "TRPO+"))}
 ALGOS = ["PPO", "PPO-M", "TRPO", "TRPO+", "PPO-NoClip"]
 # Figure 1: PPO's Walker2d settings with each of four details on or off (all on: the PPO cell's own runs)
 SWITCHES = {"value_clipping": "--no-clip-vloss", "reward_scaling": "--reward-scaling none",
@@ -168,6 +172,21 @@ def store_runs(runs_dir, store):
         append_rows(os.path.join(store, "iterations.csv"), rows)
         done.add(key)
         added += 1
+    released = {(r["config"], int(r["seed"])) for r in read_csv(os.path.join(store, "paper_code.csv"))}
+    for path in sorted(glob.glob(os.path.join(runs_dir, "paper_code", "*.json"))):  # paper_code.py's runs
+        with open(path) as f:
+            run = json.load(f)
+        if run["config"] not in RELEASED or (run["config"], run["seed"]) in released or \
+                len(run["iteration_rewards"]) * run["params"]["t"] < STEPS - run["params"]["t"]:
+            continue  # another config, stored already, or a shortened run
+        cell, env = RELEASED[run["config"]]
+        append_rows(os.path.join(store, "paper_code.csv"), [{
+            "cell": cell, "env_id": env, "seed": run["seed"], "config": run["config"],
+            "final_return": round(run["final_return"], 2), "final_5": round(run["final_5"], 2),
+            "episodes": len(run["episode_returns"]), "mujoco": installed("mujoco"),
+            "wall_time_s": round(run["wall_time_s"], 1)}])
+        released.add((run["config"], run["seed"]))
+        added += 1
     print(f"implementation_matters.py: stored {added} new run(s) in {store}")
     return added
 
@@ -204,7 +223,10 @@ DIFFERENCES = [
     "The reward filter's running return restarts after every episode end (VecNormalize); the paper's also at every "
     "iteration (its env reset). Reward and observation statistics follow baselines' VecNormalize (var + 1e-8).",
     "Final return: the mean of each run's last 100 training episodes; the paper does not say which episodes its "
-    "final reward averages. The report also reads it over the last 12 iterations (below the tables).",
+    "final reward averages, and its released run.py records the mean of the last 5 iterations' mean episode "
+    "rewards. The report also reads it over the last 12 iterations (below the tables).",
+    "The released code, run on these v4 envs by benchmark/paper_code.py, gives its own side of a cell that "
+    "disagrees (below the tables, where run).",
     "No learning-rate grid: the configs' rates for each cell, and for Figure 1 PPO's Walker2d rates in every "
     "combination (the paper picks the best rate of a grid for each of its combinations).",
 ]
@@ -214,6 +236,12 @@ def bootstrap(x, rng, n=1000):
     """The mean and its bootstrapped 95% interval (n resamples, percentiles), as the paper's tables."""
     means = rng.choice(x, size=(n, len(x)), replace=True).mean(1)
     return float(np.mean(x)), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def difference(x, y, rng, n=1000):
+    """mean(x) - mean(y) and the bootstrapped 95% interval of the difference (each side resampled)."""
+    diffs = rng.choice(x, (n, len(x))).mean(1) - rng.choice(y, (n, len(y))).mean(1)
+    return float(x.mean() - y.mean()), *np.percentile(diffs, [2.5, 97.5])
 
 
 def finals(runs, cell, env):
@@ -358,11 +386,25 @@ def report(store, out):
         if len(x) < 3 or len(y) < 3:  # a bootstrap of 2 seeds has 3 possible means: no interval to read
             return ("not run yet" if not len(x) or not len(y) else
                     f"too few seeds for a verdict: {x.mean() - y.mean():+.0f}, n {len(x)} and {len(y)}"), None
-        diffs = rng.choice(x, (1000, len(x))).mean(1) - rng.choice(y, (1000, len(y))).mean(1)
-        low, high = np.percentile(diffs, [2.5, 97.5])
+        diff, low, high = difference(x, y, rng)
         word = "yes" if low > 0 else "no (the reverse)" if high < 0 else "not shown (the interval holds 0)"
-        return f"{word}: {x.mean() - y.mean():+.0f} [{low:+.0f}, {high:+.0f}], n {len(x)} and {len(y)}", low > 0
+        return f"{word}: {diff:+.0f} [{low:+.0f}, {high:+.0f}], n {len(x)} and {len(y)}", low > 0
 
+    released = read_csv(os.path.join(store, "paper_code.csv"))
+    if released:  # the released code on the same envs (benchmark/paper_code.py): where ours and the paper part
+        lines += ["", "## The released code on the same envs", "", "benchmark/paper_code.py: the paper's released "
+                  "Trainer and configs on these v4 envs (advanced logging off), read as ours (the last 100 episodes) "
+                  "and as its run.py reads it (the last 5 iterations' mean episode rewards).", "",
+                  "| cell | env | ours, n | released code, n | ours - released [95%] | released, its run.py's reading |",
+                  "|---|---|---|---|---|---|"]
+        for cell, env in sorted({(r["cell"], r["env_id"]) for r in released}):
+            y = np.array([float(r["final_return"]) for r in released if (r["cell"], r["env_id"]) == (cell, env)])
+            y5 = np.mean([float(r["final_5"]) for r in released if (r["cell"], r["env_id"]) == (cell, env)])
+            x = finals(runs, cell, env)
+            ours = f"{x.mean():.0f}, {len(x)}" if len(x) else "not run yet"
+            diff = ("%+.0f [%+.0f, %+.0f]" % difference(x, y, rng)) if len(x) >= 3 and len(y) >= 3 else \
+                "too few seeds for an interval"
+            lines.append(f"| {cell} | {env} | {ours} | {y.mean():.0f}, {len(y)} | {diff} | {y5:.0f} |")
     lines += ["", "## The paper's claims", "", "| claim | " + " | ".join(envs) + " |", "|---|" + "---|" * len(envs)]
     lines.append("| (a) PPO beats PPO-M | " + " | ".join(beats("PPO", "PPO-M", e)[0] for e in envs) + " |")
     row = []

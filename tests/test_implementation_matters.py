@@ -227,3 +227,31 @@ def test_kl_parts_are_tenths_of_each_run_in_iteration_order():
               for s in (1, 2) for i in reversed(range(1, 21))]
     assert im.kl_parts(curves, runs, "PPO", "Hopper-v4") == pytest.approx([(2 * k + 2 + 10 * (2 * k + 1)) / 2 for k in range(10)])
     assert im.kl_parts(curves, runs, "PPO-M", "Hopper-v4") is None
+
+
+def released_run(runs_dir, config, seed, final, iterations=488):
+    """A result file as benchmark/paper_code.py writes it."""
+    os.makedirs(runs_dir / "paper_code", exist_ok=True)
+    with open(runs_dir / "paper_code" / f"{config}__{seed}.json", "w") as f:
+        json.dump({"config": config, "seed": seed, "params": {"t": 2048}, "iteration_rewards": [final + 5] * iterations,
+                   "episode_returns": [final] * 150, "final_return": final, "final_5": final + 5,
+                   "wall_time_s": 900.0}, f)
+
+
+def test_the_released_codes_runs_are_stored_and_set_beside_ours(tmp_path):
+    store = tmp_path / "store"
+    synthetic_store(store)
+    for seed, final in ((1, 3000.0), (2, 3100.0), (3, 3200.0)):
+        released_run(tmp_path / "runs", "walker_ppom", seed, final)
+    released_run(tmp_path / "runs", "walker_ppom", 4, 10.0, iterations=3)  # shortened: not stored
+    released_run(tmp_path / "runs", "humanoid_ppom", 1, 10.0)  # not a cell of the study
+    assert im.store_runs(str(tmp_path / "runs"), str(store)) == 3 and im.store_runs(str(tmp_path / "runs"), str(store)) == 0
+    rows = im.read_csv(store / "paper_code.csv")
+    assert [(r["cell"], r["env_id"], r["seed"], r["final_return"], r["final_5"]) for r in rows] == [
+        ("PPO-M", "Walker2d-v4", str(s), f"{v:.1f}", f"{v + 5:.1f}") for s, v in ((1, 3000), (2, 3100), (3, 3200))]
+    im.main(["report", "--store", str(store)])
+    (line,) = [x for x in (store / "report.md").read_text().splitlines() if x.startswith("| PPO-M | Walker2d-v4 | ")]
+    ours = im.finals(im.read_csv(store / "runs.csv"), "PPO-M", "Walker2d-v4")
+    diff = re.search(r"\| ([+-]\d+) \[([+-]\d+), ([+-]\d+)\] \|", line).groups()
+    assert line.startswith(f"| PPO-M | Walker2d-v4 | {ours.mean():.0f}, 10 | 3100, 3 | ") and line.endswith(" | 3105 |")
+    assert int(diff[0]) == round(ours.mean() - 3100) and int(diff[1]) < int(diff[0]) < int(diff[2]) < 0
