@@ -232,7 +232,7 @@ def normalize_obs(obs, obs_rms, args):
 class VecNormalize(gym.vector.VectorWrapper):
     """Details C5-C9, as baselines' VecNormalize: the envs get the actions clipped to their bounds, the agent gets
     observations normalised by running statistics and rewards divided by the std of a running discounted return (the
-    mean not subtracted), both clipped. infos["reward"] keeps the env's own rewards."""
+    mean not subtracted; --reward-scaling picks another), both clipped. infos["reward"] keeps the env's own rewards."""
 
     def __init__(self, envs, args):
         super().__init__(envs)
