@@ -25,8 +25,10 @@ import importlib.machinery
 import json
 import os
 import sys
+import subprocess
 import time
 import types
+from importlib.metadata import version
 
 import gymnasium
 import numpy as np
@@ -133,7 +135,8 @@ def main(argv=None):
         json.dump({"config": args.config, "seed": args.seed, "game": params["game"].replace("-v2", "-v4"),
                    "params": params, "iteration_rewards": rewards, "episode_returns": episodes,
                    "final_return": float(np.mean(episodes[-100:])), "final_5": float(np.mean(rewards[-5:])),
-                   "wall_time_s": time.time() - start}, f)
+                   "wall_time_s": time.time() - start, "mujoco": version("mujoco"), "src_commit": subprocess.run(
+                       ["git", "-C", args.src, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()}, f)
     print(f"paper_code.py: {out}: final return {np.mean(episodes[-100:]):.1f} (last 100 episodes), "
           f"{np.mean(rewards[-5:]):.1f} (last 5 iterations)")
     return 0

@@ -186,7 +186,7 @@ def test_report_reads_the_verdicts_off_the_stored_runs(tmp_path):
     assert d.count("no shift shown") == 3
     assert (tmp_path / "a" / "figure1.png").stat().st_size > 10000 and (tmp_path / "a" / "figure2.png").exists()
     # Figure 2's KL read the paper's way: six stored iterations a run, so six spans; PPO's peak in the third (i = 12)
-    assert claims["| (f) PPO-M's mean KL trends up over training; PPO's peaks about halfway, then falls (the paper's "
+    assert claims["| (f) PPO-M's mean KL trends up over training; PPO's peaks about halfway, then falls by a quarter or more (the paper's "
                   "reading of Figure 2; a tenth: the median over runs and iterations)"].count(
         "PPO-M: yes, 0.011 in the first tenth, 0.015 in the last; PPO: yes, its peak 0.020 in tenth 3 of 6, 0.014 in "
         "the last") == 2
@@ -255,3 +255,12 @@ def test_the_released_codes_runs_are_stored_and_set_beside_ours(tmp_path):
     diff = re.search(r"\| ([+-]\d+) \[([+-]\d+), ([+-]\d+)\] \|", line).groups()
     assert line.startswith(f"| PPO-M | Walker2d-v4 | {ours.mean():.0f}, 10 | 3100, 3 | ") and line.endswith(" | 3105 |")
     assert int(diff[0]) == round(ours.mean() - 3100) and int(diff[1]) < int(diff[0]) < int(diff[2]) < 0
+
+
+@pytest.mark.parametrize("last, verdict", [(0.7, "yes"), (0.9, "no")])
+def test_ppos_kl_must_fall_by_a_quarter_from_its_peak(last, verdict):
+    runs = [dict(cell=c, env_id="Hopper-v4", args_hash=c, seed="1") for c in ("PPO", "PPO-M")]
+    ppo = [0.5, 0.8, 1.0, 0.9, 0.8, 0.8, 0.8, 0.8, 0.8, last]  # the peak in the third tenth
+    curves = [dict(args_hash=c, env_id="Hopper-v4", seed="1", iteration=str(i + 1), mean_kl=str(k))
+              for c, kls in (("PPO", ppo), ("PPO-M", [0.1 * (i + 1) for i in range(10)])) for i, k in enumerate(kls)]
+    assert f"PPO: {verdict}, its peak 1.000 in tenth 3 of 10, {last:.3f} in the last" in im.kl_trends(curves, runs, "Hopper-v4")

@@ -94,6 +94,7 @@ def test_main_trains_the_release_on_the_v4_env_and_writes_its_results(tmp_path):
     assert len(out["iteration_rewards"]) == 6 and len(out["episode_returns"]) > 6
     assert out["final_return"] == pytest.approx(np.mean(out["episode_returns"][-100:]))
     assert out["final_5"] == pytest.approx(np.mean(out["iteration_rewards"][-5:]))
+    assert out["mujoco"] == paper_code.version("mujoco") and out["src_commit"] == ""  # the fake release is no git checkout
     again = run(tmp_path, "--config", "hopper_x", "--seed", "2", "--train-steps", "6", "--out", "p")
     assert again.returncode == 0 and json.loads((tmp_path / "p" / "hopper_x__2.json").read_text())[
         "episode_returns"] == out["episode_returns"]  # seeded: the same episodes
