@@ -25,6 +25,7 @@ import csv
 import glob
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -138,6 +139,16 @@ def append_rows(path, rows):
         writer.writerows(rows)
 
 
+REWARDS_FIX = "7a973ae"  # --reward-scaling rewards became the released code's (r - mean) / std + mean here
+
+
+def descends(commit, ancestor):
+    """Whether `commit` (a run's git_commit, maybe ending in +dirty) has `ancestor` in its history (git decides)."""
+    res = subprocess.run(["git", "-C", ROOT, "merge-base", "--is-ancestor", ancestor, commit.split("+")[0]],
+                         capture_output=True)
+    return res.returncode == 0
+
+
 def store_runs(runs_dir, store):
     """Add the finished runs of planned cells that are not stored yet; returns how many were added."""
     known = {(script_of(cell), args_hash(extra_args(flags))): (cell, flags) for cell, _, _, flags in cells("full")}
@@ -151,6 +162,10 @@ def store_runs(runs_dir, store):
             raise ConfigError(f"summary {path} cannot be read ({e}); delete it and rerun its run") from None
         key = (summary["script"], args_hash(summary["args"]), summary["env_id"], int(summary["seed"]))
         if not summary.get("ok") or key[:2] not in known or key in done:
+            continue
+        if "--reward-scaling rewards" in known[key[:2]][1] and not descends(summary["git_commit"], REWARDS_FIX):
+            print(f"implementation_matters.py: not stored: {path} ran --reward-scaling rewards as r / std (before "
+                  f"{REWARDS_FIX}); move its run out of {runs_dir} and rerun it")
             continue
         tb_dir = os.path.join(runs_dir, summary["tb_dir"])
         run = read_run(tb_dir, RETURN_TAG)

@@ -264,3 +264,16 @@ def test_ppos_kl_must_fall_by_a_quarter_from_its_peak(last, verdict):
     curves = [dict(args_hash=c, env_id="Hopper-v4", seed="1", iteration=str(i + 1), mean_kl=str(k))
               for c, kls in (("PPO", ppo), ("PPO-M", [0.1 * (i + 1) for i in range(10)])) for i, k in enumerate(kls)]
     assert f"PPO: {verdict}, its peak 1.000 in tenth 3 of 10, {last:.3f} in the last" in im.kl_trends(curves, runs, "Hopper-v4")
+
+
+@pytest.mark.parametrize("fixed", [True, False])
+def test_a_noclip_run_from_before_the_rewards_fix_is_not_stored(tmp_path, monkeypatch, fixed):
+    fake_run(tmp_path, monkeypatch, cell="PPO-NoClip", env="Hopper-v4", seed=1)
+    asked = []
+    monkeypatch.setattr(im, "descends", lambda commit, ancestor: asked.append((commit, ancestor)) or fixed)
+    assert im.store_runs("runs", str(tmp_path / "store")) == int(fixed)
+    assert asked == [("0123456789", im.REWARDS_FIX)]
+
+
+def test_descends_asks_git():
+    assert im.descends("HEAD", im.REWARDS_FIX) and not im.descends(im.REWARDS_FIX + "+dirty", "HEAD")
