@@ -15,8 +15,8 @@ The released run.py seeds nothing; here torch, numpy and the env's first reset t
 
 It writes <out>/<config>__<seed>.json: each iteration's mean episode reward (what the released train_step returns),
 the return of every episode that ended (the released Env's undiscounted sum of the env's rewards), final_return (the
-mean of the last 100 episodes: our final return) and final_5 (the released run.py's final result: the mean of the
-last 5 iterations' mean rewards).
+mean of the last 100 episodes: our final return), final_5 (the released run.py's final result: the mean of the
+last 5 iterations' mean rewards), the MuJoCo version and the released checkout's commit (empty if not a git checkout).
 """
 
 import argparse
