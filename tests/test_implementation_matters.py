@@ -76,12 +76,13 @@ def test_each_cell_runs_the_papers_released_settings(tmp_path):
         mod.check_args(args)
         expected = {**COMMON, **(TRPO_COMMON if mod is trpo else {}), **expected}
         assert {k: getattr(args, k) for k in expected} == expected, (algo, env)
-    # the table first, seeds 1-2 of every cell, then 3-4; Figure 1; the table's seeds 5-10
-    assert [line[2] for line in lines] == ["1 2"] * 10 + ["3 4"] * 10 + ["1 2 3 4"] * 15 + ["5 6 7 8 9 10"] * 10
+    # the table first, seeds 1-2 of every cell, then 3-4; Figure 1 the same way; the table's seeds 5-10
+    assert [line[2] for line in lines] == (["1 2"] * 10 + ["3 4"] * 10 + ["1 2"] * 15 + ["3 4"] * 15
+                                           + ["5 6 7 8 9 10"] * 10)
     assert plan_lines(tmp_path, "short") == lines[:20]
     # --cells keeps the named cells' lines, in the same order; fig1 names Figure 1's combinations
     kept = [line for line in lines if line[0].split()[0] in ("TRPO+", "fig1")]
-    assert plan_lines(tmp_path, "full", "--cells", "TRPO+", "fig1") == kept and len(kept) == 4 + 2 + 15
+    assert plan_lines(tmp_path, "full", "--cells", "TRPO+", "fig1") == kept and len(kept) == 4 + 2 + 30
 
 
 def test_plan_refuses_an_unknown_cell(tmp_path):
