@@ -280,13 +280,16 @@ def late_returns(runs, curves, cell, env, windows=LATE_WINDOWS):
 
 
 def figure1_groups(runs):
-    """Final returns of Figure 1's combinations: [(set of switches off, returns)], all on = the PPO Walker2d cell's
-    runs of Figure 1's seeds."""
-    groups = [(set(), [float(r["final_return"]) for r in runs if r["cell"] == "PPO" and r["env_id"] == "Walker2d-v4"
-                       and int(r["seed"]) in FIGURE1_SEEDS])]
+    """Final returns of Figure 1's combinations: ([(set of switches off, returns)], seeds), all on = the PPO Walker2d
+    cell's runs; every combination read at the seeds all the stored ones have (a sweep in progress leaves some ahead),
+    so that no split of the runs by a switch weighs one side with more seeds."""
+    by_seed = [(set(), {int(r["seed"]): float(r["final_return"]) for r in runs
+                        if r["cell"] == "PPO" and r["env_id"] == "Walker2d-v4" and int(r["seed"]) in FIGURE1_SEEDS})]
     for cell in sorted({r["cell"] for r in runs if r["cell"].startswith("fig1 off: ")}):
-        groups.append((set(cell.split(": ")[1].split()), [float(r["final_return"]) for r in runs if r["cell"] == cell]))
-    return groups
+        by_seed.append((set(cell.split(": ")[1].split()), {int(r["seed"]): float(r["final_return"]) for r in runs
+                                                          if r["cell"] == cell}))
+    seeds = sorted(set.intersection(*(set(returns) for _, returns in by_seed)))
+    return [(off, [returns[s] for s in seeds]) for off, returns in by_seed], seeds
 
 
 def curves_of(curves, runs, cell, env):
@@ -476,7 +479,8 @@ def report(store, out):
     lines.append("| (c) the max ratio leaves [1 - eps, 1 + eps] for PPO and PPO-M alike | " + " | ".join(row) + " |")
 
     # Figure 1: 1 - CDF of the final return, split by each switch
-    groups = figure1_groups(runs)
+    groups, fig1_seeds = figure1_groups(runs)
+    complete = len(groups) == 2**len(SWITCHES)  # a split by one switch is confounded by the others until all are in
     fig, axes = plt.subplots(1, len(SWITCHES), figsize=(4.5 * len(SWITCHES), 3.8), squeeze=False)
     shifts = []
     for ax, switch in zip(axes[0], SWITCHES):
@@ -492,10 +496,13 @@ def report(store, out):
         ax.legend(fontsize=8)
         if len(on) >= 3 and len(off) >= 3:
             p = stats.mannwhitneyu(on, off).pvalue
+            verdict = (", shifted" if p < 0.05 else ", no shift shown") if complete else ""
             shifts.append(f"{switch}: on {on.mean():.0f}, off {off.mean():.0f} (n {len(on)}/{len(off)}, "
-                          f"Mann-Whitney p {p:.2g}{', shifted' if p < 0.05 else ', no shift shown'})")
+                          f"Mann-Whitney p {p:.2g}{verdict})")
         else:
             shifts.append(f"{switch}: not run yet")
+    if not complete and len(groups) > 1:
+        shifts.insert(0, f"interim, {len(groups)} of 16 combinations (no verdict until all are in)")
     fig.tight_layout()
     fig.savefig(os.path.join(out, "figure1.png"), dpi=80)
     plt.close(fig)
@@ -507,7 +514,9 @@ def report(store, out):
     lines.append("| (f) PPO-M's mean KL trends up over training; PPO's peaks about halfway, then falls by a quarter or more (the paper's "
                  "reading of Figure 2; a tenth: the median over runs and iterations) | "
                  + " | ".join(kl_trends(curves, runs, e) for e in envs) + " |")
-    lines += ["", f"Figure 1 ({len(groups)} of 16 combinations stored, {FIGURE1_SEEDS.stop - 1} seeds each), "
+    lines += ["", f"Figure 1 ({len(groups)} of 16 combinations stored, read at seeds "
+              f"{', '.join(map(str, fig1_seeds)) or 'none'}, the seeds all of them have; the study runs "
+              f"{FIGURE1_SEEDS.stop - 1}), "
               "the paper's way: 1 - CDF of the final return, the runs split by each switch on or off.", "",
               "![Figure 1](figure1.png)", "", "Figure 2: per iteration, one line per seed (stored every "
               f"{CURVE_EVERY} iterations); the dotted lines: 1 + epsilon on the ratios, TRPO's and TRPO+'s delta on the KL.", "", "![Figure 2](figure2.png)", "",

@@ -213,6 +213,26 @@ def test_report_reads_the_verdicts_off_the_stored_runs(tmp_path):
     assert f"| {stale['cell']} | {stale['env_id']} | `--max-kl-final 9` | 3 | 100 | 100 |" in after
 
 
+def test_figure1_reads_every_combination_at_the_seeds_all_have_and_gives_no_verdict_until_all_16_are_in(tmp_path):
+    synthetic_store(tmp_path)
+    runs = im.read_csv(tmp_path / "runs.csv")
+    # a sweep in progress: one combination not run yet, another at seeds 1 and 2 only
+    kept = [r for r in runs if r["cell"] != "fig1 off: anneal_lr"
+            and not (r["cell"] == "fig1 off: ortho_init" and int(r["seed"]) > 2)]
+    os.remove(tmp_path / "runs.csv")
+    im.append_rows(str(tmp_path / "runs.csv"), kept)
+    groups, seeds = im.figure1_groups(kept)
+    assert seeds == [1, 2] and len(groups) == 15 and all(len(returns) == 2 for _, returns in groups)
+    assert groups[0][0] == set() and groups[0][1] == [float(r["final_return"]) for r in runs if r["cell"] == "PPO"
+                                                      and r["env_id"] == "Walker2d-v4" and int(r["seed"]) <= 2]
+    im.main(["report", "--store", str(tmp_path)])
+    text = (tmp_path / "report.md").read_text()
+    assert "Figure 1 (15 of 16 combinations stored, read at seeds 1, 2, the seeds all of them have" in text
+    d = next(line for line in text.splitlines() if line.startswith("| (d)"))
+    assert "interim, 15 of 16 combinations (no verdict until all are in)" in d
+    assert "shift" not in d.replace("each shift the", "") and "anneal_lr: on 3" in d and "(n 16/14" in d
+
+
 def test_an_empty_store_is_one_line(tmp_path):
     res = subprocess.run([sys.executable, STUDY, "report", "--store", str(tmp_path)], capture_output=True, text=True)
     assert res.returncode == 2 and res.stderr.strip().splitlines() == [
