@@ -66,6 +66,7 @@ SWITCHES = {"value_clipping": "--no-clip-vloss", "reward_scaling": "--reward-sca
             "ortho_init": "--no-ortho-init", "anneal_lr": "--no-anneal-lr"}
 TABLE_SEEDS, FIGURE1_SEEDS, ENVS = range(1, 11), range(1, 5), ["Walker2d-v4", "Hopper-v4"]
 CURVE_EVERY = 4  # iterations between stored Figure 2 points (the paper: 25)
+RUN_PY_ITERATIONS = 5  # the released run.py's final result: the mean of the last 5 iterations' mean episode returns
 LATE_WINDOWS = 3  # the report's second final return: the episodes of the last 3 stored windows (12 iterations)
 CURVE_TAGS = ("losses/max_ratio", "losses/mean_kl", "losses/max_kl")
 
@@ -133,12 +134,26 @@ def installed(package):
 
 
 def append_rows(path, rows):
-    new = not os.path.exists(path)
-    with open(path, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        if new:
-            writer.writeheader()
+    """Append rows under the file's header (a field a row lacks: empty); rows with a field the header lacks write the
+    file again with that column added, the older rows' cells empty."""
+    old = read_csv(path)
+    if old and all(k in old[0] for row in rows for k in row):
+        with open(path, "a", newline="") as f:
+            csv.DictWriter(f, fieldnames=list(old[0]), restval="").writerows(rows)
+    else:
+        write_rows(path, old + rows)
+
+
+def write_rows(path, rows):
+    """Write the file afresh, through a temporary file (a crash leaves the old one whole)."""
+    header = []
+    for row in rows:
+        header += [k for k in row if k not in header]
+    with open(path + ".tmp", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=header, restval="")
+        writer.writeheader()
         writer.writerows(rows)
+    os.replace(path + ".tmp", path)
 
 
 REWARDS_FIX = "7a973ae"  # --reward-scaling rewards became the released code's (r - mean) / std + mean here
@@ -151,10 +166,24 @@ def descends(commit, ancestor):
     return res.returncode == 0
 
 
+def run_py_reading(returns, ends, iteration_ends, last=RUN_PY_ITERATIONS):
+    """The released run.py's final result read off one of our runs: over its last `last` iterations (ending at the
+    steps iteration_ends), the mean of each iteration's mean return over the episodes that ended in it (an iteration
+    where none ended is passed over; the released code, whose every iteration starts new episodes, has none)."""
+    returns, ends, iteration_ends = np.asarray(returns), np.asarray(ends), sorted(set(iteration_ends))
+    spans = list(zip([0] + iteration_ends[:-1], iteration_ends))[-last:]
+    means = [returns[(ends > lo) & (ends <= hi)].mean() for lo, hi in spans if ((ends > lo) & (ends <= hi)).any()]
+    return round(float(np.mean(means)), 2) if means else ""
+
+
 def store_runs(runs_dir, store):
-    """Add the finished runs of planned cells that are not stored yet; returns how many were added."""
+    """Add the finished runs of planned cells that are not stored yet, and the run.py reading of stored runs that
+    lack it (stored before it was) whose runs are in runs_dir; returns how many runs were added."""
     known = {(script_of(cell), args_hash(extra_args(flags))): (cell, flags) for cell, _, _, flags in cells("full")}
     done, added = stored(store), 0
+    lacking = {(r["script"], r["args_hash"], r["env_id"], int(r["seed"])) for r in read_csv(os.path.join(store, "runs.csv"))
+               if not r.get("final_5")}
+    filled = {}
     os.makedirs(store, exist_ok=True)
     for path in sorted(glob.glob(os.path.join(runs_dir, "summaries", "*_continuous_action__*.json"))):
         try:
@@ -163,6 +192,11 @@ def store_runs(runs_dir, store):
         except (OSError, ValueError) as e:
             raise ConfigError(f"summary {path} cannot be read ({e}); delete it and rerun its run") from None
         key = (summary["script"], args_hash(summary["args"]), summary["env_id"], int(summary["seed"]))
+        if key in lacking and summary.get("ok"):  # stored before its run.py reading was
+            tb_dir = os.path.join(runs_dir, summary["tb_dir"])
+            run = read_run(tb_dir, RETURN_TAG)
+            filled[key] = run_py_reading(run["returns"], run["steps"], read_run(tb_dir, CURVE_TAGS[0])["steps"])
+            continue
         if not summary.get("ok") or key[:2] not in known or key in done:
             continue
         if "--reward-scaling rewards" in known[key[:2]][1] and not descends(summary["git_commit"], REWARDS_FIX):
@@ -176,7 +210,8 @@ def store_runs(runs_dir, store):
             "cell": cell, "script": key[0], "env_id": key[2], "seed": key[3], "args_hash": key[1], "flags": flags,
             "final_return": round(summary["final_return"], 2), "episodes": summary["episodes"],
             "global_step": summary["global_step"], "git_commit": summary["git_commit"],
-            "mujoco": run["hparams"].get("mujoco") or installed("mujoco"), "wall_time_s": summary["wall_time_s"]}])
+            "mujoco": run["hparams"].get("mujoco") or installed("mujoco"), "wall_time_s": summary["wall_time_s"],
+            "final_5": run_py_reading(run["returns"], run["steps"], read_run(tb_dir, CURVE_TAGS[0])["steps"])}])
         curves = {tag: read_run(tb_dir, tag) for tag in CURVE_TAGS}
         steps = curves[CURVE_TAGS[0]]["steps"]
         returns, ends = np.array(run["returns"]), np.array(run["steps"])
@@ -189,6 +224,12 @@ def store_runs(runs_dir, store):
         append_rows(os.path.join(store, "iterations.csv"), rows)
         done.add(key)
         added += 1
+    if filled:
+        rows = read_csv(os.path.join(store, "runs.csv"))
+        for r in rows:
+            r["final_5"] = filled.get((r["script"], r["args_hash"], r["env_id"], int(r["seed"])), r.get("final_5", ""))
+        write_rows(os.path.join(store, "runs.csv"), rows)
+        print(f"implementation_matters.py: read {len(filled)} stored run(s) the released run.py's way")
     released = {(r["config"], int(r["seed"])) for r in read_csv(os.path.join(store, "paper_code.csv"))}
     for path in sorted(glob.glob(os.path.join(runs_dir, "paper_code", "*.json"))):  # paper_code.py's runs
         with open(path) as f:
@@ -241,7 +282,7 @@ DIFFERENCES = [
     "iteration (its env reset). Reward and observation statistics follow baselines' VecNormalize (var + 1e-8).",
     "Final return: the mean of each run's last 100 training episodes; the paper does not say which episodes its "
     "final reward averages, and its released run.py records the mean of the last 5 iterations' mean episode "
-    "rewards. The report also reads it over the last 12 iterations (below the tables).",
+    "rewards. The report also reads ours over the last 12 iterations, and the run.py way (below the tables).",
     "The released code, run on these v4 envs by benchmark/paper_code.py, gives its own side of a cell that "
     "disagrees (below the tables, where run).",
     "No learning-rate grid: the configs' rates for each cell, and for Figure 1 PPO's Walker2d rates in every "
@@ -263,6 +304,11 @@ def difference(x, y, rng, n=1000):
 
 def finals(runs, cell, env):
     return np.array([float(r["final_return"]) for r in runs if r["cell"] == cell and r["env_id"] == env])
+
+
+def run_py_finals(runs, cell, env):
+    """The released run.py's reading of a cell's runs (those stored with it)."""
+    return np.array([float(r["final_5"]) for r in runs if r["cell"] == cell and r["env_id"] == env and r.get("final_5")])
 
 
 def late_returns(runs, curves, cell, env, windows=LATE_WINDOWS):
@@ -400,6 +446,16 @@ def report(store, out):
                   "episodes of a 1,000-step task span up to 100,000 steps of a rising curve. The mean over seeds, the "
                   f"table's in brackets; {sum(m > 0 for m in moves)} of {len(moves)} cells read higher, by "
                   f"{min(moves):+.0f} to {max(moves):+.0f}:", ""] + late_lines
+    run_py_lines = []
+    for env in envs:
+        parts = [f"{a} {x.mean():.0f} ({summary[a, env][0]:.0f}" + (f"; {len(x)} of its {n} runs" if len(x) < n else "")
+                 + ")" for a in algos for x, n in [(run_py_finals(runs, a, env), len(finals(runs, a, env)))] if len(x)]
+        run_py_lines += [f"- {env}: " + ", ".join(parts)] if parts else []
+    if run_py_lines:
+        lines += ["", f"The released run.py's reading (its final result): the mean of the last {RUN_PY_ITERATIONS} "
+                  "iterations' mean episode returns, each iteration's mean weighted alike however many episodes ended in "
+                  "it, which gives a long, high-return episode more weight than the last 100 episodes do. The mean over "
+                  "seeds, the table's in brackets:", ""] + run_py_lines
 
     def beats(a, b, env):  # a's mean above b's, with the bootstrapped interval of the difference above 0
         x, y = finals(runs, a, env), finals(runs, b, env)
@@ -415,17 +471,20 @@ def report(store, out):
     if released:  # the released code on the same envs (benchmark/paper_code.py): where ours and the paper part
         lines += ["", "## The released code on the same envs", "", "benchmark/paper_code.py: the paper's released "
                   "Trainer and configs on these v4 envs (advanced logging off), read as ours (the last 100 episodes) "
-                  "and as its run.py reads it (the last 5 iterations' mean episode rewards).", "",
-                  "| cell | env | ours, n | released code, n | ours - released [95%] | released, its run.py's reading |",
-                  "|---|---|---|---|---|---|"]
+                  f"and as its run.py reads it (the last {RUN_PY_ITERATIONS} iterations' mean episode rewards; "
+                  "ours read the same way, above). The paper's number is for v2.", "",
+                  "| cell | env | paper | last 100 episodes: ours, n | released, n | ours - released [95%] | "
+                  "run.py's reading: ours, n | released | ours - released [95%] |", "|---|---|---|" + "---|" * 6]
         for cell, env in sorted({(r["cell"], r["env_id"]) for r in released}):
-            y = np.array([float(r["final_return"]) for r in released if (r["cell"], r["env_id"]) == (cell, env)])
-            y5 = np.mean([float(r["final_5"]) for r in released if (r["cell"], r["env_id"]) == (cell, env)])
-            x = finals(runs, cell, env)
-            ours = f"{x.mean():.0f}, {len(x)}" if len(x) else "not run yet"
-            diff = ("%+.0f [%+.0f, %+.0f]" % difference(x, y, released_rng)) if len(x) >= 3 and len(y) >= 3 else \
-                "too few seeds for an interval"
-            lines.append(f"| {cell} | {env} | {ours} | {y.mean():.0f}, {len(y)} | {diff} | {y5:.0f} |")
+            mine = [r for r in released if (r["cell"], r["env_id"]) == (cell, env)]
+            row = f"| {cell} | {env} | {PAPER[cell, env][0]} |"
+            for x, y in ((finals(runs, cell, env), [r["final_return"] for r in mine]),
+                         (run_py_finals(runs, cell, env), [r["final_5"] for r in mine])):
+                y = np.array(y, dtype=float)
+                diff = ("%+.0f [%+.0f, %+.0f]" % difference(x, y, released_rng)) if len(x) >= 3 and len(y) >= 3 \
+                    else "too few seeds for an interval"
+                row += f" {f'{x.mean():.0f}, {len(x)}' if len(x) else 'not run yet'} | {y.mean():.0f}, {len(y)} | {diff} |"
+            lines.append(row)
     lines += ["", "## The paper's claims", "", "| claim | " + " | ".join(envs) + " |", "|---|" + "---|" * len(envs)]
     lines.append("| (a) PPO beats PPO-M | " + " | ".join(beats("PPO", "PPO-M", e)[0] for e in envs) + " |")
     row = []

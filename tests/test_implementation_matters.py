@@ -135,6 +135,34 @@ def test_store_keeps_finished_runs_once_and_plan_skips_them(tmp_path, monkeypatc
             assert float(r[key]) == pytest.approx(logged[key], rel=1e-4)
     lines = plan_lines(store)
     assert lines[0][:3] == ["PPO", "Walker2d-v4", "1"] and lines[1][:3] == ["PPO-M", "Walker2d-v4", "1 2"]  # seed 2 stored
+    # the released run.py's reading: one env, so episode k ends at the sum of the first k lengths; iteration i (64
+    # steps) holds the episodes that end in (64 (i - 1), 64 i]; the mean of the last 5 iterations' means
+    ends = np.cumsum(out["episodic_length"])
+    means = [np.mean([r for r, e in zip(out["episodic_return"], ends) if 64 * (i - 1) < e <= 64 * i]) for i in range(6, 11)]
+    assert float(row["final_5"]) == pytest.approx(np.mean(means), abs=0.01)
+    # a run stored before the reading was: the next store reads it off the run, the rest of the file as it was
+    im.write_rows(str(store / "runs.csv"), [{k: v for k, v in row.items() if k != "final_5"}])
+    assert im.store_runs("runs", str(store)) == 0
+    assert im.read_csv(store / "runs.csv") == [row]
+
+
+def test_append_rows_keeps_the_files_columns_and_adds_new_ones(tmp_path):
+    path = str(tmp_path / "rows.csv")
+    im.append_rows(path, [{"a": 1, "b": 2}])
+    im.append_rows(path, [{"b": 4, "a": 3}])  # the file's column order, whatever the row's
+    im.append_rows(path, [{"a": 5, "c": 6}])  # a new column: the older rows' cells empty
+    im.append_rows(path, [{"a": 7}])
+    assert (tmp_path / "rows.csv").read_text().splitlines() == ["a,b,c", "1,2,", "3,4,", "5,,6", "7,,"]
+    assert not os.path.exists(path + ".tmp")
+
+
+def test_the_run_py_reading_is_the_mean_of_the_last_iterations_means():
+    # iterations end at 10, 20, 30, 40; episodes end at 5, 10 (iteration 1), 25 (3), 31, 39 (4); none in iteration 2
+    returns, ends = [1.0, 3.0, 10.0, 20.0, 40.0], [5, 10, 25, 31, 39]
+    assert im.run_py_reading(returns, ends, [40, 10, 30, 20, 40], last=2) == 20.0  # (10 + 30) / 2
+    assert im.run_py_reading(returns, ends, [10, 20, 30, 40], last=3) == 20.0  # iteration 2 passed over
+    assert im.run_py_reading(returns, ends, [10, 20, 30, 40], last=4) == (2 + 10 + 30) / 3
+    assert im.run_py_reading([], [], [10, 20]) == ""
 
 
 def synthetic_kl(cell, i, rising=True):
@@ -274,8 +302,19 @@ def test_the_released_codes_runs_are_stored_and_set_beside_ours(tmp_path):
     (line,) = [x for x in (store / "report.md").read_text().splitlines() if x.startswith("| PPO-M | Walker2d-v4 | ")]
     ours = im.finals(im.read_csv(store / "runs.csv"), "PPO-M", "Walker2d-v4")
     diff = re.search(r"\| ([+-]\d+) \[([+-]\d+), ([+-]\d+)\] \|", line).groups()
-    assert line.startswith(f"| PPO-M | Walker2d-v4 | {ours.mean():.0f}, 10 | 3100, 3 | ") and line.endswith(" | 3105 |")
+    assert line.startswith(f"| PPO-M | Walker2d-v4 | 2735 | {ours.mean():.0f}, 10 | 3100, 3 | ")
     assert int(diff[0]) == round(ours.mean() - 3100) and int(diff[1]) < int(diff[0]) < int(diff[2]) < 0
+    # the run.py reading: ours has none stored (the synthetic runs lack it), the released code's is its final_5
+    assert line.endswith(" | not run yet | 3105, 3 | too few seeds for an interval |")
+    # ours read the run.py way too: 100 above its last 100 episodes, in the table and the section on the late readings
+    rows = im.read_csv(store / "runs.csv")
+    im.write_rows(str(store / "runs.csv"), [dict(r, final_5=float(r["final_return"]) + 100) for r in rows])
+    im.main(["report", "--store", str(store)])
+    text = (store / "report.md").read_text()
+    (line,) = [x for x in text.splitlines() if x.startswith("| PPO-M | Walker2d-v4 | ")]
+    diff = re.search(r"\| ([+-]\d+) \[([+-]\d+), ([+-]\d+)\] \|$", line).groups()
+    assert f" | {ours.mean() + 100:.0f}, 10 | 3105, 3 | " in line and int(diff[0]) == round(ours.mean() + 100 - 3105)
+    assert f"- Walker2d-v4: PPO {im.finals(rows, 'PPO', 'Walker2d-v4').mean() + 100:.0f} (" in text
 
 
 @pytest.mark.parametrize("last, verdict", [(0.7, "yes"), (0.9, "no")])
