@@ -275,11 +275,15 @@ DIFFERENCES = [
     "TRPO: our line search, Fisher subsample and conjugate gradient are the paper's (trpo_continuous_action.py's "
     "docstring); its advantages are normalised over the batch, as the paper's.",
     "Actions: the env gets the sampled action clipped to its bounds (C5, in every cell); the paper's env wrapper passes "
-    "it unclipped (MuJoCo clamps the control to its range, and the v2 envs' control cost reads the unclipped action).",
+    "it unclipped: MuJoCo clamps the control to its range, so the motion is the same, but the env's control cost "
+    "(v2's, and v4's too, under benchmark/paper_code.py) reads the unclipped action, which would lower the return "
+    "of a policy like our PPO-M's at 1M steps (its means outside [-1, 1] for over half the action components) by "
+    "about 15 per 1,000-step episode.",
     "Episodes run on across iterations and the rollout bootstraps from V(next observation); the paper resets the "
     "env at every iteration, bootstraps the last step from V(last state), and drops the done steps from the value loss.",
     "The reward filter's running return restarts after every episode end (VecNormalize); the paper's also at every "
-    "iteration (its env reset). Reward and observation statistics follow baselines' VecNormalize (var + 1e-8).",
+    "iteration (its env reset). Reward and observation statistics follow baselines' VecNormalize (var + 1e-8, "
+    "the episode-ending observation left out); the paper's filter counts that one too and reads the std with n - 1.",
     "Final return: the mean of each run's last 100 training episodes; the paper does not say which episodes its "
     "final reward averages, and its released run.py records the mean of the last 5 iterations' mean episode "
     "rewards. The report also reads ours over the last 12 iterations, and the run.py way (below the tables).",
