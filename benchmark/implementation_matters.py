@@ -204,16 +204,15 @@ def store_runs(runs_dir, store):
                   f"{REWARDS_FIX}); move its run out of {runs_dir} and rerun it")
             continue
         tb_dir = os.path.join(runs_dir, summary["tb_dir"])
-        run = read_run(tb_dir, RETURN_TAG)
+        run, curves = read_run(tb_dir, RETURN_TAG), {tag: read_run(tb_dir, tag) for tag in CURVE_TAGS}
+        steps = curves[CURVE_TAGS[0]]["steps"]
         cell, flags = known[key[:2]]
         append_rows(os.path.join(store, "runs.csv"), [{
             "cell": cell, "script": key[0], "env_id": key[2], "seed": key[3], "args_hash": key[1], "flags": flags,
             "final_return": round(summary["final_return"], 2), "episodes": summary["episodes"],
             "global_step": summary["global_step"], "git_commit": summary["git_commit"],
             "mujoco": run["hparams"].get("mujoco") or installed("mujoco"), "wall_time_s": summary["wall_time_s"],
-            "final_5": run_py_reading(run["returns"], run["steps"], read_run(tb_dir, CURVE_TAGS[0])["steps"])}])
-        curves = {tag: read_run(tb_dir, tag) for tag in CURVE_TAGS}
-        steps = curves[CURVE_TAGS[0]]["steps"]
+            "final_5": run_py_reading(run["returns"], run["steps"], steps)}])
         returns, ends = np.array(run["returns"]), np.array(run["steps"])
         rows = []
         for i in range(CURVE_EVERY - 1, len(steps), CURVE_EVERY):
