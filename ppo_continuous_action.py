@@ -30,7 +30,8 @@ The 9 details for continuous action domains (seed 000), C1-C9 in the comments:
 Seed 004 (Engstrom et al., Implementation Matters in Deep Policy Gradients) turns these code-level details off one
 flag at a time, each on by default: --no-norm-obs (C6), --clip-obs inf (C7), --reward-scaling rewards|none (C8: the
 rewards' deviation from their mean by their std, the mean kept; or raw, no C9 clip), --clip-reward inf (C9),
---no-ortho-init (detail 2: its PPO-M init, Xavier-uniform weights, zero biases), --max-grad-norm inf (detail 11),
+--no-ortho-init (detail 2: its PPO-M init, Xavier-uniform weights, zero biases), --max-grad-norm inf (detail 11; its
+released code clips the policy's gradient alone: --grad-clip-scope actor),
 --no-clip-vloss (9), --no-anneal-lr (4), --clip-coef 1e32 (8, its PPO-NoClip); --value-lr: the critic's own rate.
 After each update it logs its Figure 2: the largest ratio new / old over the batch and the exact KL(old || new) of the
 Gaussians over the batch's states (losses/max_ratio, losses/mean_kl, losses/max_kl). benchmark/implementation_matters.sh
@@ -101,6 +102,8 @@ class Args:
     ent_coef: float = 0.0  # coefficient of the entropy bonus
     vf_coef: float = 0.5  # coefficient of the value loss
     max_grad_norm: float = 0.5  # the maximum global norm of the gradients (inf: no clipping)
+    grad_clip_scope: Literal["both", "actor"] = "both"  # whose gradients --max-grad-norm bounds, as one norm: both
+    # networks' (detail 11), or the actor's alone, the critic's unclipped (seed 004's released code)
     target_kl: Optional[float] = None  # stop the epochs early when approx_kl exceeds this (off in the reference)
     bootstrap_truncated: bool = False  # bootstrap time-limit ends from the value of their final observation
     clip_obs: float = 10.0  # normalised observations are clipped to [-clip_obs, clip_obs] (detail C7; inf: not)
@@ -148,6 +151,8 @@ def check_args(args: Args, ckpt=None) -> None:
                                   + (" or inf (no clip)" if name in OFF_AT_INF else "") + f", got {v}")
     if args.reward_scaling not in ("returns", "rewards", "none"):
         raise ConfigError(f"--reward-scaling must be returns, rewards or none, got {args.reward_scaling!r}")
+    if args.grad_clip_scope not in ("both", "actor"):
+        raise ConfigError(f"--grad-clip-scope must be both or actor, got {args.grad_clip_scope!r}")
     need = args.num_envs * (2e6 + args.num_steps * 2e3)  # measured: ~1.1 MB per MuJoCo env, ~1 kB per env-step
     if need > (ram := os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")):
         raise ConfigError(f"--num-envs {args.num_envs} needs about {need / 1e9:.1f} GB (envs and rollout storage), "
@@ -368,7 +373,9 @@ def update(agent, optimizer, b, args):
 
             optimizer.zero_grad()
             loss.backward()
-            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # detail 11
+            # detail 11; the optimizer's first group is the actor's (every parameter outside agent.critic)
+            clipped = agent.parameters() if args.grad_clip_scope == "both" else optimizer.param_groups[0]["params"]
+            nn.utils.clip_grad_norm_(clipped, args.max_grad_norm)
             optimizer.step()
         if args.target_kl is not None and ratio_stats(logratios[-1], args.clip_coef)[1] > args.target_kl:
             break

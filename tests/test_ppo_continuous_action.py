@@ -464,6 +464,27 @@ def test_max_grad_norm_inf_is_no_clipping(monkeypatch):
     assert clipped["losses"][1:] != without["losses"][1:]
 
 
+def test_grad_clip_scope_actor_clips_the_actor_alone(monkeypatch):
+    """One iteration, so the rollout is the same in every run: with the actor's gradient alone clipped, the critic
+    ends where an unclipped run's does and the actor where a jointly clipped run's does not."""
+    runs = {name: pca.train(tiny(total_timesteps=2 * 32, max_grad_norm=norm, grad_clip_scope=scope))
+            for name, norm, scope in (("free", math.inf, "both"), ("both", 1e-3, "both"), ("actor", 1e-3, "actor"))}
+    critic = {name: list(out["agent"].critic.parameters()) for name, out in runs.items()}
+    actor = {name: [p for n, p in out["agent"].named_parameters() if not n.startswith("critic")]
+             for name, out in runs.items()}
+    assert all(torch.equal(p, q) for p, q in zip(critic["actor"], critic["free"]))
+    assert not all(torch.equal(p, q) for p, q in zip(critic["both"], critic["free"]))
+    assert not all(torch.equal(p, q) for p, q in zip(actor["actor"], actor["free"]))
+    clipped, clip = [], pca.nn.utils.clip_grad_norm_  # what each clip_grad_norm_ call is given, and the norm it finds
+    monkeypatch.setattr(pca.nn.utils, "clip_grad_norm_", lambda params, max_norm: clipped.append(
+        (params := list(params), clip(params, max_norm), max_norm)))
+    out = pca.train(tiny(total_timesteps=2 * 32, max_grad_norm=1e-3, grad_clip_scope="actor"))
+    assert {id(p) for p in clipped[0][0]} == {id(p) for n, p in out["agent"].named_parameters() if not n.startswith("critic")}
+    assert all(norm > 1e-3 for _, norm, _ in clipped)  # every call had something to clip
+    with pytest.raises(pca.ConfigError, match="--grad-clip-scope must be both or actor"):
+        pca.check_args(tiny(grad_clip_scope="critic"))
+
+
 def test_value_lr_is_the_critic_group_and_anneals_with_the_policy():
     out = pca.train(tiny(learning_rate=3e-4, value_lr=1e-3, total_timesteps=2 * 32 * 5))
     actor, critic = out["optimizer"].param_groups
