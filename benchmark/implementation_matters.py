@@ -589,13 +589,22 @@ def report(store, out):
         lines += ["", "## Other stored runs", "", "Runs of settings, or of code, the study no longer plans (not in the "
                   "tables above; a cell named `<cell>, rewards / std` ran `--reward-scaling rewards` as r / std, before "
                   "it became the paper's (r - mean) / std + mean; `<cell>, joint clip` clipped both networks' gradients "
-                  "as one norm, before `--grad-clip-scope actor`):", "",
-                  "| cell | env | flags | seeds | final returns | mean |", "|---|---|---|---|---|---|"]
+                  "as one norm, before `--grad-clip-scope actor`), beside "
+                  "the cell's runs now at the same seeds (the cell: the name before the comma), and now - then, "
+                  "paired by seed (with its bootstrapped 95% interval from 3 seeds on):", "",
+                  "| cell | env | flags | seeds | final returns | mean | now, same seeds | now - then |",
+                  "|---|---|---|---|---|---|---|---|"]
         for key in sorted({(r["cell"], r["env_id"], r["flags"]) for r in others}):
             x = [r for r in others if (r["cell"], r["env_id"], r["flags"]) == key]
             returns = [float(r["final_return"]) for r in x]
+            now = {r["seed"]: float(r["final_return"]) for r in runs if r["cell"] == key[0].split(",")[0]
+                   and r["env_id"] == key[1]}
+            d = np.array([now[r["seed"]] - float(r["final_return"]) for r in x if r["seed"] in now])
+            paired = ("—", "—") if not len(d) else (
+                f"{np.mean([now[r['seed']] for r in x if r['seed'] in now]):.0f}, {len(d)}",
+                f"{d.mean():+.0f}" + (" [{:+.0f}, {:+.0f}]".format(*bootstrap(d, rng)[1:]) if len(d) >= 3 else ""))
             lines.append(f"| {key[0]} | {key[1]} | `{key[2]}` | {' '.join(r['seed'] for r in x)} | "
-                         f"{', '.join(f'{v:.0f}' for v in returns)} | {np.mean(returns):.0f} |")
+                         f"{', '.join(f'{v:.0f}' for v in returns)} | {np.mean(returns):.0f} | {' | '.join(paired)} |")
     lines += ["", "## Settings of each cell (ppo_continuous_action.py's flags)", "", f"Every run: `{PROTOCOL}`.", ""]
     lines += [f"- {algo} on {env} ({script_of(algo)}): `{flags}`" for (algo, env), flags in SETTINGS.items()]
     lines += [f"- Figure 1: PPO's Walker2d flags with {', '.join(f'`{f}`' for f in SWITCHES.values())} for a switch "

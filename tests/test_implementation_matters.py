@@ -238,7 +238,22 @@ def test_report_reads_the_verdicts_off_the_stored_runs(tmp_path):
     after = (tmp_path / "c" / "report.md").read_text()
     tables = text.split("## The paper's claims")[0].replace(f"{len(rows)} stored runs", f"{len(rows) + 1} stored runs")
     assert after.split("## The paper's claims")[0] == tables  # the tables as before, the count of stored runs apart
-    assert f"| {stale['cell']} | {stale['env_id']} | `--max-kl-final 9` | 3 | 100 | 100 |" in after
+    assert f"| {stale['cell']} | {stale['env_id']} | `--max-kl-final 9` | 3 | 100 | 100 | — | — |" in after
+    # runs of the cell's earlier code at seeds it has now: the cell's runs now at those seeds, and the paired difference
+    then = [dict(rows[0], cell=rows[0]["cell"] + ", joint clip", seed=str(seed), final_return=str(100.0 * seed),
+                 flags="--grad-clip-scope both", args_hash="0ld") for seed in (2, 1)]
+    im.append_rows(str(tmp_path / "c" / "runs.csv"), then)
+    im.main(["report", "--store", str(tmp_path / "c")])
+    now = {int(r["seed"]): float(r["final_return"]) for r in rows if (r["cell"], r["env_id"]) == (rows[0]["cell"], rows[0]["env_id"])}
+    assert sorted(now) == [1, 2]
+    assert (f"| {rows[0]['cell']}, joint clip | {rows[0]['env_id']} | `--grad-clip-scope both` | 2 1 | 200, 100 | 150 | "
+            f"{(now[1] + now[2]) / 2:.0f}, 2 | {(now[1] - 100 + now[2] - 200) / 2:+.0f} |") in (tmp_path / "c" / "report.md").read_text()
+    # from 3 seeds on, the difference's interval: each earlier run 50 below the run now at its seed
+    rows = im.read_csv(tmp_path / "a" / "runs.csv")
+    im.append_rows(str(tmp_path / "a" / "runs.csv"), [dict(r, cell=r["cell"] + ", joint clip", final_return=str(
+        float(r["final_return"]) - 50), args_hash="0ld") for r in rows if r["cell"] == "PPO-M" and int(r["seed"]) <= 3])
+    im.main(["report", "--store", str(tmp_path / "a")])
+    assert ", 3 | +50 [+50, +50] |" in (tmp_path / "a" / "report.md").read_text()
 
 
 def test_figure1_reads_every_combination_at_the_seeds_all_have_and_gives_no_verdict_until_all_16_are_in(tmp_path):
