@@ -102,8 +102,7 @@ class Args:
     ent_coef: float = 0.0  # coefficient of the entropy bonus
     vf_coef: float = 0.5  # coefficient of the value loss
     max_grad_norm: float = 0.5  # the maximum global norm of the gradients (inf: no clipping)
-    grad_clip_scope: Literal["both", "actor"] = "both"  # whose gradients --max-grad-norm bounds, as one norm: both
-    # networks' (detail 11), or the actor's alone, the critic's unclipped (seed 004's released code)
+    grad_clip_scope: Literal["both", "actor"] = "both"  # clip both networks' norm (detail 11) or the actor's (seed 004)
     target_kl: Optional[float] = None  # stop the epochs early when approx_kl exceeds this (off in the reference)
     bootstrap_truncated: bool = False  # bootstrap time-limit ends from the value of their final observation
     clip_obs: float = 10.0  # normalised observations are clipped to [-clip_obs, clip_obs] (detail C7; inf: not)
@@ -373,9 +372,8 @@ def update(agent, optimizer, b, args):
 
             optimizer.zero_grad()
             loss.backward()
-            # detail 11; the optimizer's first group is the actor's (every parameter outside agent.critic)
-            clipped = agent.parameters() if args.grad_clip_scope == "both" else optimizer.param_groups[0]["params"]
-            nn.utils.clip_grad_norm_(clipped, args.max_grad_norm)
+            clipped = agent.parameters() if args.grad_clip_scope == "both" else optimizer.param_groups[0]["params"]  # actor
+            nn.utils.clip_grad_norm_(clipped, args.max_grad_norm)  # detail 11
             optimizer.step()
         if args.target_kl is not None and ratio_stats(logratios[-1], args.clip_coef)[1] > args.target_kl:
             break
