@@ -27,6 +27,7 @@ import json
 import os
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 
@@ -295,6 +296,11 @@ DIFFERENCES = [
 ]
 
 
+def rng_for(*labels):
+    """Each interval's own generator, seeded by what it measures: storing runs of one cell moves no other's interval."""
+    return np.random.default_rng(zlib.crc32("|".join(map(str, labels)).encode()))
+
+
 def bootstrap(x, rng, n=1000):
     """The mean and its bootstrapped 95% interval (n resamples, percentiles), as the paper's tables."""
     means = rng.choice(x, size=(n, len(x)), replace=True).mean(1)
@@ -395,7 +401,7 @@ def report(store, out):
     runs = [r for r in stored_runs if (r["script"], r["args_hash"]) in planned]  # others: settings changed since
     others = [r for r in stored_runs if (r["script"], r["args_hash"]) not in planned]
     os.makedirs(out, exist_ok=True)
-    rng, envs, algos = np.random.default_rng(0), ENVS, ALGOS
+    envs, algos = ENVS, ALGOS
     lines = ["# Seed 004 reproduced: PPO, PPO-M, TRPO, TRPO+, PPO-NoClip (Engstrom et al. 2020)", "",
              f"`bash benchmark/implementation_matters.sh`, then `python benchmark/implementation_matters.py report "
              f"--store {os.path.relpath(os.path.abspath(store), ROOT)}`. {len(stored_runs)} stored runs of ppo_continuous_action.py "
@@ -414,7 +420,7 @@ def report(store, out):
         row_cells = []
         for env in envs:
             x = finals(runs, algo, env)
-            summary[algo, env] = bootstrap(x, rng) if len(x) else None
+            summary[algo, env] = bootstrap(x, rng_for(algo, env)) if len(x) else None
             ours = f"{summary[algo, env][0]:.0f} [{summary[algo, env][1]:.0f}, {summary[algo, env][2]:.0f}], " \
                    f"{len(x)}" if len(x) else "not run yet"
             row_cells.append(f"{ours} | {PAPER[algo, env][0]} [{PAPER[algo, env][1]}, {PAPER[algo, env][2]}]")
@@ -467,12 +473,11 @@ def report(store, out):
         if len(x) < 3 or len(y) < 3:  # a bootstrap of 2 seeds has 3 possible means: no interval to read
             return ("not run yet" if not len(x) or not len(y) else
                     f"too few seeds for a verdict: {x.mean() - y.mean():+.0f}, n {len(x)} and {len(y)}"), None
-        diff, low, high = difference(x, y, rng)
+        diff, low, high = difference(x, y, rng_for(a, b, env))
         word = "yes" if low > 0 else "no (the reverse)" if high < 0 else "not shown (the interval holds 0)"
         return f"{word}: {diff:+.0f} [{low:+.0f}, {high:+.0f}], n {len(x)} and {len(y)}", low > 0
 
     released = read_csv(os.path.join(store, "paper_code.csv"))
-    released_rng = np.random.default_rng(1)  # its own draws: the claims' intervals below stay as without this section
     if released:  # the released code on the same envs (benchmark/paper_code.py): where ours and the paper part
         lines += ["", "## The released code on the same envs", "", "benchmark/paper_code.py: the paper's released "
                   "Trainer and configs on these v4 envs (advanced logging off), read as ours (the last 100 episodes) "
@@ -483,10 +488,10 @@ def report(store, out):
         for cell, env in sorted({(r["cell"], r["env_id"]) for r in released}):
             mine = [r for r in released if (r["cell"], r["env_id"]) == (cell, env)]
             row = f"| {cell} | {env} | {PAPER[cell, env][0]} |"
-            for x, y in ((finals(runs, cell, env), [r["final_return"] for r in mine]),
-                         (run_py_finals(runs, cell, env), [r["final_5"] for r in mine])):
+            for reading, x, y in (("last 100", finals(runs, cell, env), [r["final_return"] for r in mine]),
+                                  ("run.py", run_py_finals(runs, cell, env), [r["final_5"] for r in mine])):
                 y = np.array(y, dtype=float)
-                diff = ("%+.0f [%+.0f, %+.0f]" % difference(x, y, released_rng)) if len(x) >= 3 and len(y) >= 3 \
+                diff = ("%+.0f [%+.0f, %+.0f]" % difference(x, y, rng_for("released", cell, env, reading))) if len(x) >= 3 and len(y) >= 3 \
                     else "too few seeds for an interval"
                 row += f" {f'{x.mean():.0f}, {len(x)}' if len(x) else 'not run yet'} | {y.mean():.0f}, {len(y)} | {diff} |"
             lines.append(row)
@@ -602,7 +607,7 @@ def report(store, out):
             d = np.array([now[r["seed"]] - float(r["final_return"]) for r in x if r["seed"] in now])
             paired = ("—", "—") if not len(d) else (
                 f"{np.mean([now[r['seed']] for r in x if r['seed'] in now]):.0f}, {len(d)}",
-                f"{d.mean():+.0f}" + (" [{:+.0f}, {:+.0f}]".format(*bootstrap(d, rng)[1:]) if len(d) >= 3 else ""))
+                f"{d.mean():+.0f}" + (" [{:+.0f}, {:+.0f}]".format(*bootstrap(d, rng_for(*key))[1:]) if len(d) >= 3 else ""))
             lines.append(f"| {key[0]} | {key[1]} | `{key[2]}` | {' '.join(r['seed'] for r in x)} | "
                          f"{', '.join(f'{v:.0f}' for v in returns)} | {np.mean(returns):.0f} | {' | '.join(paired)} |")
     lines += ["", "## Settings of each cell (ppo_continuous_action.py's flags)", "", f"Every run: `{PROTOCOL}`.", ""]

@@ -256,6 +256,23 @@ def test_report_reads_the_verdicts_off_the_stored_runs(tmp_path):
     assert ", 3 | +50 [+50, +50] |" in (tmp_path / "a" / "report.md").read_text()
 
 
+def test_a_cells_interval_moves_only_with_its_own_runs(tmp_path):
+    synthetic_store(tmp_path / "all")
+    rows = im.read_csv(tmp_path / "all" / "runs.csv")
+    os.makedirs(tmp_path / "fewer")  # PPO on Walker2d-v4 at 4 seeds, every other cell as before
+    im.append_rows(str(tmp_path / "fewer" / "runs.csv"), [r for r in rows if not (
+        (r["cell"], r["env_id"]) == ("PPO", "Walker2d-v4") and int(r["seed"]) > 4)])
+    tables = {}
+    for name in ("all", "fewer"):
+        im.main(["report", "--store", str(tmp_path / name)])
+        text = (tmp_path / name / "report.md").read_text()
+        tables[name] = {line.split(" | ")[0]: line for line in text.split("## Tables 2 and 3")[1].splitlines()[:14]
+                        if line.startswith("| ")}
+    assert tables["all"]["| PPO"] != tables["fewer"]["| PPO"]
+    for algo in ("PPO-M", "TRPO", "TRPO+", "PPO-NoClip"):  # drawn after PPO's: a shared generator would move them
+        assert tables["all"][f"| {algo}"] == tables["fewer"][f"| {algo}"]
+
+
 def test_figure1_reads_every_combination_at_the_seeds_all_have_and_gives_no_verdict_until_all_16_are_in(tmp_path):
     synthetic_store(tmp_path)
     runs = im.read_csv(tmp_path / "runs.csv")
