@@ -491,7 +491,8 @@ def report(store, out):
             for reading, x, y in (("last 100", finals(runs, cell, env), [r["final_return"] for r in mine]),
                                   ("run.py", run_py_finals(runs, cell, env), [r["final_5"] for r in mine])):
                 y = np.array(y, dtype=float)
-                diff = ("%+.0f [%+.0f, %+.0f]" % difference(x, y, rng_for("released", cell, env, reading))) if len(x) >= 3 and len(y) >= 3 \
+                rng = rng_for("released", cell, env, reading)
+                diff = ("%+.0f [%+.0f, %+.0f]" % difference(x, y, rng)) if len(x) >= 3 and len(y) >= 3 \
                     else "too few seeds for an interval"
                 row += f" {f'{x.mean():.0f}, {len(x)}' if len(x) else 'not run yet'} | {y.mean():.0f}, {len(y)} | {diff} |"
             lines.append(row)
