@@ -4,6 +4,7 @@ Run:   bash benchmark/implementation_matters.sh [short]          (calls the thre
        python benchmark/implementation_matters.py plan --mode full|short --store DIR [--cells CELL ...]
        python benchmark/implementation_matters.py store runs/ --store DIR
        python benchmark/implementation_matters.py report --store DIR [--out DIR]
+       python benchmark/implementation_matters.py mujoco-dir      (where a study on another MuJoCo goes: mujoco_dir)
 
 The settings are the paper's released configs (MadryLab/implementation-matters: src/MuJoCo.json, overridden by
 configs/{walker,hopper}_{ppo,ppom,ppo_noclip,trpo,trpo_plus}.py), as the flags of ppo_continuous_action.py (PPO, PPO-M,
@@ -112,12 +113,26 @@ def stored(store):
     return {(r["script"], r["args_hash"], r["env_id"], int(r["seed"])) for r in read_csv(os.path.join(store, "runs.csv"))}
 
 
+def lock_mujoco():
+    """The MuJoCo of the study's tables: the one requirements/mujoco.txt locks."""
+    with open(os.path.join(ROOT, "requirements", "mujoco.txt")) as f:
+        return next(line.split("==")[1].split()[0] for line in f if line.startswith("mujoco=="))
+
+
+def mujoco_dir():
+    """'' on the lock's MuJoCo; on another (scripts/install.sh mujoco-ref) 'mujoco-<version>', the folder inside the
+    store, and beside runs/, where the study on that MuJoCo goes: its plan, runs and stored runs apart from the
+    tables', and the report sets them beside the same cells and seeds."""
+    version = installed("mujoco")
+    return "" if version == lock_mujoco() else f"mujoco-{version}"
+
+
 def plan(mode, store, only=None):
     """Print the runs still to make, one run.py call a line; `only` keeps the named cells (fig1: Figure 1's)."""
     unknown = sorted(set(only or []) - set(ALGOS) - {"fig1"})
     if unknown:
         raise ConfigError(f"--cells: unknown cell {unknown[0]!r}; choose from {', '.join(ALGOS + ['fig1'])}")
-    done = stored(store)
+    done = stored(os.path.join(store, mujoco_dir()))
     for cell, env, seeds, flags in cells(mode):
         if only and cell.split()[0] not in only:
             continue
@@ -179,7 +194,9 @@ def run_py_reading(returns, ends, iteration_ends, last=RUN_PY_ITERATIONS):
 
 def store_runs(runs_dir, store):
     """Add the finished runs of planned cells that are not stored yet, and the run.py reading of stored runs that
-    lack it (stored before it was) whose runs are in runs_dir; returns how many runs were added."""
+    lack it (stored before it was) whose runs are in runs_dir; returns how many runs were added. On a MuJoCo other
+    than the lock's, into the store's mujoco-<version>/ (mujoco_dir), and only runs that ran on it."""
+    store, mujoco = os.path.join(store, mujoco_dir()), installed("mujoco")
     known = {(script_of(cell), args_hash(extra_args(flags))): (cell, flags) for cell, _, _, flags in cells("full")}
     done, added = stored(store), 0
     lacking = {(r["script"], r["args_hash"], r["env_id"], int(r["seed"])) for r in read_csv(os.path.join(store, "runs.csv"))
@@ -206,13 +223,17 @@ def store_runs(runs_dir, store):
             continue
         tb_dir = os.path.join(runs_dir, summary["tb_dir"])
         run, curves = read_run(tb_dir, RETURN_TAG), {tag: read_run(tb_dir, tag) for tag in CURVE_TAGS}
+        if run["hparams"].get("mujoco", mujoco) != mujoco:
+            print(f"implementation_matters.py: not stored: {path} ran on MuJoCo {run['hparams']['mujoco']}, this python "
+                  f"has {mujoco}; store it with the python it ran with")
+            continue
         steps = curves[CURVE_TAGS[0]]["steps"]
         cell, flags = known[key[:2]]
         append_rows(os.path.join(store, "runs.csv"), [{
             "cell": cell, "script": key[0], "env_id": key[2], "seed": key[3], "args_hash": key[1], "flags": flags,
             "final_return": round(summary["final_return"], 2), "episodes": summary["episodes"],
             "global_step": summary["global_step"], "git_commit": summary["git_commit"],
-            "mujoco": run["hparams"].get("mujoco") or installed("mujoco"), "wall_time_s": summary["wall_time_s"],
+            "mujoco": mujoco, "wall_time_s": summary["wall_time_s"],
             "final_5": run_py_reading(run["returns"], run["steps"], steps)}])
         returns, ends = np.array(run["returns"]), np.array(run["steps"])
         rows = []
@@ -261,7 +282,8 @@ PAPER_AAI, PAPER_ACLI = {"Walker2d-v4": 242, "Hopper-v4": 99}, {"Walker2d-v4": 5
 DIFFERENCES = [
     "Environments: MuJoCo v4 envs under gymnasium 1.x (the paper: v2 under mujoco-py); each run records its MuJoCo. "
     "Under MuJoCo 4 (the default lock) Hopper-v4 departs from the published v4 physics at its first contacts "
-    "(tests/test_mujoco_physics.py); `bash scripts/install.sh mujoco-ref` gives MuJoCo 2.3.3.",
+    "(tests/test_mujoco_physics.py); `bash scripts/install.sh mujoco-ref` gives MuJoCo 2.3.3, on which the study "
+    "runs and is stored apart (mujoco-2.3.3/ in the store; the section On MuJoCo 2.3.3, where run).",
     "One Adam over both networks (the critic a param group at the value learning rate), one shuffle, one loss "
     "pg - ent_coef * entropy + 0.5 * 0.5 * (V - R)^2; the paper: a separate value optimizer and shuffle, the value "
     "network trained first, loss (V - R)^2 (Adam is nearly invariant to the scale).",
@@ -496,6 +518,26 @@ def report(store, out):
                     else "too few seeds for an interval"
                 row += f" {f'{x.mean():.0f}, {len(x)}' if len(x) else 'not run yet'} | {y.mean():.0f}, {len(y)} | {diff} |"
             lines.append(row)
+    for path in sorted(glob.glob(os.path.join(store, "mujoco-*", "runs.csv"))):  # the study on another MuJoCo
+        folder = os.path.basename(os.path.dirname(path))
+        version, other = folder[len("mujoco-"):], [r for r in read_csv(path) if (r["script"], r["args_hash"]) in planned]
+        lines += ["", f"## On MuJoCo {version}", "", f"The same cells on MuJoCo {version} (`bash scripts/install.sh "
+                  "mujoco-ref`, then the study with .venv-mujoco-ref/bin on the PATH; stored in "
+                  f"{folder}/), beside the tables' runs on MuJoCo {lock_mujoco()}; the difference's bootstrapped 95% "
+                  "interval from 3 seeds a side on. The paper's number is for v2.", "",
+                  f"| cell | env | paper | {version}: ours [95%], n | {lock_mujoco()}: ours, n | {version} - "
+                  f"{lock_mujoco()} [95%] | run.py's reading: {version} | {lock_mujoco()} |", "|---|---|---|" + "---|" * 5]
+        for cell, env in sorted({(r["cell"], r["env_id"]) for r in other}):
+            x = finals(other, cell, env)
+            y, low, high = bootstrap(x, rng_for(folder, cell, env))
+            z = finals(runs, cell, env)
+            diff = ("%+.0f [%+.0f, %+.0f]" % difference(x, z, rng_for(folder, "diff", cell, env))) \
+                if len(x) >= 3 and len(z) >= 3 else "too few seeds for an interval"
+            paper = f"{PAPER[cell, env][0]}" if (cell, env) in PAPER else "—"
+            x5, z5 = run_py_finals(other, cell, env), run_py_finals(runs, cell, env)
+            lines.append(f"| {cell} | {env} | {paper} | {y:.0f} [{low:.0f}, {high:.0f}], {len(x)} | "
+                         + (f"{z.mean():.0f}, {len(z)}" if len(z) else "not run yet") + f" | {diff} | "
+                         + (f"{x5.mean():.0f}" if len(x5) else "—") + " | " + (f"{z5.mean():.0f}" if len(z5) else "—") + " |")
     lines += ["", "## The paper's claims", "", "| claim | " + " | ".join(envs) + " |", "|---|" + "---|" * len(envs)]
     lines.append("| (a) PPO beats PPO-M | " + " | ".join(beats("PPO", "PPO-M", e)[0] for e in envs) + " |")
     row = []
@@ -633,9 +675,12 @@ def main(argv=None):
             s.add_argument("runs_dir", help="the runs/ folder the sweep wrote")
         if name == "report":
             s.add_argument("--out", help="where the report goes (default: the store)")
+    sub.add_parser("mujoco-dir", help="print mujoco_dir(): '' on the lock's MuJoCo, else mujoco-<version>")
     args = p.parse_args(argv)
     try:
-        if args.command == "plan":
+        if args.command == "mujoco-dir":
+            print(mujoco_dir())
+        elif args.command == "plan":
             plan(args.mode, args.store, args.cells)
         elif args.command == "store":
             store_runs(args.runs_dir, args.store)

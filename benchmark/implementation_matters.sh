@@ -9,6 +9,7 @@
 #                                                     # Walker2d-v4, 4 seeds each (160 runs)
 #   bash benchmark/implementation_matters.sh short    # seeds 1-4 of the ten table cells only (40 runs)
 #   CELLS="TRPO TRPO+" bash benchmark/implementation_matters.sh   # only these cells' runs (fig1: Figure 1's)
+#   PATH=.venv-mujoco-ref/bin:$PATH CELLS=PPO bash benchmark/implementation_matters.sh   # PPO's runs on MuJoCo 2.3.3
 #
 # Runs go to runs/ of the current directory through run.py (2 at a time, one thread each; checkpointed every 50
 # iterations, so a rerun continues a stopped run). After each cell, the runs that finished are stored, compactly,
@@ -20,6 +21,11 @@ STEPS=1000000
 STUDY="$BENCH/implementation_matters.py"
 STORE="$BENCH/results/implementation_matters"
 
+# on a MuJoCo other than the lock's (bash scripts/install.sh mujoco-ref, its .venv-mujoco-ref/bin first on the PATH), the
+# runs go to mujoco-<version>/runs/ and are stored, and planned, in the store's mujoco-<version>/: the tables' own stay
+sub=$(python "$STUDY" mujoco-dir) || exit 2
+if [ -n "$sub" ]; then mkdir -p "$sub" && cd "$sub" || exit 2; fi
+
 # one line per run.py call still to make: cell, env id, seeds, script, the script's flags
 # shellcheck disable=SC2086  # CELLS is split into cell names on purpose
 plan=$(python "$STUDY" plan --mode "$MODE" --store "$STORE" ${CELLS:+--cells $CELLS}) || exit 2
@@ -30,5 +36,9 @@ while IFS=$'\t' read -r cell env_id seeds script args; do
     python "$STUDY" store runs/ --store "$STORE" || status=1
 done <<< "$plan"
 
-python "$STUDY" report --store "$STORE" || status=1
+if [ -n "$sub" ]; then  # the report's plotting is not in .venv-mujoco-ref: the lock's python makes it
+    echo "stored in $STORE/$sub; the report: python benchmark/implementation_matters.py report --store $STORE, with the lock's python"
+else
+    python "$STUDY" report --store "$STORE" || status=1
+fi
 exit $status

@@ -369,3 +369,52 @@ def test_a_noclip_run_from_before_the_rewards_fix_is_not_stored(tmp_path, monkey
 
 def test_descends_asks_git():
     assert im.descends("HEAD", im.REWARDS_FIX) and not im.descends(im.REWARDS_FIX + "+dirty", "HEAD")
+
+
+def test_a_study_on_another_mujoco_is_planned_stored_and_reported_apart(tmp_path, monkeypatch, capsys):
+    import importlib.metadata
+    store, lock = tmp_path / "store", im.lock_mujoco()
+
+    def first_planned():  # PPO's first line of the plan on this (patched) MuJoCo: cell, env, seeds
+        capsys.readouterr()
+        im.plan("full", str(store), ["PPO"])
+        return capsys.readouterr().out.splitlines()[0].split("\t")[:3]
+
+    assert im.mujoco_dir() == ""  # the suite's MuJoCo is the lock's: the tables' runs go to the store itself
+    fake_run(tmp_path, monkeypatch)  # PPO, Walker2d-v4, seed 2, on the lock's MuJoCo
+    assert im.store_runs("runs", str(store)) == 1
+    real, _ = importlib.metadata.version, capsys.readouterr()
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.3.3" if name == "mujoco" else real(name))
+    assert im.main(["mujoco-dir"]) == 0 and capsys.readouterr().out == "mujoco-2.3.3\n"
+    # on 2.3.3, the lock's run is neither stored again nor counted as done there
+    assert im.store_runs("runs", str(store)) == 0
+    assert f"ran on MuJoCo {lock}, this python has 2.3.3" in capsys.readouterr().out
+    assert first_planned() == ["PPO", "Walker2d-v4", "1 2"]
+    fake_run(tmp_path, monkeypatch)  # the same seed, run on "2.3.3": stored apart, the tables' file as it was
+    assert im.store_runs("runs", str(store)) == 1
+    (row,) = im.read_csv(store / "mujoco-2.3.3" / "runs.csv")
+    assert (row["cell"], row["seed"], row["mujoco"]) == ("PPO", "2", "2.3.3")
+    assert [r["mujoco"] for r in im.read_csv(store / "runs.csv")] == [lock]
+    assert first_planned() == ["PPO", "Walker2d-v4", "1"]
+    assert plan_lines(store, "full", "--cells", "PPO")[0][:3] == ["PPO", "Walker2d-v4", "1"]  # the lock's: seed 2 done
+
+
+def test_the_report_sets_another_mujocos_runs_beside_the_tables(tmp_path):
+    synthetic_store(tmp_path / "a")
+    table = im.finals(im.read_csv(tmp_path / "a" / "runs.csv"), "PPO", "Hopper-v4")
+    os.makedirs(tmp_path / "a" / "mujoco-2.3.3")
+    im.append_rows(str(tmp_path / "a" / "mujoco-2.3.3" / "runs.csv"), [
+        dict(cell="PPO", script="ppo_continuous_action.py", env_id="Hopper-v4", seed=s, flags=im.SETTINGS["PPO", "Hopper-v4"],
+             args_hash=im.args_hash(im.extra_args(im.SETTINGS["PPO", "Hopper-v4"])), final_return=table[s - 1] + 300,
+             final_5=3000, mujoco="2.3.3") for s in (1, 2, 3, 4)])
+    assert im.main(["report", "--store", str(tmp_path / "a")]) == 0
+    text = (tmp_path / "a" / "report.md").read_text()
+    (row,) = [line for line in text.splitlines() if line.startswith("| PPO | Hopper-v4 | 2513 |")]
+    cells = row.split(" | ")
+    x = table[:4] + 300
+    assert cells[3].startswith(f"{x.mean():.0f} [") and cells[3].endswith(", 4")
+    assert cells[4] == f"{table.mean():.0f}, 10"
+    diff, low, high = (float(v) for v in re.match(r"([+-]\d+) \[([+-]\d+), ([+-]\d+)\]", cells[5]).groups())
+    assert diff == round(x.mean() - table.mean()) and low < diff < high
+    assert cells[6] == "3000"
+    assert "## On MuJoCo 2.3.3" in text and text.count("| PPO | Hopper-v4 |") == 1  # the tables read the store's own
