@@ -404,6 +404,13 @@ def kl_trends(curves, runs, env):
             f"{len(ppo)}, {ppo[-1]:.3f} in the last")
 
 
+def paper_reading(a, b, env):
+    """The paper's own rows read for 'a beats b': its means and whether its two 95% intervals are apart."""
+    (x, x_low, x_high), (y, y_low, y_high) = PAPER[a, env], PAPER[b, env]
+    apart = "apart" if x_low > y_high or y_low > x_high else "overlapping"
+    return f"the paper: {x - y:+d}, {a} {x} and {b} {y}, intervals {apart}"
+
+
 def trpo_delta(env, algo="TRPO"):
     flags = SETTINGS[algo, env].split()
     return float(flags[flags.index("--max-kl") + 1])
@@ -539,14 +546,17 @@ def report(store, out):
                          + (f"{z.mean():.0f}, {len(z)}" if len(z) else "not run yet") + f" | {diff} | "
                          + (f"{x5.mean():.0f}" if len(x5) else "—") + " | " + (f"{z5.mean():.0f}" if len(z5) else "—") + " |")
     lines += ["", "## The paper's claims", "", "| claim | " + " | ".join(envs) + " |", "|---|" + "---|" * len(envs)]
-    lines.append("| (a) PPO beats PPO-M | " + " | ".join(beats("PPO", "PPO-M", e)[0] for e in envs) + " |")
+    lines.append("| (a) PPO beats PPO-M | " + " | ".join(f"{beats('PPO', 'PPO-M', e)[0]} ({paper_reading('PPO', 'PPO-M', e)})"
+                                                          for e in envs) + " |")
     row = []
     for env in envs:
         text, _ = beats("PPO-NoClip", "PPO-M", env)
         noclip, ppo = summary["PPO-NoClip", env], summary["PPO", env]
         if noclip and ppo:
             text += f"; NoClip's mean {'inside' if ppo[1] <= noclip[0] <= ppo[2] else 'outside'} PPO's interval"
-        row.append(text)
+        inside = PAPER["PPO", env][1] <= PAPER["PPO-NoClip", env][0] <= PAPER["PPO", env][2]
+        row.append(f"{text} ({paper_reading('PPO-NoClip', 'PPO-M', env)}; its NoClip's mean "
+                   f"{'inside' if inside else 'outside'} its PPO's interval)")
     lines.append("| (b) PPO-NoClip beats PPO-M, within PPO's interval | " + " | ".join(row) + " |")
 
     # Figure 2: the max ratio and the mean KL over training

@@ -197,6 +197,13 @@ def test_report_reads_the_verdicts_off_the_stored_runs(tmp_path):
     assert "| PPO | 3" in text and "10 | 3292 [3157, 3426]" in text  # ours beside the paper's row, 10 seeds
     claims = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| (")}
     assert claims["| (a) PPO beats PPO-M"].count("yes: +6") == 2
+    # beside ours, the paper's own rows read the same way: Walker2d's PPO [3157, 3426] and PPO-M [2602, 2866] apart,
+    # its NoClip [2701, 3024] and PPO-M overlapping, and its NoClip's 2867 (Hopper's 2371) outside its PPO's interval
+    assert "(the paper: +557, PPO 3292 and PPO-M 2735, intervals apart)" in claims["| (a) PPO beats PPO-M"]
+    b = claims["| (b) PPO-NoClip beats PPO-M, within PPO's interval"].split(" | ")[1:]
+    assert b[0].endswith("(the paper: +132, PPO-NoClip 2867 and PPO-M 2735, intervals overlapping; its NoClip's "
+                         "mean outside its PPO's interval)")
+    assert b[1].endswith("intervals apart; its NoClip's mean outside its PPO's interval) |")
     assert "AAI 100, ACLI 600" in text.replace(".", "")  # |PPO - TRPO+| = |PPO-M - TRPO| = 100; the details: 600
     assert claims["| (e) the code-level details move results more than the step method (ACLI > AAI)"].count("yes") == 2
     # the late return: the last 3 windows by iteration, 16, 20 and 24, which has no episode (mean + 180)
