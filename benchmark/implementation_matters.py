@@ -358,6 +358,13 @@ def late_returns(runs, curves, cell, env, windows=LATE_WINDOWS):
     return np.array(out)
 
 
+def survival(values):
+    """Figure 1's curve, 1 - CDF of the values, as step(where="post") draws it: 1 up to the lowest value, then down
+    by 1/n at each value (by k/n where k values tie), 0 from the highest on."""
+    v = np.sort(np.asarray(values, dtype=float))
+    return np.r_[v[0], v], np.r_[1.0, 1 - np.arange(1, len(v) + 1) / len(v)]
+
+
 def figure1_groups(runs):
     """Final returns of Figure 1's combinations: ([(set of switches off, returns)], seeds), all on = the PPO Walker2d
     cell's runs; every combination read at the seeds all the stored ones have (a sweep in progress leaves some ahead),
@@ -610,8 +617,7 @@ def report(store, out):
         off = np.array([x for off_, xs in groups if switch in off_ for x in xs])
         for values, label in ((on, "on"), (off, "off")):
             if len(values):
-                v = np.sort(values)
-                ax.step(v, 1 - np.arange(1, len(v) + 1) / len(v), where="post", label=f"{label} ({len(v)} runs)")
+                ax.step(*survival(values), where="post", label=f"{label} ({len(values)} runs)")
         ax.set_title(f"Walker2d-v4: {switch}", fontsize=10)
         ax.set_xlabel("final return")
         ax.set_ylabel("1 - CDF")

@@ -263,6 +263,14 @@ def test_report_reads_the_verdicts_off_the_stored_runs(tmp_path):
     assert ", 3 | +50 [+50, +50] |" in (tmp_path / "a" / "report.md").read_text()
 
 
+def test_figure1s_curve_is_one_minus_the_cdf_from_1_down_to_0():
+    x, y = im.survival([3000, 1000, 2000, 2000])
+    assert x.tolist() == [1000, 1000, 2000, 2000, 3000] and y.tolist() == [1, 0.75, 0.5, 0.25, 0]
+    for v in (500, 1000, 1500, 2000, 2500, 3000, 3500):  # where="post": the value at v is y at the last x <= v
+        drawn = y[np.searchsorted(x, v, side="right") - 1] if v >= x[0] else 1.0
+        assert drawn == np.mean(np.array([3000, 1000, 2000, 2000]) > v)
+
+
 def test_a_cells_interval_moves_only_with_its_own_runs(tmp_path):
     synthetic_store(tmp_path / "all")
     rows = im.read_csv(tmp_path / "all" / "runs.csv")
