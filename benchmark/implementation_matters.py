@@ -365,15 +365,22 @@ def survival(values):
     return np.r_[v[0], v], np.r_[1.0, 1 - np.arange(1, len(v) + 1) / len(v)]
 
 
-def figure1_groups(runs):
-    """Final returns of Figure 1's combinations: ([(set of switches off, returns)], seeds), all on = the PPO Walker2d
-    cell's runs; every combination read at the seeds all the stored ones have (a sweep in progress leaves some ahead),
-    so that no split of the runs by a switch weighs one side with more seeds."""
+def figure1_runs(runs):
+    """[(set of switches off, {seed: final return})] of the stored Figure 1 combinations, all on = the PPO Walker2d
+    cell's runs of Figure 1's seeds."""
     by_seed = [(set(), {int(r["seed"]): float(r["final_return"]) for r in runs
                         if r["cell"] == "PPO" and r["env_id"] == "Walker2d-v4" and int(r["seed"]) in FIGURE1_SEEDS})]
     for cell in sorted({r["cell"] for r in runs if r["cell"].startswith("fig1 off: ")}):
         by_seed.append((set(cell.split(": ")[1].split()), {int(r["seed"]): float(r["final_return"]) for r in runs
                                                           if r["cell"] == cell}))
+    return by_seed
+
+
+def figure1_groups(runs):
+    """Final returns of Figure 1's combinations: ([(set of switches off, returns)], seeds); every combination read at
+    the seeds all the stored ones have (a sweep in progress leaves some ahead), so that no split of the runs by a
+    switch weighs one side with more seeds."""
+    by_seed = figure1_runs(runs)
     seeds = sorted(set.intersection(*(set(returns) for _, returns in by_seed)))
     return [(off, [returns[s] for s in seeds]) for off, returns in by_seed], seeds
 
@@ -646,7 +653,13 @@ def report(store, out):
               f"{', '.join(map(str, fig1_seeds)) or 'none'}, the seeds all of them have; the study runs "
               f"{FIGURE1_SEEDS.stop - 1}), "
               "the paper's way: 1 - CDF of the final return, the runs split by each switch on or off.", "",
-              "![Figure 1](figure1.png)", "", "Figure 2: per iteration, one line per seed (stored every "
+              "![Figure 1](figure1.png)", "", "Each combination's stored runs (all their seeds), the highest mean "
+              "first:", "", "| switches off | final returns (seeds) | mean |", "|---|---|---|"]
+    lines += [f"| {' '.join(s for s in SWITCHES if s in off) or 'none (PPO)'} | "
+              f"{', '.join(f'{returns[k]:.0f} ({k})' for k in sorted(returns))} | {np.mean(list(returns.values())):.0f} |"
+              for off, returns in sorted(figure1_runs(runs), key=lambda g: -np.mean(list(g[1].values())))
+              if returns]
+    lines += ["", "Figure 2: per iteration, one line per seed (stored every "
               f"{CURVE_EVERY} iterations); the dotted lines: 1 + epsilon on the ratios, TRPO's and TRPO+'s delta on the KL.", "", "![Figure 2](figure2.png)", "",
               "## What the paper's code does otherwise", ""] + [f"- {d}" for d in DIFFERENCES]
     if others:  # stored under settings (or code: a suffix on their args_hash) no longer planned: shown apart

@@ -220,6 +220,11 @@ def test_report_reads_the_verdicts_off_the_stored_runs(tmp_path):
     assert abs(on - 3300) < 30 and abs(off - 3100) < 30 and n_on == n_off == 32  # 8 combinations of 4 seeds a side
     assert d.split("anneal_lr")[1].split(")")[0].endswith("shifted")  # only annealing moved the made-up returns
     assert d.count("no shift shown") == 3
+    # the combinations' table: all 16, every seed, the highest mean first (the made-up annealing-off ones 200 lower)
+    table = text.split("| switches off | final returns (seeds) | mean |\n|---|---|---|\n")[1].split("\n\n")[0].splitlines()
+    assert len(table) == 16 and all("anneal_lr" in row for row in table[8:]) and not any("anneal_lr" in row for row in table[:8])
+    seed_noise = np.random.default_rng(0).normal(0, 50, size=11)  # synthetic_store's
+    assert f"| none (PPO) | {', '.join(f'{3300 + seed_noise[k]:.0f} ({k})' for k in (1, 2, 3, 4))} | " in text
     assert (tmp_path / "a" / "figure1.png").stat().st_size > 10000 and (tmp_path / "a" / "figure2.png").exists()
     # Figure 2's KL read the paper's way: six stored iterations a run, so six spans; PPO's peak in the third (i = 12)
     assert claims["| (f) PPO-M's mean KL trends up over training; PPO's peaks about halfway, then falls by a quarter or more (the paper's "
