@@ -511,12 +511,12 @@ def report(store, out):
                   "it, which gives a long, high-return episode more weight than the last 100 episodes do. The mean over "
                   "seeds, the table's in brackets:", ""] + run_py_lines
 
-    def beats(a, b, env):  # a's mean above b's, with the bootstrapped interval of the difference above 0
-        x, y = finals(runs, a, env), finals(runs, b, env)
+    def beats(a, b, env, pool=None, label=()):  # a's mean above b's, the bootstrapped interval of the difference above 0
+        x, y = finals(pool or runs, a, env), finals(pool or runs, b, env)
         if len(x) < 3 or len(y) < 3:  # a bootstrap of 2 seeds has 3 possible means: no interval to read
             return ("not run yet" if not len(x) or not len(y) else
                     f"too few seeds for a verdict: {x.mean() - y.mean():+.0f}, n {len(x)} and {len(y)}"), None
-        diff, low, high = difference(x, y, rng_for(a, b, env))
+        diff, low, high = difference(x, y, rng_for(*label, a, b, env))
         word = "yes" if low > 0 else "no (the reverse)" if high < 0 else "not shown (the interval holds 0)"
         return f"{word}: {diff:+.0f} [{low:+.0f}, {high:+.0f}], n {len(x)} and {len(y)}", low > 0
 
@@ -559,6 +559,11 @@ def report(store, out):
             lines.append(f"| {cell} | {env} | {paper} | {y:.0f} [{low:.0f}, {high:.0f}], {len(x)} | "
                          + (f"{z.mean():.0f}, {len(z)}" if len(z) else "not run yet") + f" | {diff} | "
                          + (f"{x5.mean():.0f}" if len(x5) else "—") + " | " + (f"{z5.mean():.0f}" if len(z5) else "—") + " |")
+        present = {(r["cell"], r["env_id"]) for r in other}
+        claims = [f"{name} on {env}: {beats(a, b, env, other, (folder,))[0]}" for env in envs
+                  for name, a, b in (("(a) PPO beats PPO-M", "PPO", "PPO-M"), ("(b) PPO-NoClip beats PPO-M", "PPO-NoClip", "PPO-M"))
+                  if (a, env) in present and (b, env) in present]
+        lines += ["", f"The claims on MuJoCo {version}'s runs alone: " + "; ".join(claims)] if claims else []
     lines += ["", "## The paper's claims", "", "| claim | " + " | ".join(envs) + " |", "|---|" + "---|" * len(envs)]
     lines.append("| (a) PPO beats PPO-M | " + " | ".join(f"{beats('PPO', 'PPO-M', e)[0]} ({paper_reading('PPO', 'PPO-M', e)})"
                                                           for e in envs) + " |")

@@ -438,3 +438,14 @@ def test_the_report_sets_another_mujocos_runs_beside_the_tables(tmp_path):
     assert diff == round(x.mean() - table.mean()) and low < diff < high
     assert cells[6] == "3000"
     assert "## On MuJoCo 2.3.3" in text and text.count("| PPO | Hopper-v4 |") == 1  # the tables read the store's own
+    assert "The claims on MuJoCo 2.3.3" not in text  # no PPO-M there yet
+    ppo_m = im.finals(im.read_csv(tmp_path / "a" / "runs.csv"), "PPO-M", "Hopper-v4")[:3]
+    im.append_rows(str(tmp_path / "a" / "mujoco-2.3.3" / "runs.csv"), [
+        dict(cell="PPO-M", script="ppo_continuous_action.py", env_id="Hopper-v4", seed=s, flags=im.SETTINGS["PPO-M", "Hopper-v4"],
+             args_hash=im.args_hash(im.extra_args(im.SETTINGS["PPO-M", "Hopper-v4"])), final_return=ppo_m[s - 1],
+             mujoco="2.3.3") for s in (1, 2, 3)])
+    assert im.main(["report", "--store", str(tmp_path / "a")]) == 0
+    (claims,) = [line for line in (tmp_path / "a" / "report.md").read_text().splitlines()
+                 if line.startswith("The claims on MuJoCo 2.3.3's runs alone: ")]
+    assert claims.split(": ", 1)[1].startswith(f"(a) PPO beats PPO-M on Hopper-v4: yes: {x.mean() - ppo_m.mean():+.0f} [")
+    assert claims.endswith("n 4 and 3") and "(b)" not in claims  # (b) waits for PPO-NoClip's runs there
