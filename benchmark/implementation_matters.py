@@ -559,7 +559,25 @@ def report(store, out):
             lines.append(f"| {cell} | {env} | {paper} | {y:.0f} [{low:.0f}, {high:.0f}], {len(x)} | "
                          + (f"{z.mean():.0f}, {len(z)}" if len(z) else "not run yet") + f" | {diff} | "
                          + (f"{x5.mean():.0f}" if len(x5) else "—") + " | " + (f"{z5.mean():.0f}" if len(z5) else "—") + " |")
-        present = {(r["cell"], r["env_id"]) for r in other}
+        present = sorted({(r["cell"], r["env_id"]) for r in other})
+        fig, axes = plt.subplots(1, len(present), figsize=(3.2 * len(present), 3.6), squeeze=False)
+        for ax, (cell, env) in zip(axes[0], present):  # every run's final return on each MuJoCo, the paper's interval
+            if (cell, env) in PAPER:
+                ax.axhspan(PAPER[cell, env][1], PAPER[cell, env][2], color="0.85", label="the paper (v2), 95%")
+            for i, (pool, name) in enumerate(((runs, lock_mujoco()), (other, version))):
+                x = finals(pool, cell, env)
+                ax.plot(np.full(len(x), i) + np.linspace(-0.12, 0.12, len(x)), x, "o", alpha=0.7, label=f"MuJoCo {name}")
+                if len(x):
+                    ax.plot([i - 0.25, i + 0.25], [x.mean()] * 2, "k-")
+            ax.set_xticks([0, 1], [f"{lock_mujoco()}\n(n {len(finals(runs, cell, env))})",
+                                   f"{version}\n(n {len(finals(other, cell, env))})"])
+            ax.set_title(f"{cell} on {env}", fontsize=10)
+            ax.set_ylabel("final return (each run; the bar: the mean)")
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, f"{folder}.png"), dpi=80)
+        plt.close(fig)
+        lines += ["", f"![each run on MuJoCo {lock_mujoco()} and {version}]({folder}.png)"]
         claims = [f"{name} on {env}: {beats(a, b, env, other, (folder,))[0]}" for env in envs
                   for name, a, b in (("(a) PPO beats PPO-M", "PPO", "PPO-M"), ("(b) PPO-NoClip beats PPO-M", "PPO-NoClip", "PPO-M"))
                   if (a, env) in present and (b, env) in present]
