@@ -438,7 +438,7 @@ def test_the_report_sets_another_mujocos_runs_beside_the_tables(tmp_path):
     assert diff == round(x.mean() - table.mean()) and low < diff < high
     assert cells[6] == "3000"
     assert "## On MuJoCo 2.3.3" in text and text.count("| PPO | Hopper-v4 |") == 1  # the tables read the store's own
-    assert "![each run on MuJoCo 4.0.0 and 2.3.3](mujoco-2.3.3.png)" in text and (tmp_path / "a" / "mujoco-2.3.3.png").exists()
+    assert f"![each run on MuJoCo {im.lock_mujoco()} and 2.3.3](mujoco-2.3.3.png)" in text and (tmp_path / "a" / "mujoco-2.3.3.png").exists()
     assert "The claims on MuJoCo 2.3.3" not in text  # no PPO-M there yet
     ppo_m = im.finals(im.read_csv(tmp_path / "a" / "runs.csv"), "PPO-M", "Hopper-v4")[:3]
     im.append_rows(str(tmp_path / "a" / "mujoco-2.3.3" / "runs.csv"), [
