@@ -124,6 +124,8 @@ def mujoco_dir():
     store, and beside runs/, where the study on that MuJoCo goes: its plan, runs and stored runs apart from the
     tables', and the report sets them beside the same cells and seeds."""
     version = installed("mujoco")
+    if not version:
+        raise ConfigError("mujoco is not installed in this python: bash scripts/install.sh mujoco (or mujoco-ref)")
     return "" if version == lock_mujoco() else f"mujoco-{version}"
 
 
@@ -512,7 +514,8 @@ def report(store, out):
                   "seeds, the table's in brackets:", ""] + run_py_lines
 
     def beats(a, b, env, pool=None, label=()):  # a's mean above b's, the bootstrapped interval of the difference above 0
-        x, y = finals(pool or runs, a, env), finals(pool or runs, b, env)
+        pool = runs if pool is None else pool
+        x, y = finals(pool, a, env), finals(pool, b, env)
         if len(x) < 3 or len(y) < 3:  # a bootstrap of 2 seeds has 3 possible means: no interval to read
             return ("not run yet" if not len(x) or not len(y) else
                     f"too few seeds for a verdict: {x.mean() - y.mean():+.0f}, n {len(x)} and {len(y)}"), None

@@ -406,6 +406,13 @@ def test_a_study_on_another_mujoco_is_planned_stored_and_reported_apart(tmp_path
     real, _ = importlib.metadata.version, capsys.readouterr()
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.3.3" if name == "mujoco" else real(name))
     assert im.main(["mujoco-dir"]) == 0 and capsys.readouterr().out == "mujoco-2.3.3\n"
+    monkeypatch.setattr(im, "installed", lambda name: "")  # no MuJoCo at all: one line, not a folder "mujoco-"
+    assert im.main(["mujoco-dir"]) == 2 and capsys.readouterr().err == (
+        "implementation_matters.py: error: mujoco is not installed in this python: bash scripts/install.sh mujoco "
+        "(or mujoco-ref)\n")
+    monkeypatch.undo()
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.3.3" if name == "mujoco" else real(name))
+    monkeypatch.chdir(tmp_path)
     # on 2.3.3, the lock's run is neither stored again nor counted as done there
     assert im.store_runs("runs", str(store)) == 0
     assert f"ran on MuJoCo {lock}, this python has 2.3.3" in capsys.readouterr().out
