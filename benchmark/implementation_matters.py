@@ -70,7 +70,9 @@ TABLE_SEEDS, FIGURE1_SEEDS, ENVS = range(1, 11), range(1, 5), ["Walker2d-v4", "H
 CURVE_EVERY = 4  # iterations between stored Figure 2 points (the paper: 25)
 RUN_PY_ITERATIONS = 5  # the released run.py's final result: the mean of the last 5 iterations' mean episode returns
 LATE_WINDOWS = 3  # the report's second final return: the episodes of the last 3 stored windows (12 iterations)
-CURVE_TAGS = ("losses/max_ratio", "losses/mean_kl", "losses/max_kl")
+CURVE_TAGS = ("losses/max_ratio", "losses/mean_kl", "losses/max_kl",
+              "losses/explained_variance")  # the last: the critic's fit, read under Figure 1 (value clipping)
+EARLY_ITERATIONS = 100  # the critic's fit over a run's first 100 iterations (205k steps)
 
 
 def figure1_flags(off):
@@ -195,15 +197,18 @@ def run_py_reading(returns, ends, iteration_ends, last=RUN_PY_ITERATIONS):
 
 
 def store_runs(runs_dir, store):
-    """Add the finished runs of planned cells that are not stored yet, and the run.py reading of stored runs that
-    lack it (stored before it was) whose runs are in runs_dir; returns how many runs were added. On a MuJoCo other
-    than the lock's, into the store's mujoco-<version>/ (mujoco_dir), and only runs that ran on it."""
+    """Add the finished runs of planned cells that are not stored yet, and to stored runs whose runs are in runs_dir
+    what was stored only later (the run.py reading; a curve of CURVE_TAGS); returns how many runs were added. On a
+    MuJoCo other than the lock's, into the store's mujoco-<version>/ (mujoco_dir), and only runs that ran on it."""
     store, mujoco = os.path.join(store, mujoco_dir()), installed("mujoco")
     known = {(script_of(cell), args_hash(extra_args(flags))): (cell, flags) for cell, _, _, flags in cells("full")}
     done, added = stored(store), 0
     lacking = {(r["script"], r["args_hash"], r["env_id"], int(r["seed"])) for r in read_csv(os.path.join(store, "runs.csv"))
                if not r.get("final_5")}
-    filled = {}
+    curve_keys = [tag.split("/")[1] for tag in CURVE_TAGS]
+    lacking_curves = {(r["args_hash"], r["env_id"], int(r["seed"])) for r in read_csv(os.path.join(store, "iterations.csv"))
+                      if any(r.get(k, "") == "" for k in curve_keys)}
+    filled, filled_curves = {}, {}
     os.makedirs(store, exist_ok=True)
     for path in sorted(glob.glob(os.path.join(runs_dir, "summaries", "*_continuous_action__*.json"))):
         try:
@@ -212,6 +217,11 @@ def store_runs(runs_dir, store):
         except (OSError, ValueError) as e:
             raise ConfigError(f"summary {path} cannot be read ({e}); delete it and rerun its run") from None
         key = (summary["script"], args_hash(summary["args"]), summary["env_id"], int(summary["seed"]))
+        if key in done and summary.get("ok") and key[1:] in lacking_curves:  # stored before a curve was
+            tb_dir = os.path.join(runs_dir, summary["tb_dir"])
+            for tag, k in zip(CURVE_TAGS, curve_keys):
+                run = read_run(tb_dir, tag)
+                filled_curves.update({(*key[1:], step, k): f"{value:.5g}" for step, value in zip(run["steps"], run["returns"])})
         if key in lacking and summary.get("ok"):  # stored before its run.py reading was
             tb_dir = os.path.join(runs_dir, summary["tb_dir"])
             run = read_run(tb_dir, RETURN_TAG)
@@ -243,7 +253,8 @@ def store_runs(runs_dir, store):
             window = returns[(ends > (steps[i - CURVE_EVERY] if i >= CURVE_EVERY else 0)) & (ends <= steps[i])]
             rows.append({"args_hash": key[1], "env_id": key[2], "seed": key[3], "iteration": i + 1, "step": steps[i],
                          "mean_return": round(float(window.mean()), 2) if len(window) else "",
-                         **{tag.split("/")[1]: f"{curves[tag]['returns'][i]:.5g}" for tag in CURVE_TAGS}})
+                         **{k: f"{curves[tag]['returns'][i]:.5g}" if i < len(curves[tag]["returns"]) else ""
+                            for tag, k in zip(CURVE_TAGS, curve_keys)}})
         append_rows(os.path.join(store, "iterations.csv"), rows)
         done.add(key)
         added += 1
@@ -253,6 +264,14 @@ def store_runs(runs_dir, store):
             r["final_5"] = filled.get((r["script"], r["args_hash"], r["env_id"], int(r["seed"])), r.get("final_5", ""))
         write_rows(os.path.join(store, "runs.csv"), rows)
         print(f"implementation_matters.py: read {len(filled)} stored run(s) the released run.py's way")
+    if filled_curves:
+        rows = read_csv(os.path.join(store, "iterations.csv"))
+        for r in rows:
+            for k in curve_keys:
+                if r.get(k, "") == "":
+                    r[k] = filled_curves.get((r["args_hash"], r["env_id"], int(r["seed"]), int(r["step"]), k), "")
+        write_rows(os.path.join(store, "iterations.csv"), rows)
+        print(f"implementation_matters.py: read the curves {len({k[:3] for k in filled_curves})} stored run(s) lacked")
     released = {(r["config"], int(r["seed"])) for r in read_csv(os.path.join(store, "paper_code.csv"))}
     for path in sorted(glob.glob(os.path.join(runs_dir, "paper_code", "*.json"))):  # paper_code.py's runs
         with open(path) as f:
@@ -385,6 +404,82 @@ def figure1_groups(runs):
     by_seed = figure1_runs(runs)
     seeds = sorted(set.intersection(*(set(returns) for _, returns in by_seed)))
     return [(off, [returns[s] for s in seeds]) for off, returns in by_seed], seeds
+
+
+def early_fit(curves, runs, cell, env="Walker2d-v4", last=EARLY_ITERATIONS):
+    """{seed: the critic's explained variance, the mean over a run's stored iterations up to `last`} of a cell's runs
+    stored with it."""
+    fit = {}
+    for seed, rows in curves_of(curves, runs, cell, env).items():
+        ev = [float(r["explained_variance"]) for r in rows if int(r["iteration"]) <= last
+              and r.get("explained_variance", "") not in ("", "nan")]
+        if ev:
+            fit[seed] = float(np.mean(ev))
+    return fit
+
+
+def value_clipping_split(runs, curves, out, plt, stats):
+    """Figure 1's reward scaling split by value clipping: the final returns (the 2 x 2 of the two switches, at
+    Figure 1's common seeds) and the critic's early fit (every stored Figure 1 run, the all-on ones PPO's Walker2d
+    runs at any seed), drawn to figure1_critic.png; returns the report's lines."""
+    groups, _ = figure1_groups(runs)
+    names = {(vc, rs): f"value clipping {'on' if vc else 'off'}, reward scaling {'on' if rs else 'off'}"
+             for vc in (True, False) for rs in (True, False)}
+    lines = ["| value clipping | reward scaling on | reward scaling off | off - on [95%] | Mann-Whitney p |", "|---|---|---|---|---|"]
+    shown = {}  # value clipping on/off: whether turning reward scaling off lowers the mean (the interval below 0)
+    for vc in (True, False):
+        on, off = ([x for o, xs in groups for x in xs if ("value_clipping" not in o) == vc and ("reward_scaling" not in o) == rs]
+                   for rs in (True, False))
+        if len(on) < 3 or len(off) < 3:
+            lines.append(f"| {'on' if vc else 'off'} | not run yet | | | |")
+            continue
+        d, low, high = difference(np.array(off), np.array(on), rng_for("value clipping", vc))
+        shown[vc] = high < 0
+        lines.append(f"| {'on' if vc else 'off'} | {np.mean(on):.0f}, n {len(on)} | {np.mean(off):.0f}, n {len(off)} | "
+                     f"{d:+.0f} [{low:+.0f}, {high:+.0f}] | {stats.mannwhitneyu(on, off).pvalue:.2g} |")
+    cells_of = {(vc, rs): [c for c in sorted({r["cell"] for r in runs}) if (c == "PPO" or c.startswith("fig1 off: "))
+                           and ("value_clipping" not in c) == vc and ("reward_scaling" not in c) == rs]
+                for vc, rs in names}
+    fits = {g: [(fit, final) for c in cells_of[g] for seed, fit in early_fit(curves, runs, c).items()
+                for final in finals([r for r in runs if int(r["seed"]) == seed], c, "Walker2d-v4")] for g in names}
+    colors = dict(zip(names, ("tab:blue", "tab:red", "tab:green", "tab:orange")))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for g in names:
+        n = 0
+        for c in cells_of[g]:
+            for seed, rows in curves_of(curves, runs, c, "Walker2d-v4").items():
+                ev = [(int(r["iteration"]), float(r["explained_variance"])) for r in rows if r.get("explained_variance", "") not in ("", "nan")]
+                if ev:
+                    axes[0].plot(*zip(*sorted(ev)), color=colors[g], lw=0.6, alpha=0.5, label=names[g] if n == 0 else None)
+                    n += 1
+        if fits[g]:
+            axes[1].scatter(*zip(*fits[g]), color=colors[g], s=14, label=f"{names[g]} ({len(fits[g])} runs)")
+    axes[0].axvline(EARLY_ITERATIONS, color="k", ls=":")
+    axes[0].set(xlabel="iteration", ylabel="explained variance", ylim=(-0.2, 1.02), title="Walker2d-v4: the critic's fit")
+    axes[1].set(xlabel=f"explained variance, mean over iterations 1-{EARLY_ITERATIONS}", ylabel="final return",
+                title="Walker2d-v4: final return against the critic's early fit")
+    for ax in axes:
+        ax.title.set_fontsize(10)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "figure1_critic.png"), dpi=80)
+    plt.close(fig)
+    lines += ["", f"The critic's fit (explained variance of the returns by the values, the mean over a run's stored "
+              f"iterations 1-{EARLY_ITERATIONS}; the median and range over the runs stored with it):", ""]
+    lines += [f"- {names[g]}: " + (f"{np.median([f for f, _ in fits[g]]):.2f} [{min(f for f, _ in fits[g]):.2f}, "
+                                   f"{max(f for f, _ in fits[g]):.2f}], {len(fits[g])} runs" if fits[g] else "not stored")
+              for g in names]
+    lagging = [g for g in names if fits[g] and sum(map(bool, fits.values())) > 1 and all(max(f for f, _ in fits[g]) < min(f for f, _ in fits[h]) for h in names
+                                                   if h != g and fits[h])]
+    if len(shown) == 2:
+        lines += ["", "Turning reward scaling off lowers the mean " + {
+            (True, True): "with value clipping on and off alike", (True, False): "with value clipping on, not shown "
+            "with it off (the interval reaches 0)", (False, True): "with value clipping off, not shown with it on",
+            (False, False): "neither with value clipping on nor off (the intervals reach 0)"}[shown[True], shown[False]]
+            + (f"; over iterations 1-{EARLY_ITERATIONS} the critic fits worse in every run with {names[lagging[0]]} "
+               "than in any other run" if len(lagging) == 1 else "") + "."]
+    return lines + ["", "![the critic's fit](figure1_critic.png)"]
 
 
 def curves_of(curves, runs, cell, env):
@@ -685,6 +780,14 @@ def report(store, out):
               f"{', '.join(f'{returns[k]:.0f} ({k})' for k in sorted(returns))} | {np.mean(list(returns.values())):.0f} |"
               for off, returns in sorted(figure1_runs(runs), key=lambda g: -np.mean(list(g[1].values())))
               if returns]
+    lines += ["", "### Reward scaling and value clipping", "",
+              "The clipped value loss, max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2), has no gradient "
+              "once a state's value has moved eps = 0.2 from the last iteration's towards its target: in one "
+              "iteration no state's value is pushed further than eps. With the rewards scaled (divided by the std of "
+              "the running discounted return) the returns the critic fits are of order 1; unscaled, Walker2d's reach "
+              "100 for staying upright alone (reward 1 a step, gamma 0.99). Figure 1's runs split by both switches "
+              "(at the seeds all combinations have):", ""]
+    lines += value_clipping_split(runs, curves, out, plt, stats)
     lines += ["", "Figure 2: per iteration, one line per seed (stored every "
               f"{CURVE_EVERY} iterations); the dotted lines: 1 + epsilon on the ratios, TRPO's and TRPO+'s delta on the KL.", "", "![Figure 2](figure2.png)", "",
               "## What the paper's code does otherwise", ""] + [f"- {d}" for d in DIFFERENCES]

@@ -131,7 +131,7 @@ def test_store_keeps_finished_runs_once_and_plan_skips_them(tmp_path, monkeypatc
     assert [int(r["iteration"]) for r in curves] == [4, 8]
     for r in curves:  # the logged Figure 2 numbers of those iterations
         logged = out["losses"][int(r["iteration"]) - 1]
-        for key in ("max_ratio", "mean_kl", "max_kl"):
+        for key in ("max_ratio", "mean_kl", "max_kl", "explained_variance"):
             assert float(r[key]) == pytest.approx(logged[key], rel=1e-4)
     lines = plan_lines(store)
     assert lines[0][:3] == ["PPO", "Walker2d-v4", "1"] and lines[1][:3] == ["PPO-M", "Walker2d-v4", "1 2"]  # seed 2 stored
@@ -144,6 +144,11 @@ def test_store_keeps_finished_runs_once_and_plan_skips_them(tmp_path, monkeypatc
     im.write_rows(str(store / "runs.csv"), [{k: v for k, v in row.items() if k != "final_5"}])
     assert im.store_runs("runs", str(store)) == 0
     assert im.read_csv(store / "runs.csv") == [row]
+    # curves stored before the explained variance was: read off the run into the rows it lacks, the others as they were
+    im.write_rows(str(store / "iterations.csv"), [{k: v for k, v in r.items() if k != "explained_variance"} for r in curves]
+                  + [dict(curves[0], seed="7", explained_variance="0.5")])  # another run's row, filled already
+    assert im.store_runs("runs", str(store)) == 0
+    assert im.read_csv(store / "iterations.csv") == curves + [dict(curves[0], seed="7", explained_variance="0.5")]
 
 
 def test_append_rows_keeps_the_files_columns_and_adds_new_ones(tmp_path):
@@ -311,6 +316,50 @@ def test_figure1_reads_every_combination_at_the_seeds_all_have_and_gives_no_verd
     d = next(line for line in text.splitlines() if line.startswith("| (d)"))
     assert "interim, 15 of 16 combinations (no verdict until all are in)" in d
     assert "shift" not in d.replace("each shift the", "") and "anneal_lr: on 3" in d and "(n 16/14" in d
+
+
+def test_the_critics_early_fit_is_the_mean_of_its_stored_iterations_up_to_the_last():
+    runs = [dict(cell="PPO", env_id="Walker2d-v4", seed="1", args_hash="a"), dict(cell="PPO-M", env_id="Walker2d-v4", seed="1", args_hash="b")]
+    rows = [dict(args_hash="a", env_id="Walker2d-v4", seed="1", iteration=i, explained_variance=ev)
+            for i, ev in ((8, "0.5"), (4, "0.25"), (12, ""), (16, "nan"), (20, "-3"))]
+    rows += [dict(args_hash="b", env_id="Walker2d-v4", seed="1", iteration=4, explained_variance="0.9"),
+             dict(args_hash="a", env_id="Hopper-v4", seed="1", iteration=4, explained_variance="0.9")]
+    assert im.early_fit(rows, runs, "PPO", last=16) == {1: 0.375}  # unstored and nan passed over; 20 is past the last
+    assert im.early_fit(rows, runs, "PPO", last=20) == {1: pytest.approx((0.5 + 0.25 - 3) / 3)}
+    assert im.early_fit(rows, runs, "PPO-M") == {1: 0.9} and im.early_fit(rows, runs, "TRPO") == {}
+
+
+def test_figure1s_reward_scaling_is_split_by_value_clipping_with_the_critics_fit(tmp_path):
+    synthetic_store(tmp_path)
+    im.main(["report", "--store", str(tmp_path)])  # stored before the explained variance was: the split, no fit
+    text = (tmp_path / "report.md").read_text()
+    assert "- value clipping on, reward scaling off: not stored" in text and "the critic fits worse" not in text
+    # made up: value clipping on with reward scaling off, 2,000 lower and its critic's fit 0.4 + 0.02 a seed
+    runs, curves = im.read_csv(tmp_path / "runs.csv"), im.read_csv(tmp_path / "iterations.csv")
+    lagging = {r["args_hash"] for r in runs if r["cell"].startswith("fig1 off: ") and "reward_scaling" in r["cell"]
+               and "value_clipping" not in r["cell"]}
+    for r in runs:
+        r["final_return"] = float(r["final_return"]) - 2000 * (r["args_hash"] in lagging)
+    for c in curves:
+        c["explained_variance"] = 0.4 + 0.02 * int(c["seed"]) if c["args_hash"] in lagging else 0.9
+    im.write_rows(str(tmp_path / "runs.csv"), runs)
+    im.write_rows(str(tmp_path / "iterations.csv"), curves)
+    os.remove(tmp_path / "figure1_critic.png")
+    im.main(["report", "--store", str(tmp_path)])
+    text = (tmp_path / "report.md").read_text()
+    assert (tmp_path / "figure1_critic.png").exists()
+    table = {line.split(" | ")[0]: line.split(" | ")[1:] for line in text.split("### Reward scaling")[1].splitlines()
+             if line.startswith("| o")}
+    for vc in ("on", "off"):  # each side: 4 combinations (the all-on one PPO's Walker2d runs) of seeds 1-4
+        side = [r for r in runs if (r["cell"] == "PPO" and r["env_id"] == "Walker2d-v4" or r["cell"].startswith("fig1"))
+                and ("value_clipping" in r["cell"]) == (vc == "off") and int(r["seed"]) <= 4]
+        on, off = ([float(r["final_return"]) for r in side if ("reward_scaling" in r["cell"]) != rs] for rs in (True, False))
+        assert table[f"| {vc}"][:2] == [f"{np.mean(on):.0f}, n 16", f"{np.mean(off):.0f}, n 16"]
+    assert table["| on"][2].startswith("-2000 [")
+    assert "lowers the mean with value clipping on, not shown with it off" in text
+    assert "- value clipping on, reward scaling off: 0.45 [0.42, 0.48], 16 runs" in text  # seeds 1-4
+    assert "- value clipping on, reward scaling on: 0.90 [0.90, 0.90], 22 runs" in text  # and PPO's seeds 5-10
+    assert "the critic fits worse in every run with value clipping on, reward scaling off than in any other run" in text
 
 
 def test_an_empty_store_is_one_line(tmp_path):
