@@ -789,9 +789,9 @@ def report(store, out):
     lines += ["", "### Reward scaling and value clipping", "",
               "The clipped value loss, max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2), has no gradient "
               "once a state's value has moved eps = 0.2 from the last iteration's towards its target: in one "
-              "iteration no state's value is pushed further than eps. With the rewards scaled (divided by the std of "
-              "the running discounted return) the returns the critic fits are of order 1; unscaled, Walker2d's reach "
-              "100 for staying upright alone (reward 1 a step, gamma 0.99). Figure 1's runs split by both switches "
+              "iteration a state's own term pushes its value at most eps. With the rewards scaled (divided by the std of "
+              "the running discounted return) the critic fits returns in units of their own spread; unscaled, "
+              "Walker2d's reach 100 for staying upright alone (reward 1 a step, gamma 0.99). Figure 1's runs split by both switches "
               "(at the seeds all combinations have):", ""]
     lines += value_clipping_split(runs, curves, out, plt, stats)
     lines += ["", "Figure 2: per iteration, one line per seed (stored every "
