@@ -426,7 +426,8 @@ def value_clipping_split(runs, curves, out, plt, stats):
     names = {(vc, rs): f"value clipping {'on' if vc else 'off'}, reward scaling {'on' if rs else 'off'}"
              for vc in (True, False) for rs in (True, False)}
     lines = ["| value clipping | reward scaling on | reward scaling off | off - on [95%] | Mann-Whitney p |", "|---|---|---|---|---|"]
-    shown = {}  # value clipping on/off: whether turning reward scaling off lowers the mean (the interval below 0)
+    shown, moved, means = {}, {}, {}  # value clipping on/off: whether turning reward scaling off lowers the mean (the interval
+    # below 0), and by how much
     for vc in (True, False):
         on, off = ([x for o, xs in groups for x in xs if ("value_clipping" not in o) == vc and ("reward_scaling" not in o) == rs]
                    for rs in (True, False))
@@ -434,7 +435,7 @@ def value_clipping_split(runs, curves, out, plt, stats):
             lines.append(f"| {'on' if vc else 'off'} | not run yet | | | |")
             continue
         d, low, high = difference(np.array(off), np.array(on), rng_for("value clipping", vc))
-        shown[vc] = high < 0
+        shown[vc], moved[vc], means[vc, True], means[vc, False] = high < 0, d, np.mean(on), np.mean(off)
         lines.append(f"| {'on' if vc else 'off'} | {np.mean(on):.0f}, n {len(on)} | {np.mean(off):.0f}, n {len(off)} | "
                      f"{d:+.0f} [{low:+.0f}, {high:+.0f}] | {stats.mannwhitneyu(on, off).pvalue:.2g} |")
     cells_of = {(vc, rs): [c for c in sorted({r["cell"] for r in runs}) if (c == "PPO" or c.startswith("fig1 off: "))
@@ -473,13 +474,27 @@ def value_clipping_split(runs, curves, out, plt, stats):
     lagging = [g for g in names if fits[g] and sum(map(bool, fits.values())) > 1 and all(max(f for f, _ in fits[g]) < min(f for f, _ in fits[h]) for h in names
                                                    if h != g and fits[h])]
     if len(shown) == 2:
-        lines += ["", "Turning reward scaling off lowers the mean " + {
-            (True, True): "with value clipping on and off alike", (True, False): "with value clipping on, not shown "
-            "with it off (the interval reaches 0)", (False, True): "with value clipping off, not shown with it on",
-            (False, False): "neither with value clipping on nor off (the intervals reach 0)"}[shown[True], shown[False]]
+        lines += ["", "Turning reward scaling off moves the mean by " + " and by ".join(
+            f"{moved[vc]:+.0f} with value clipping {'on' if vc else 'off'}"
+            + ("" if shown[vc] else " (not shown: the interval reaches 0)") for vc in (True, False))
+            + f"; turning value clipping off moves it by {means[False, True] - means[True, True]:+.0f} with the rewards "
+            f"scaled and by {means[False, False] - means[True, False]:+.0f} without"
             + (f"; over iterations 1-{EARLY_ITERATIONS} the critic fits worse in every run with {names[lagging[0]]} "
                "than in any other run" if len(lagging) == 1 else "") + "."]
     return lines + ["", "![the critic's fit](figure1_critic.png)"]
+
+
+def paired_reading(groups, switch):
+    """The switch turned off beside on with the other three switches as they are, at the same seed (8 settings of the
+    others x the seeds): the mean of off - on and the Wilcoxon signed-rank p, where the split by the switch alone mixes
+    in what the others move."""
+    from scipy import stats
+
+    by_off = {frozenset(off): xs for off, xs in groups}
+    d = np.array([b - a for off, xs in by_off.items() if switch not in off for a, b in zip(xs, by_off[off | {switch}])])
+    p = stats.wilcoxon(d).pvalue if np.any(d != 0) else 1.0
+    verdict = "no shift shown" if p >= 0.05 else "off lower" if d.mean() < 0 else "off higher"
+    return f"; paired with the others' setting and the seed, off - on {d.mean():+.0f}, n {len(d)}, Wilcoxon p {p:.2g}, {verdict}"
 
 
 def curves_of(curves, runs, cell, env):
@@ -754,7 +769,7 @@ def report(store, out):
             p = stats.mannwhitneyu(on, off).pvalue
             verdict = (", shifted" if p < 0.05 else ", no shift shown") if complete else ""
             shifts.append(f"{switch}: on {on.mean():.0f}, off {off.mean():.0f} (n {len(on)}/{len(off)}, "
-                          f"Mann-Whitney p {p:.2g}{verdict})")
+                          f"Mann-Whitney p {p:.2g}{verdict}{paired_reading(groups, switch) if complete else ''})")
         else:
             shifts.append(f"{switch}: not run yet")
     if not complete and len(groups) > 1:

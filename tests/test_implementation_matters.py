@@ -223,8 +223,13 @@ def test_report_reads_the_verdicts_off_the_stored_runs(tmp_path):
     d = claims["| (d) reward scaling, annealing and init each shift the reward distribution"]
     on, off, n_on, n_off = map(int, re.search(r"anneal_lr: on (\d+), off (\d+) \(n (\d+)/(\d+)", d).groups())
     assert abs(on - 3300) < 30 and abs(off - 3100) < 30 and n_on == n_off == 32  # 8 combinations of 4 seeds a side
-    assert d.split("anneal_lr")[1].split(")")[0].endswith("shifted")  # only annealing moved the made-up returns
-    assert d.count("no shift shown") == 3
+    assert d.split("anneal_lr")[1].split(";")[0].endswith("shifted")  # only annealing moved the made-up returns
+    # paired with the other switches as they are, at the same seed: annealing off 200 lower in each of the 32 pairs
+    paired = re.findall(r"(\w+): on[^;]*; paired with the others' setting and the seed, off - on ([^,]+), n (\d+), "
+                        r"Wilcoxon p ([^,]+), ([\w ]+)\)", d)
+    assert [(s, x, n) for s, x, n, _, _ in paired] == [(s, "-200" if s == "anneal_lr" else "+0", "32") for s in im.SWITCHES]
+    assert [v for *_, p, v in paired if float(p) < 0.05] == ["off lower"]
+    assert d.count("no shift shown") == 3 + 3
     # the combinations' table: all 16, every seed, the highest mean first (the made-up annealing-off ones 200 lower)
     table = text.split("| switches off | final returns (seeds) | mean |\n|---|---|---|\n")[1].split("\n\n")[0].splitlines()
     assert len(table) == 16 and all("anneal_lr" in row for row in table[8:]) and not any("anneal_lr" in row for row in table[:8])
@@ -357,7 +362,13 @@ def test_figure1s_reward_scaling_is_split_by_value_clipping_with_the_critics_fit
         assert table[f"| {vc}"][:2] == [f"{np.mean(on):.0f}, n 16", f"{np.mean(off):.0f}, n 16"]
         assert table[f"| {vc}"][2].startswith(f"{np.mean(off) - np.mean(on):+.0f} [")
     assert table["| on"][2].startswith("-2125 [")  # 2,000 lower, and the 500 of init off among reward scaling on's 16
-    assert "lowers the mean with value clipping on, not shown with it off" in text
+    means = {(vc, rs): np.mean([float(r["final_return"]) for r in runs if int(r["seed"]) <= 4 and (
+        r["cell"] == "PPO" and r["env_id"] == "Walker2d-v4" or r["cell"].startswith("fig1")) and ("value_clipping" in
+        r["cell"]) != vc and ("reward_scaling" in r["cell"]) != rs]) for vc in (True, False) for rs in (True, False)}
+    assert (f"Turning reward scaling off moves the mean by {means[True, False] - means[True, True]:+.0f} with value "
+            f"clipping on and by +0 with value clipping off (not shown: the interval reaches 0); turning value clipping "
+            f"off moves it by {means[False, True] - means[True, True]:+.0f} with the rewards scaled and by "
+            f"{means[False, False] - means[True, False]:+.0f} without") in text
     assert "- value clipping on, reward scaling off: 0.45 [0.42, 0.48], 16 runs" in text  # seeds 1-4
     assert "- value clipping on, reward scaling on: 0.90 [0.90, 0.90], 22 runs" in text  # and PPO's seeds 5-10
     assert "the critic fits worse in every run with value clipping on, reward scaling off than in any other run" in text
