@@ -221,7 +221,8 @@ def store_runs(runs_dir, store):
             tb_dir = os.path.join(runs_dir, summary["tb_dir"])
             for tag, k in zip(CURVE_TAGS, curve_keys):
                 run = read_run(tb_dir, tag)
-                filled_curves.update({(*key[1:], step, k): f"{value:.5g}" for step, value in zip(run["steps"], run["returns"])})
+                if run["hparams"].get("mujoco", mujoco) == mujoco:  # the run stored here, not one on another MuJoCo
+                    filled_curves.update({(*key[1:], step, k): f"{value:.5g}" for step, value in zip(run["steps"], run["returns"])})
         if key in lacking and summary.get("ok"):  # stored before its run.py reading was
             tb_dir = os.path.join(runs_dir, summary["tb_dir"])
             run = read_run(tb_dir, RETURN_TAG)
@@ -271,7 +272,8 @@ def store_runs(runs_dir, store):
                 if r.get(k, "") == "":
                     r[k] = filled_curves.get((r["args_hash"], r["env_id"], int(r["seed"]), int(r["step"]), k), "")
         write_rows(os.path.join(store, "iterations.csv"), rows)
-        print(f"implementation_matters.py: read the curves {len({k[:3] for k in filled_curves})} stored run(s) lacked")
+        print(f"implementation_matters.py: filled in the curves of {len({k[:3] for k in filled_curves})} stored run(s) "
+              "stored without them")
     released = {(r["config"], int(r["seed"])) for r in read_csv(os.path.join(store, "paper_code.csv"))}
     for path in sorted(glob.glob(os.path.join(runs_dir, "paper_code", "*.json"))):  # paper_code.py's runs
         with open(path) as f:
@@ -418,41 +420,47 @@ def early_fit(curves, runs, cell, env="Walker2d-v4", last=EARLY_ITERATIONS):
     return fit
 
 
+def is_on(switch, cell):
+    """Whether a Figure 1 run's cell (PPO: all on; "fig1 off: <switches>") has the switch on."""
+    return switch not in cell.split(": ")[-1].split() if cell.startswith("fig1 off: ") else True
+
+
 def value_clipping_split(runs, curves, out, plt, stats):
     """Figure 1's reward scaling split by value clipping: the final returns (the 2 x 2 of the two switches, at
-    Figure 1's common seeds) and the critic's early fit (every stored Figure 1 run, the all-on ones PPO's Walker2d
-    runs at any seed), drawn to figure1_critic.png; returns the report's lines."""
+    Figure 1's common seeds, once all 16 combinations are in) and the critic's early fit (every Figure 1 run stored
+    with it, the all-on ones PPO's Walker2d runs at any seed), drawn to figure1_critic.png; returns the report's lines."""
     groups, _ = figure1_groups(runs)
     names = {(vc, rs): f"value clipping {'on' if vc else 'off'}, reward scaling {'on' if rs else 'off'}"
              for vc in (True, False) for rs in (True, False)}
     lines = ["| value clipping | reward scaling on | reward scaling off | off - on [95%] | Mann-Whitney p |", "|---|---|---|---|---|"]
-    shown, moved, means = {}, {}, {}  # value clipping on/off: whether turning reward scaling off lowers the mean (the interval
-    # below 0), and by how much
+    moved, means = {}, {}  # value clipping on/off: (off - on, its interval, the p) of turning reward scaling off
     for vc in (True, False):
         on, off = ([x for o, xs in groups for x in xs if ("value_clipping" not in o) == vc and ("reward_scaling" not in o) == rs]
                    for rs in (True, False))
-        if len(on) < 3 or len(off) < 3:
-            lines.append(f"| {'on' if vc else 'off'} | not run yet | | | |")
+        if len(groups) < 2**len(SWITCHES):  # split by two switches, the other two must be balanced: all 16 in
+            lines.append(f"| {'on' if vc else 'off'} | interim, {len(groups)} of 16 combinations | | | |")
             continue
         d, low, high = difference(np.array(off), np.array(on), rng_for("value clipping", vc))
-        shown[vc], moved[vc], means[vc, True], means[vc, False] = high < 0, d, np.mean(on), np.mean(off)
+        moved[vc], means[vc, True], means[vc, False] = (d, low, high, stats.mannwhitneyu(on, off).pvalue), np.mean(on), np.mean(off)
         lines.append(f"| {'on' if vc else 'off'} | {np.mean(on):.0f}, n {len(on)} | {np.mean(off):.0f}, n {len(off)} | "
-                     f"{d:+.0f} [{low:+.0f}, {high:+.0f}] | {stats.mannwhitneyu(on, off).pvalue:.2g} |")
-    cells_of = {(vc, rs): [c for c in sorted({r["cell"] for r in runs}) if (c == "PPO" or c.startswith("fig1 off: "))
-                           and ("value_clipping" not in c) == vc and ("reward_scaling" not in c) == rs]
-                for vc, rs in names}
-    fits = {g: [(fit, final) for c in cells_of[g] for seed, fit in early_fit(curves, runs, c).items()
-                for final in finals([r for r in runs if int(r["seed"]) == seed], c, "Walker2d-v4")] for g in names}
-    colors = dict(zip(names, ("tab:blue", "tab:red", "tab:green", "tab:orange")))
+                     f"{d:+.0f} [{low:+.0f}, {high:+.0f}] | {moved[vc][3]:.2g} |")
+    fig1_cells = [c for c in sorted({r["cell"] for r in runs}) if c.startswith("fig1 off: ")]
+    fits, unfit, colors = {g: [] for g in names}, 0, dict(zip(names, ("tab:blue", "tab:red", "tab:green", "tab:orange")))
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for cell in ["PPO"] + fig1_cells:
+        g = (is_on("value_clipping", cell), is_on("reward_scaling", cell))
+        fit, final = early_fit(curves, runs, cell), {int(r["seed"]): float(r["final_return"]) for r in runs
+                                                      if r["cell"] == cell and r["env_id"] == "Walker2d-v4"}
+        seeds = set(final) & set(FIGURE1_SEEDS) if cell == "PPO" else set(final)  # PPO's runs at Figure 1's seeds
+        unfit += len(seeds - set(fit))
+        for seed, rows in curves_of(curves, runs, cell, "Walker2d-v4").items():
+            ev = sorted((int(r["iteration"]), float(r["explained_variance"])) for r in rows
+                        if r.get("explained_variance", "") not in ("", "nan"))
+            if ev:
+                axes[0].plot(*zip(*ev), color=colors[g], lw=0.6, alpha=0.5, label=None if fits[g] else names[g])
+            if seed in fit:
+                fits[g].append((fit[seed], final[seed]))
     for g in names:
-        n = 0
-        for c in cells_of[g]:
-            for seed, rows in curves_of(curves, runs, c, "Walker2d-v4").items():
-                ev = [(int(r["iteration"]), float(r["explained_variance"])) for r in rows if r.get("explained_variance", "") not in ("", "nan")]
-                if ev:
-                    axes[0].plot(*zip(*sorted(ev)), color=colors[g], lw=0.6, alpha=0.5, label=names[g] if n == 0 else None)
-                    n += 1
         if fits[g]:
             axes[1].scatter(*zip(*fits[g]), color=colors[g], s=14, label=f"{names[g]} ({len(fits[g])} runs)")
     axes[0].axvline(EARLY_ITERATIONS, color="k", ls=":")
@@ -466,35 +474,35 @@ def value_clipping_split(runs, curves, out, plt, stats):
     fig.tight_layout()
     fig.savefig(os.path.join(out, "figure1_critic.png"), dpi=80)
     plt.close(fig)
-    lines += ["", f"The critic's fit (explained variance of the returns by the values, the mean over a run's stored "
-              f"iterations 1-{EARLY_ITERATIONS}; the median and range over the runs stored with it):", ""]
-    lines += [f"- {names[g]}: " + (f"{np.median([f for f, _ in fits[g]]):.2f} [{min(f for f, _ in fits[g]):.2f}, "
-                                   f"{max(f for f, _ in fits[g]):.2f}], {len(fits[g])} runs" if fits[g] else "not stored")
-              for g in names]
-    lagging = [g for g in names if fits[g] and sum(map(bool, fits.values())) > 1 and all(max(f for f, _ in fits[g]) < min(f for f, _ in fits[h]) for h in names
-                                                   if h != g and fits[h])]
-    if len(shown) == 2:
+    lines += ["", f"The critic's fit (explained variance of the returns by the values before the update, the mean over a "
+              f"run's stored iterations up to {EARLY_ITERATIONS}, every {CURVE_EVERY}th; the median and range over the "
+              f"runs stored with it, at any seed{f'; {unfit} Figure 1 runs were stored without it' if unfit else ''}):", ""]
+    span = {g: (min(f for f, _ in fits[g]), max(f for f, _ in fits[g])) for g in names if fits[g]}
+    lines += [f"- {names[g]}: " + (f"{np.median([f for f, _ in fits[g]]):.2f} [{span[g][0]:.2f}, {span[g][1]:.2f}], "
+                                   f"{len(fits[g])} runs" if g in span else "not stored") for g in names]
+    # a group whose every run fits worse than every run of the others
+    lagging = [g for g in span if len(span) > 1 and all(span[g][1] < span[h][0] for h in span if h != g)]
+    if moved:
         lines += ["", "Turning reward scaling off moves the mean by " + " and by ".join(
-            f"{moved[vc]:+.0f} with value clipping {'on' if vc else 'off'}"
-            + ("" if shown[vc] else " (not shown: the interval reaches 0)") for vc in (True, False))
+            f"{d:+.0f} with value clipping {'on' if vc else 'off'}"
+            + ("" if (high < 0 or low > 0) and p < 0.05 else " (not shown: the interval reaches 0 or Mann-Whitney p "
+               ">= 0.05)") for vc, (d, low, high, p) in moved.items())
             + f"; turning value clipping off moves it by {means[False, True] - means[True, True]:+.0f} with the rewards "
             f"scaled and by {means[False, False] - means[True, False]:+.0f} without"
-            + (f"; over iterations 1-{EARLY_ITERATIONS} the critic fits worse in every run with {names[lagging[0]]} "
-               "than in any other run" if len(lagging) == 1 else "") + "."]
+            + (f"; over its first {EARLY_ITERATIONS} iterations the critic fits worse in every stored run with "
+               f"{names[lagging[0]]} than in any other stored run" if lagging else "") + "."]
     return lines + ["", "![the critic's fit](figure1_critic.png)"]
 
 
 def paired_reading(groups, switch):
     """The switch turned off beside on with the other three switches as they are, at the same seed (8 settings of the
-    others x the seeds): the mean of off - on and the Wilcoxon signed-rank p, where the split by the switch alone mixes
-    in what the others move."""
+    others x the seeds), where the split by the switch alone mixes in what the others move: (the differences off - on,
+    the Wilcoxon signed-rank p)."""
     from scipy import stats
 
     by_off = {frozenset(off): xs for off, xs in groups}
     d = np.array([b - a for off, xs in by_off.items() if switch not in off for a, b in zip(xs, by_off[off | {switch}])])
-    p = stats.wilcoxon(d).pvalue if np.any(d != 0) else 1.0
-    verdict = "no shift shown" if p >= 0.05 else "off lower" if d.mean() < 0 else "off higher"
-    return f"; paired with the others' setting and the seed, off - on {d.mean():+.0f}, n {len(d)}, Wilcoxon p {p:.2g}, {verdict}"
+    return d, stats.wilcoxon(d).pvalue if np.any(d != 0) else 1.0
 
 
 def curves_of(curves, runs, cell, env):
@@ -769,12 +777,18 @@ def report(store, out):
             p = stats.mannwhitneyu(on, off).pvalue
             verdict = (", shifted" if p < 0.05 else ", no shift shown") if complete else ""
             shifts.append(f"{switch}: on {on.mean():.0f}, off {off.mean():.0f} (n {len(on)}/{len(off)}, "
-                          f"Mann-Whitney p {p:.2g}{verdict}{paired_reading(groups, switch) if complete else ''})")
+                          f"Mann-Whitney p {p:.2g}{verdict}")
+            if complete:
+                d, p = paired_reading(groups, switch)
+                shifts[-1] += (f"; paired with the others' setting and the seed, off - on {d.mean():+.0f}, n {len(d)}, "
+                               f"Wilcoxon p {p:.2g}, " + ("no shift shown" if p >= 0.05 else "off lower" if d.mean() < 0
+                                                          else "off higher"))
+            shifts[-1] += ")"
         else:
             shifts.append(f"{switch}: not run yet")
     if not complete and len(groups) > 1:
         shifts.insert(0, f"interim, {len(groups)} of 16 combinations (no verdict until all are in)")
-    elif groups and fig1_seeds:  # the paper's second reading: the three were on in its best combination
+    elif complete and fig1_seeds:  # the paper's second reading: the three were on in its best combination
         best_off, best = max(groups, key=lambda g: np.mean(g[1]))
         kept = [s for s in ("reward_scaling", "anneal_lr", "ortho_init") if s not in best_off]
         shifts.append(f"the highest mean of the 16 at those seeds: {' '.join(s for s in SWITCHES if s in best_off) or 'none'} off, "
