@@ -323,6 +323,8 @@ def test_figure1_reads_every_combination_at_the_seeds_all_have_and_gives_no_verd
     d = next(line for line in text.splitlines() if line.startswith("| (d)"))
     assert "interim, 15 of 16 combinations (no verdict until all are in)" in d
     assert "shift" not in d.replace("each shift the", "") and "anneal_lr: on 3" in d and "(n 16/14" in d
+    assert "the highest mean" not in d and "paired" not in d  # these too wait for all 16
+    assert "| on | interim, 15 of 16 combinations | | | |" in text and "Turning reward scaling off" not in text
 
 
 def test_the_critics_early_fit_is_the_mean_of_its_stored_iterations_up_to_the_last():
