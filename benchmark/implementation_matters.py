@@ -408,13 +408,18 @@ def figure1_groups(runs):
     return [(off, [returns[s] for s in seeds]) for off, returns in by_seed], seeds
 
 
+def explained_variance(rows):
+    """[(iteration, the critic's explained variance)] of a run's stored rows that have it, in iteration order."""
+    return sorted((int(r["iteration"]), float(r["explained_variance"])) for r in rows
+                  if r.get("explained_variance", "") not in ("", "nan"))
+
+
 def early_fit(curves, runs, cell, env="Walker2d-v4", last=EARLY_ITERATIONS):
     """{seed: the critic's explained variance, the mean over a run's stored iterations up to `last`} of a cell's runs
     stored with it."""
     fit = {}
     for seed, rows in curves_of(curves, runs, cell, env).items():
-        ev = [float(r["explained_variance"]) for r in rows if int(r["iteration"]) <= last
-              and r.get("explained_variance", "") not in ("", "nan")]
+        ev = [v for i, v in explained_variance(rows) if i <= last]
         if ev:
             fit[seed] = float(np.mean(ev))
     return fit
@@ -435,11 +440,11 @@ def value_clipping_split(runs, curves, out, plt, stats):
     lines = ["| value clipping | reward scaling on | reward scaling off | off - on [95%] | Mann-Whitney p |", "|---|---|---|---|---|"]
     moved, means = {}, {}  # value clipping on/off: (off - on, its interval, the p) of turning reward scaling off
     for vc in (True, False):
-        on, off = ([x for o, xs in groups for x in xs if ("value_clipping" not in o) == vc and ("reward_scaling" not in o) == rs]
-                   for rs in (True, False))
         if len(groups) < 2**len(SWITCHES):  # split by two switches, the other two must be balanced: all 16 in
             lines.append(f"| {'on' if vc else 'off'} | interim, {len(groups)} of 16 combinations | | | |")
             continue
+        on, off = ([x for o, xs in groups for x in xs if ("value_clipping" not in o) == vc and ("reward_scaling" not in o) == rs]
+                   for rs in (True, False))
         d, low, high = difference(np.array(off), np.array(on), rng_for("value clipping", vc))
         moved[vc], means[vc, True], means[vc, False] = (d, low, high, stats.mannwhitneyu(on, off).pvalue), np.mean(on), np.mean(off)
         lines.append(f"| {'on' if vc else 'off'} | {np.mean(on):.0f}, n {len(on)} | {np.mean(off):.0f}, n {len(off)} | "
@@ -454,8 +459,7 @@ def value_clipping_split(runs, curves, out, plt, stats):
         seeds = set(final) & set(FIGURE1_SEEDS) if cell == "PPO" else set(final)  # PPO's runs at Figure 1's seeds
         unfit += len(seeds - set(fit))
         for seed, rows in curves_of(curves, runs, cell, "Walker2d-v4").items():
-            ev = sorted((int(r["iteration"]), float(r["explained_variance"])) for r in rows
-                        if r.get("explained_variance", "") not in ("", "nan"))
+            ev = explained_variance(rows)
             if ev:
                 axes[0].plot(*zip(*ev), color=colors[g], lw=0.6, alpha=0.5, label=None if fits[g] else names[g])
             if seed in fit:
@@ -494,12 +498,10 @@ def value_clipping_split(runs, curves, out, plt, stats):
     return lines + ["", "![the critic's fit](figure1_critic.png)"]
 
 
-def paired_reading(groups, switch):
+def paired_reading(groups, switch, stats):
     """The switch turned off beside on with the other three switches as they are, at the same seed (8 settings of the
     others x the seeds), where the split by the switch alone mixes in what the others move: (the differences off - on,
-    the Wilcoxon signed-rank p)."""
-    from scipy import stats
-
+    the Wilcoxon signed-rank p); stats: scipy.stats, as report() imports it."""
     by_off = {frozenset(off): xs for off, xs in groups}
     d = np.array([b - a for off, xs in by_off.items() if switch not in off for a, b in zip(xs, by_off[off | {switch}])])
     return d, stats.wilcoxon(d).pvalue if np.any(d != 0) else 1.0
@@ -779,7 +781,7 @@ def report(store, out):
             shifts.append(f"{switch}: on {on.mean():.0f}, off {off.mean():.0f} (n {len(on)}/{len(off)}, "
                           f"Mann-Whitney p {p:.2g}{verdict}")
             if complete:
-                d, p = paired_reading(groups, switch)
+                d, p = paired_reading(groups, switch, stats)
                 shifts[-1] += (f"; paired with the others' setting and the seed, off - on {d.mean():+.0f}, n {len(d)}, "
                                f"Wilcoxon p {p:.2g}, " + ("no shift shown" if p >= 0.05 else "off lower" if d.mean() < 0
                                                           else "off higher"))

@@ -362,16 +362,16 @@ def test_figure1s_reward_scaling_is_split_by_value_clipping_with_the_critics_fit
     assert (tmp_path / "figure1_critic.png").exists()
     table = {line.split(" | ")[0]: line.split(" | ")[1:] for line in text.split("### Reward scaling")[1].splitlines()
              if line.startswith("| o")}
-    for vc in ("on", "off"):  # each side: 4 combinations (the all-on one PPO's Walker2d runs) of seeds 1-4
-        side = [r for r in runs if (r["cell"] == "PPO" and r["env_id"] == "Walker2d-v4" or r["cell"].startswith("fig1"))
-                and ("value_clipping" in r["cell"]) == (vc == "off") and int(r["seed"]) <= 4]
-        on, off = ([float(r["final_return"]) for r in side if ("reward_scaling" in r["cell"]) != rs] for rs in (True, False))
-        assert table[f"| {vc}"][:2] == [f"{np.mean(on):.0f}, n 16", f"{np.mean(off):.0f}, n 16"]
-        assert table[f"| {vc}"][2].startswith(f"{np.mean(off) - np.mean(on):+.0f} [")
-    assert table["| on"][2].startswith("-2125 [")  # 2,000 lower, and the 500 of init off among reward scaling on's 16
-    means = {(vc, rs): np.mean([float(r["final_return"]) for r in runs if int(r["seed"]) <= 4 and (
+    # each of the 2 x 2: 4 combinations (the all-on one PPO's Walker2d runs) of seeds 1-4
+    side = {(vc, rs): [float(r["final_return"]) for r in runs if int(r["seed"]) <= 4 and (
         r["cell"] == "PPO" and r["env_id"] == "Walker2d-v4" or r["cell"].startswith("fig1")) and ("value_clipping" in
-        r["cell"]) != vc and ("reward_scaling" in r["cell"]) != rs]) for vc in (True, False) for rs in (True, False)}
+        r["cell"]) != vc and ("reward_scaling" in r["cell"]) != rs] for vc in (True, False) for rs in (True, False)}
+    means = {k: np.mean(v) for k, v in side.items()}
+    for vc in (True, False):
+        row = table["| on" if vc else "| off"]
+        assert row[:2] == [f"{means[vc, True]:.0f}, n {len(side[vc, True])}", f"{means[vc, False]:.0f}, n {len(side[vc, False])}"]
+        assert row[2].startswith(f"{means[vc, False] - means[vc, True]:+.0f} [") and len(side[vc, True]) == 16
+    assert table["| on"][2].startswith("-2125 [")  # 2,000 lower, and the 500 of init off among reward scaling on's 16
     assert (f"Turning reward scaling off moves the mean by {means[True, False] - means[True, True]:+.0f} with value "
             f"clipping on and by +0 with value clipping off (not shown: the interval reaches 0 or Mann-Whitney p >= "
             f"0.05); turning value clipping off moves it by {means[False, True] - means[True, True]:+.0f} with the "
