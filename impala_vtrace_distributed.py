@@ -50,6 +50,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401 (before the process group: a later import holds it past destroy_process_group)
 import torch.nn as nn
 
 SCRIPT = "impala_vtrace_distributed.py"
@@ -363,6 +364,7 @@ def actor_loop(rank, args):
         for value in buffers.values():  # detail 2: the unroll to the learner, tensor by tensor
             dist.send(value[idx], 0)
     envs.close()
+    dist.destroy_process_group()
 
 
 def new_run_dir(name, suffix=""):

@@ -51,6 +51,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401 (before the process group: a later import holds it past destroy_process_group)
 import torch.nn as nn
 
 SCRIPT = "ppo_atari_multigpu.py"
@@ -353,9 +354,8 @@ def world_op(op, *args):
 
 def world_mean(x):
     """The mean of tensor `x` over the ranks (each holds an equal share of the data); `x` in a world of one."""
-    if dist.is_initialized():
-        x = x.clone(memory_format=torch.contiguous_format)  # collectives need row-major tensors (not channels-last)
-        world_op(dist.all_reduce, x)
+    if dist.is_initialized():  # collectives need row-major tensors (not channels-last)
+        world_op(dist.all_reduce, x := x.clone(memory_format=torch.contiguous_format))
         x /= dist.get_world_size()
     return x
 

@@ -20,7 +20,8 @@ from conftest import ROOT
 from hacks import assert_every_group_annealed, critic_group_copy, recorded_rates
 from test_ppo import assert_foreign_and_corrupt_checkpoints_rejected, assert_memory_checked, assert_rejected_before_training, read_scalars
 import processes
-from processes import assert_process_group_failure_is_one_line, free_port, rank_env, run_ranks, stop_job, wait_for
+from processes import (assert_process_group_failure_is_one_line, free_port, group_watcher, rank_env, run_ranks, stop_job,
+                       wait_for)
 
 import impala_vtrace as iv
 import impala_vtrace_distributed as ivd
@@ -101,8 +102,8 @@ def test_hack_every_param_group_anneals(tmp_path):
 # ---- torchrun ----------------------------------------------------------------------------------------------------
 
 
-def torchrun(*flags, nproc=3):
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", SCRIPT, *flags]
+def torchrun(*flags, nproc=3, script=SCRIPT):
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", script, *flags]
 
 
 def actors_line(stdout):
@@ -130,6 +131,15 @@ def test_torchrun_learner_and_two_actors_log_both_checkpoint_and_resume_with_one
     assert actors_line(resumed.stdout).keys() == {1} and actors_line(resumed.stdout)[1][0] == 40  # 10 updates x 4
     assert torch.load(ckpt, weights_only=False)["update"] == 30
     assert len(read_scalars(run_dir, "charts/policy_lag")) == 30  # updates 1-20, then 21-30, each logged once
+
+
+def test_the_process_group_is_gone_before_the_exit_on_every_rank():
+    """As in test_ppo_atari_multigpu.py's test of the name: torch.distributed.nn held the learner's group past its
+    destroy_process_group, and the actors never called it."""
+    run = subprocess.run(torchrun("--no-cuda", "--batch-size", "4", "--unroll-length", "10", "--total-timesteps", "160",
+                                  script=group_watcher(SCRIPT)), capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.count("the group is gone") == 3, run.stdout
 
 
 # ---- faults and signals --------------------------------------------------------------------------------------------

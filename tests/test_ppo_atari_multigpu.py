@@ -19,8 +19,8 @@ import torch
 import torch.distributed as dist
 import test_ppo_atari
 from conftest import ROOT
-from processes import (alive, assert_process_group_failure_is_one_line, descendants, free_port, rank_env, run_ranks,
-                       script_lines, stop_job, wait_for)
+from processes import (alive, assert_process_group_failure_is_one_line, descendants, free_port, group_watcher, rank_env,
+                       run_ranks, script_lines, stop_job, wait_for)
 from hacks import hack_safety_tests
 from precision import bf16_tests
 from test_ppo import assert_cli_error_is_one_line, assert_memory_checked, read_scalars
@@ -161,8 +161,8 @@ def test_every_rank_games_are_logged_by_rank_0():
 # ---- torchrun --------------------------------------------------------------------------------------------------------
 
 
-def torchrun(args, nproc=2):
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", SCRIPT, *flags(args)]
+def torchrun(args, nproc=2, script=SCRIPT):
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", script, *flags(args)]
 
 
 def test_torchrun_trains_checkpoints_and_resumes():
@@ -184,6 +184,16 @@ def test_torchrun_trains_checkpoints_and_resumes():
     assert torch.load(ckpt, weights_only=False)["iteration"] == 3
     # iterations 1, 2, then the resumed 3 (its schedule ends at 3, ppo_atari.py's as well), each logged once
     assert read_scalars(os.path.dirname(ckpt), "charts/learning_rate") == pytest.approx([2.5e-4, 0.0, 0.0])
+
+
+def test_the_process_group_is_gone_before_the_exit():
+    """CI's abort at the end of a torchrun job (rank 1 "terminate called without an active exception"): the first
+    optimizer imports torch.distributed.nn, whose functions' defaults then hold the group, so destroy_process_group
+    left it and its gloo threads running into the exit (processes.group_watcher)."""
+    run = subprocess.run(torchrun(tiny(num_steps=128, total_timesteps=2 * 128), script=group_watcher(SCRIPT)),
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.count("the group is gone") == 2, run.stdout
 
 
 # ---- a lost process stops the job ------------------------------------------------------------------------------------
