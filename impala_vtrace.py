@@ -472,7 +472,7 @@ def train(args: Args, given=None):
     from torch.utils.tensorboard import SummaryWriter
 
     # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
-    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None)
+    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None, flush_secs=10)
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
 
     random.seed(args.seed)
@@ -569,7 +569,7 @@ def train(args: Args, given=None):
             p.join(timeout=5)
             p.kill()  # a no-op for an actor that has exited; SIGKILL, which nothing ignores, for a stuck one
             p.join()
-        writer.close()
+        writer.close()  # <= flush_secs late if a Ctrl-C cut a write (3.11's Condition.notify then loses a wakeup)
     # env and inference add up over the actors, which run side by side with each other and with the learner's update
     history["seconds"] = dict(zip(("env", "inference"), buffers["actor_seconds"].sum(0).tolist()), **history["seconds"])
     print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in history["seconds"].items())

@@ -392,6 +392,44 @@ def test_ctrl_c_inside_a_queue_put_still_exits():
     assert "Traceback" not in stderr and "Exception ignored" not in stderr
 
 
+
+# Ctrl-C inside the learner's TensorBoard write, as Condition.notify has just woken the writer thread: CPython 3.11
+# leaves that thread's waiter first in line, so close()'s stop signal wakes nobody and the thread sleeps until its next
+# flush (SummaryWriter's default: 120 s; seen in CI as a SIGTERM to torchrun that took 30.3 s, then a SIGKILL)
+CTRL_C_INSIDE_A_LOG_WRITE = """
+import inspect, signal, sys, threading
+NOTIFY, fired = threading.Condition.notify, []
+WOKEN = NOTIFY.__code__.co_firstlineno + [line.strip() for line in inspect.getsource(NOTIFY).splitlines()].index("n -= 1")
+
+def logging(frame):
+    names = set()
+    while frame is not None:
+        names, frame = names | {frame.f_code.co_name}, frame.f_back
+    return {"add_scalar", "train"} <= names
+
+def on_line(frame, event, arg):
+    if event == "line" and frame.f_lineno == WOKEN and not fired:  # released, not yet removed from the waiters
+        fired.append(signal.raise_signal(signal.SIGINT))
+    return on_line
+
+sys.settrace(lambda frame, event, arg: on_line if frame.f_code is NOTIFY.__code__ and not fired and logging(frame) else None)
+"""
+
+
+def test_ctrl_c_inside_a_log_write_exits_within_the_flush_interval():
+    proc = run_cli("--batch-size", "2", "--unroll-length", "5", "--total-timesteps", "1000000",
+                   prelude=CTRL_C_INSIDE_A_LOG_WRITE)
+    try:
+        start = time.time()
+        _, stderr = proc.communicate(timeout=100)
+        took = time.time() - start
+    finally:
+        proc.kill()
+    assert_session_ends(proc)
+    assert proc.returncode == 1 and stderr.rstrip().endswith("interrupted; every actor has been stopped"), stderr[-2000:]
+    assert took < 10 + 15  # flush_secs, and the run's start
+
+
 def record_batches(monkeypatch):
     """Make iv.update record each batch it receives (the actions and behaviour log-probs the actors sampled)."""
     batches, real = [], iv.update
