@@ -1,6 +1,6 @@
 """Process helpers of the torch.distributed tests (ppo_atari_multigpu.py, impala_vtrace_distributed.py): ranks spawned
 with torchrun's environment on this host, a torchrun job stopped and the lines it printed, a rank started by hand that
-cannot start its process group, a process group watched to the end, and the /proc checks that no process is left behind."""
+cannot start its process group, a script run after a prelude (a process group watched to the end), and the /proc checks that no process is left behind."""
 
 import glob
 import multiprocessing as mp
@@ -50,16 +50,22 @@ def run_ranks(fn, world=2, timeout=120, method="spawn"):
     return [torch.load(f"rank{rank}.pt", weights_only=False) for rank in range(world)]
 
 
+def driver(script, prelude="", epilogue=""):
+    """Write driver.py: `prelude`, then `script` as python or torchrun runs it (a fresh interpreter, its __main__ block),
+    then `epilogue`; its name."""
+    with open("driver.py", "w") as f:
+        f.write(f"{prelude}\nimport runpy, sys\nsys.argv = [{script!r}, *sys.argv[1:]]\n"
+                f"runpy.run_path(sys.argv[0], run_name='__main__')\n{epilogue}\n")
+    return "driver.py"
+
+
 def group_watcher(script):
-    """Write watch.py: `script` run as torchrun runs it (a fresh interpreter, its __main__ block), then a line saying
-    whether the process group it started is still alive. One that is (its gloo threads with it) meets the interpreter's
-    exit, where a thread that drops the last collective's tensor cannot take the GIL and aborts the process."""
-    with open("watch.py", "w") as f:
-        f.write("import runpy, sys, weakref\nimport torch.distributed as dist\ngroups, start = [], dist.init_process_group\n"
-                "dist.init_process_group = lambda *a, **kw: (start(*a, **kw), groups.append(weakref.ref(dist.group.WORLD)))\n"
-                f"sys.argv = [{script!r}, *sys.argv[1:]]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n"
-                "print('the group outlived the run' if groups[0]() else 'the group is gone')\n")
-    return "watch.py"
+    """driver.py: `script`, then a line saying whether the process group it started is still alive. One that is (its
+    gloo threads with it) meets the interpreter's exit, where a thread that drops the last collective's tensor cannot
+    take the GIL and aborts the process."""
+    return driver(script, "import weakref\nimport torch.distributed as dist\ngroups, start = [], dist.init_process_group\n"
+                  "dist.init_process_group = lambda *a, **kw: (start(*a, **kw), groups.append(weakref.ref(dist.group.WORLD)))",
+                  "print('the group outlived the run' if groups[0]() else 'the group is gone')")
 
 
 def descendants(pid):

@@ -416,7 +416,7 @@ sys.settrace(lambda frame, event, arg: on_line if frame.f_code is NOTIFY.__code_
 """
 
 
-def test_ctrl_c_inside_a_log_write_exits_within_the_flush_interval():
+def test_ctrl_c_inside_the_learners_log_write_exits_within_the_flush_interval():
     proc = run_cli("--batch-size", "2", "--unroll-length", "5", "--total-timesteps", "1000000",
                    prelude=CTRL_C_INSIDE_A_LOG_WRITE)
     try:

@@ -6,6 +6,7 @@ process in bounded time; bad input is one line before anything starts.
 """
 
 import ast
+import contextlib
 import glob
 import os
 import re
@@ -18,6 +19,7 @@ import pytest
 import torch
 from conftest import ROOT
 from hacks import assert_every_group_annealed, critic_group_copy, recorded_rates
+from test_impala_vtrace import CTRL_C_INSIDE_A_LOG_WRITE
 from test_ppo import assert_foreign_and_corrupt_checkpoints_rejected, assert_memory_checked, assert_rejected_before_training, read_scalars
 import processes
 from processes import (assert_process_group_failure_is_one_line, free_port, group_watcher, rank_env, run_ranks, stop_job,
@@ -176,6 +178,22 @@ def test_ctrl_c_or_sigterm_to_torchrun_stops_every_rank(sig):
     code, stderr, took = stop_torchrun(lambda job, workers: job.send_signal(sig))
     assert code != 0 and took < 30
     assert script_lines(stderr) == ["impala_vtrace_distributed.py: interrupted; the actor ranks stop with the learner"], \
+        stderr[-3000:]
+
+
+def test_ctrl_c_inside_the_learners_log_write_exits_within_the_flush_interval():
+    """test_impala_vtrace.py's test of the name, the learner under torchrun: its writer is the same."""
+    start, job = time.time(), subprocess.Popen(torchrun(*LONG_RUN, script=processes.driver(SCRIPT, CTRL_C_INSIDE_A_LOG_WRITE)),
+                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, stderr = job.communicate(timeout=100)
+    finally:
+        for pid in processes.descendants(job.pid) + [job.pid]:  # every rank, whatever happened
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert job.returncode != 0 and time.time() - start < 10 + 20  # flush_secs, and the start of three ranks
+    # the Ctrl-C reached the learner alone: the actors see it gone
+    assert "impala_vtrace_distributed.py: interrupted; the actor ranks stop with the learner" in script_lines(stderr), \
         stderr[-3000:]
 
 
