@@ -1,6 +1,7 @@
 """Process helpers of the torch.distributed tests (ppo_atari_multigpu.py, impala_vtrace_distributed.py): ranks spawned
 with torchrun's environment on this host, a torchrun job stopped and the lines it printed, a rank started by hand that
-cannot start its process group, a script run after a prelude (a process group watched to the end), and the /proc checks that no process is left behind."""
+cannot start its process group, a script run after a prelude (a process group watched to the end), and the /proc
+checks that no process is left behind."""
 
 import glob
 import multiprocessing as mp
