@@ -557,7 +557,8 @@ class Check:
               "the first update's batch and weights through update() as one minibatch on both, cuDNN's TF32 off; of "
               "policy loss, value loss and entropy, the one nearest its tolerance, its difference and the tolerance "
               f"({TWIN_RTOL:g} relative + {TWIN_ATOL:g}). --bf16: a third run, "
-              "its ratio and its first losses against fp32's.", "",
+              "its ratio and its first losses against fp32's" + ("." if m.get("bf16") else
+              ", not run: this device has no bfloat16 kernels, and the scripts refuse --bf16 there."), "",
               "| script | launch | train | --resume | eval CPU / device | ratio | CPU vs device | --bf16 | verdict |",
               "|---|---|---|---|---|---|---|---|---|"]
         checks = sorted(self.checks.items(), key=lambda item: list(TINY).index(item[0].split()[0]))

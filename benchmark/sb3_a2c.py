@@ -74,7 +74,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, NatureCNN
-from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
+from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack, VecTransposeImage
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import a2c_paac as paac  # noqa: E402  the flag checks, the run directory, the ALE's env ids
@@ -204,7 +204,11 @@ def restore(model, envs, ckpt):
     model.policy.load_state_dict(ckpt["policy"])
     model.policy.optimizer.load_state_dict(ckpt["optimizer"])
     model.num_timesteps, model._n_updates = ckpt["global_step"], ckpt["iteration"]
-    model._last_obs, model._last_episode_starts = ckpt["last_obs"], ckpt["episode_starts"]  # learn() resets no game
+    # learn() resets no game. The observation goes back in the memory layout a step gives it (VecTransposeImage's
+    # NCHW view of NHWC frames; the checkpoint holds a C-order copy): the convolutions pick their kernel by the
+    # input's layout, and on an AVX2-only CPU the two kernels' values differ in the last bits (issue 49)
+    model._last_obs = VecTransposeImage.transpose_image(np.ascontiguousarray(ckpt["last_obs"].transpose(0, 2, 3, 1)))
+    model._last_episode_starts = ckpt["episode_starts"]
     games = envs.venv.envs  # DummyVecEnv's: swapped for the saved ones
     for i, saved in enumerate(ckpt["envs"]):
         games[i].close()

@@ -105,8 +105,11 @@ def test_dry_run_checks_trains_resumes_evaluates_times_and_reports(tmp_path):
     assert "| ppo_atari_multigpu.py | torchrun x1 | 128 steps | 192 steps |" in md and "FAIL" not in md
     assert "— (its update all-reduces over the ranks" in md
     assert "envpool-1.0" in md and "cleanrl_probe-1.0" in md  # the installed wheels, named
-    # the log: the correctness launches (ppo.py 1, torchrun 3), the speed runs (ours 3, CleanRL's 1)
-    assert (out / "gpu_check.log").read_text().count("$ ") == 8
+    # the log: the correctness launches (ppo.py 1, torchrun 2 and --bf16's), the speed runs (ours 2 and --bf16's,
+    # CleanRL's 1); a host without bf16 kernels (an AVX2-only CPU) runs no --bf16 and says so
+    assert (out / "gpu_check.log").read_text().count("$ ") == 6 + 2 * bf16
+    assert ("--bf16: a third run, its ratio and its first losses against fp32's." in md) == bf16
+    assert ("not run: this device has no bfloat16 kernels" in md) != bf16
     assert not left_behind(str(tmp_path)) and not glob.glob(str(tmp_path / "gpu_check-*"))
 
 

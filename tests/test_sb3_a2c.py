@@ -239,6 +239,23 @@ def test_resume_matches_uninterrupted_run(monkeypatch):
         sb3.train(sb3.Args(resume="missing.pt"))
 
 
+def test_resume_restores_the_observation_in_the_layout_a_step_gives():
+    """The checkpoint holds the last observation as a C-order copy; restored, it is again VecTransposeImage's NCHW view
+    of NHWC frames, as every step's is. The convolutions pick their kernel by the input's layout, and on an AVX2-only
+    CPU (AMD EPYC) the two kernels differ in the last bits: a C-order first step broke the exact resume there."""
+    run = sb3.train(tiny(save_model=True, **RELEASED))
+    ckpt, args = sb3.load_checkpoint(run["checkpoint"], sb3.Args())
+    stepped = run["model"]._last_obs
+    assert not stepped.flags["C_CONTIGUOUS"] and ckpt["last_obs"].flags["C_CONTIGUOUS"]  # what made the two differ
+    envs = sb3.make_envs(args)
+    try:
+        model = sb3.make_model(dataclasses.replace(args, learning_rate=0.0014, batch_size=10, num_iterations=4), envs)
+        sb3.restore(model, envs, ckpt)
+        assert model._last_obs.strides == stepped.strides and np.array_equal(model._last_obs, stepped)
+    finally:
+        envs.close()
+
+
 def test_bad_input_is_one_line_naming_this_script(monkeypatch):
     assert_rejected_before_training(sb3, tiny(env_id="ALE/Breakout-v5"), "; sb3_a2c.py needs a NoFrameskip-v4 id")
     assert_rejected_before_training(sb3, tiny(anneal_timesteps=0), "anneal-timesteps must be a finite number >= 1")
