@@ -364,6 +364,9 @@ def load_checkpoint(path, args=None, given=None):
     owner = ckpt.get("script") if isinstance(ckpt, dict) else None  # and another version's args do not fit Args
     if owner != SCRIPT or not isinstance(ckpt.get("args"), dict) or set(ckpt["args"]) - set(asdict(Args())):
         raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not by this {SCRIPT}")
+    if args is not None and "optimizer" not in ckpt:  # the weights alone (benchmark/atari_agent.py's) only evaluate
+        raise ConfigError(f"checkpoint {path!r} holds the network's weights only: it evaluates (--eval-checkpoint) but "
+                          "cannot resume; resume from a run's checkpoint.pt")
     if args is not None:  # resuming: a save that SIGKILL cut short left its .tmp beside this whole checkpoint
         with contextlib.suppress(FileNotFoundError):  # (every rank resuming together tries)
             os.remove(f"{path}.tmp")
