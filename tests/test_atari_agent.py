@@ -1,0 +1,92 @@
+"""Tests of benchmark/atari_agent.py (issue 50): a run's network alone evaluates as its checkpoint does and cannot be
+resumed, and the GIF shows the very game --eval-checkpoint's first is."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import ROOT
+from PIL import Image
+from test_ppo_atari import tiny
+
+import ppo_atari
+
+sys.path.insert(0, os.path.join(ROOT, "benchmark"))
+import atari_agent  # noqa: E402
+
+TOOL, SCRIPT = os.path.join(ROOT, "benchmark", "atari_agent.py"), os.path.join(ROOT, "ppo_atari.py")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny Breakout run's checkpoint and the weights-only file made of it (in the module's own folder)."""
+    here = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("atari_agent"))
+    try:
+        run = ppo_atari.train(tiny(env_id="BreakoutNoFrameskip-v4", save_model=True))
+        weights = os.path.abspath("agent.pt")
+        done = cli(TOOL, "weights", run["checkpoint"], weights)
+        assert done.returncode == 0 and done.stdout.startswith(f"{weights}: "), done.stdout + done.stderr
+        yield os.path.abspath(run["checkpoint"]), weights
+    finally:
+        os.chdir(here)
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300)
+
+
+def test_weights_alone_evaluate_as_the_checkpoint_and_refuse_to_resume(trained):
+    checkpoint, weights = trained
+    ckpt, kept = torch.load(checkpoint, weights_only=False), torch.load(weights, weights_only=False)
+    assert sorted(kept) == sorted(atari_agent.KEPT) and "optimizer" in ckpt
+    assert all(torch.equal(kept["model"][k], v) for k, v in ckpt["model"].items())
+    assert os.path.getsize(weights) < os.path.getsize(checkpoint) / 2  # Adam's moments alone are twice the network
+    scores = ppo_atari.evaluate(weights, eval_episodes=2, seed=1)
+    assert scores == ppo_atari.evaluate(checkpoint, eval_episodes=2, seed=1)
+    with pytest.raises(ppo_atari.ConfigError, match=r"holds the network's weights only: it evaluates .* cannot resume"):
+        ppo_atari.train(ppo_atari.Args(resume=weights, total_timesteps=10**6))
+    shown = cli(SCRIPT, "--eval-checkpoint", weights, "--eval-episodes", "1")
+    assert shown.returncode == 0 and shown.stdout.startswith("mean return over 1 episodes: "), shown.stderr
+
+
+def test_truncated_or_foreign_weights_are_one_line(trained, tmp_path):
+    _, weights = trained
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(open(weights, "rb").read()[:1000])
+    for args, message in (
+            ([SCRIPT, "--eval-checkpoint", str(cut)], f"checkpoint '{cut}' could not be read"),
+            ([TOOL, "gif", str(cut), str(tmp_path / "a.gif")], f"checkpoint '{cut}' could not be read"),
+            ([TOOL, "weights", weights, str(tmp_path / "no" / "such" / "a.pt")], "cannot write"),
+            ([TOOL, "gif", weights, str(tmp_path / "a.png")], "does not end in .gif"),
+            ([TOOL, "gif", weights, str(tmp_path / "a.gif"), "--every", "0"], "--every and --max-frames must be >= 1")):
+        done = cli(*args)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 1 and len(lines) == 1 and message in lines[0], done.stderr
+    torch.save({"script": "ppo.py", "args": {}, "model": {}}, tmp_path / "ppo.pt")
+    done = cli(TOOL, "gif", str(tmp_path / "ppo.pt"), str(tmp_path / "a.gif"))
+    assert done.stderr.strip() == (f"atari_agent.py: error: checkpoint '{tmp_path / 'ppo.pt'}' was written by ppo.py, "
+                                   "not by this ppo_atari.py")
+    assert not (tmp_path / "a.gif").exists()
+
+
+def test_gif_shows_the_game_eval_checkpoint_plays_first(trained, tmp_path):
+    _, weights = trained
+    score, steps, screens, shown = atari_agent.play(weights, seed=0, every=3, max_frames=40)
+    assert score == ppo_atari.evaluate(weights, eval_episodes=1, seed=0)[0]  # the same game, the same score
+    assert len(screens) == min(40, -(-steps // 3)) and screens[0].shape == (210, 160, 3)
+    assert shown[0] == 0 and shown == sorted(shown) and shown[-1] <= score  # the score so far, never falling
+    out = tmp_path / "agent.gif"
+    done = cli(TOOL, "gif", weights, str(out), "--every", "3", "--max-frames", "40")
+    said = f"score {score:.0f} in {steps} steps of the agent, {len(screens)} pictures"
+    assert done.returncode == 0 and said in done.stdout, done.stdout + done.stderr
+    gif, durations = Image.open(out), []
+    assert gif.format == "GIF" and gif.size == (160, 210)
+    for i in range(gif.n_frames):  # equal pictures in a row are one frame, their durations added
+        gif.seek(i)
+        durations.append(gif.info["duration"])
+    assert sum(durations) == len(screens) * atari_agent.PICTURE_MS and len(durations) <= len(screens)
+    last = gif.convert("RGB")
+    assert last.getpixel((80, 150)) == tuple(screens[-1][150, 80])  # the screen itself, away from the score
