@@ -8,6 +8,24 @@ REPO="$(dirname "$BENCH")"
 MODE="${1:-full}"
 status=0
 
+# settings NAME...: the named variables as run.py takes them (STEPS, WORKERS: a whole number from 1; SEEDS: whole
+# numbers, each once), checked before any run starts: else one line and exit 2
+settings() {
+    local name value want
+    for name in "$@"; do
+        value="${!name-}"
+        if [ "$name" = SEEDS ]; then
+            want='whole numbers from 0, each once (e.g. SEEDS="1 2")'
+            [[ $value =~ ^\ *[0-9]+(\ +[0-9]+)*\ *$ ]] && [ -z "$(tr -s ' ' '\n' <<< "$value" | sort | uniq -d)" ] && continue
+        else
+            want="a whole number from 1 (e.g. $name=2)"
+            [[ $value =~ ^[1-9][0-9]*$ ]] && continue
+        fi
+        echo "$(basename "$0"): error: $name='$value' must be $want" >&2
+        exit 2
+    done
+}
+
 # sweep SCRIPT ENV_ID...: every (env, seed) of SCRIPT through run.py; a failed run fails the sweep, the rest go on.
 # ARGS="--flag value ..." in the environment is passed on to every run (e.g. a variant's settings); THREADS=N caps
 # each run's threads (run.py --threads; default cores // workers), e.g. THREADS=1 beside another run on 2 cores.
@@ -29,14 +47,18 @@ report() {
 }
 
 # run_dirs SCRIPT "ARGS": the TensorBoard dir of each of $SEEDS's runs of SCRIPT on $ENV_ID with --total-timesteps
-# $STEPS and ARGS, from run.py's summaries (a seed not run yet: an error)
+# $STEPS and ARGS, from run.py's summaries; a seed without a finished run: one line naming it, and status 1
 run_dirs() {
-    python - "$BENCH" "$1" "$ENV_ID" "--total-timesteps $STEPS $2" $SEEDS <<'EOF'
+    python - "$BENCH" "$1" "$ENV_ID" "--total-timesteps $STEPS $2" "$(basename "$0")" $SEEDS <<'EOF'
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from run import summary_path
-script, env_id, extra = sys.argv[2], sys.argv[3], sys.argv[4].split()
-paths = [summary_path("runs", script, env_id, int(seed), extra) for seed in sys.argv[5:]]
+from run import finished, summary_path
+script, env_id, extra, name, seeds = sys.argv[2], sys.argv[3], sys.argv[4].split(), sys.argv[5], sys.argv[6:]
+paths = [summary_path("runs", script, env_id, int(seed), extra) for seed in seeds]
+unfinished = [seed for seed, path in zip(seeds, paths) if not finished(path)]
+if unfinished:  # failed, refused or not run: run.py said why above
+    sys.exit(f"{name}: error: no comparison of {script}'s runs: seed {' '.join(unfinished)} on {env_id} did not "
+             "finish (run.py said why, above); mend that and run the sweep again")
 print(*("runs/" + json.load(open(path))["tb_dir"] for path in paths))
 EOF
 }

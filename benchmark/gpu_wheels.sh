@@ -15,8 +15,11 @@
 # Usage: bash benchmark/gpu_wheels.sh CLEANRL_DIR   (a CleanRL checkout: git clone https://github.com/vwxyzjn/cleanrl)
 # PYTHON: the Python whose pip downloads (default .venv/bin/python; any version: the wheels are chosen for 3.12).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+# the paths given are read from the folder the command is run in, before the repository becomes the working folder
 cleanrl=${1:-}
+[[ -z $cleanrl || $cleanrl == /* ]] || cleanrl=$PWD/$cleanrl
+[[ ${PYTHON:-/} == /* || $PYTHON != */* ]] || PYTHON=$PWD/$PYTHON  # a path; a bare name is looked up on the PATH
+cd "$(dirname "$0")/.."
 if [[ -z $cleanrl || ! -f $cleanrl/cleanrl/ppo.py ]]; then
     echo "gpu_wheels.sh: error: give a CleanRL checkout (no cleanrl/ppo.py under '${cleanrl}'): git clone" \
          "https://github.com/vwxyzjn/cleanrl /tmp/cleanrl; bash benchmark/gpu_wheels.sh /tmp/cleanrl" >&2

@@ -1,9 +1,9 @@
 """Seed 004: what benchmark/implementation_matters.sh runs, the stored runs, and the report.
 
-Run:   bash benchmark/implementation_matters.sh [short]          (calls the three commands below)
-       python benchmark/implementation_matters.py plan --mode full|short --store DIR [--cells CELL ...]
-       python benchmark/implementation_matters.py store runs/ --store DIR
-       python benchmark/implementation_matters.py report --store DIR [--out DIR]
+Run:   bash benchmark/implementation_matters.sh [short]          (calls the three commands below; STORE, STEPS)
+       python benchmark/implementation_matters.py plan --mode full|short --store DIR [--cells CELL ...] [--steps N]
+       python benchmark/implementation_matters.py store runs/ --store DIR [--steps N]
+       python benchmark/implementation_matters.py report --store DIR [--out DIR] [--steps N]
        python benchmark/implementation_matters.py mujoco-dir      (where a study on another MuJoCo goes: mujoco_dir)
 
 The settings are the paper's released configs (MadryLab/implementation-matters: src/MuJoCo.json, overridden by
@@ -19,15 +19,22 @@ and we do not, is listed in the report (DIFFERENCES below).
 `store` keeps each finished run (run.py's summary says ok) of a planned cell as a row of runs.csv (its final return:
 the mean of its last 100 episodic returns, as every result here) and its Figure 2 numbers every 4 iterations in
 iterations.csv; `plan` skips the seeds stored there, so the study goes on across machines, and `report` reads nothing else.
+One `store` at a time writes a store (a lock on its folder), each file whole (a temporary file, then renamed); every
+reader checks each row, and names the file and line it cannot read. --steps (default 1M) plans, stores and reports runs
+of another length (a smoke sweep), apart from the study's.
 """
 
 import argparse
+import contextlib
 import csv
+import fcntl
 import glob
+import io
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import zlib
 
 import numpy as np
@@ -99,20 +106,106 @@ def cells(mode):
     return plan
 
 
-def extra_args(flags):
+def extra_args(flags, steps=STEPS):
     """The script's args as run.py gets them from the sweep (common.sh: --total-timesteps first)."""
-    return ["--total-timesteps", str(STEPS)] + f"{PROTOCOL} {flags}".split()
+    return ["--total-timesteps", str(steps)] + f"{PROTOCOL} {flags}".split()
+
+
+# ---- the store: each file read with every row checked, written whole, one `store` at a time ----------------------
+
+# the columns the readers of each file need, and how their cells read (str: any text); where a file has them, the other
+# columns' cells must read too (OPTIONAL); EMPTY: the cells that may be empty (a run.py reading not stored yet, a window
+# in which no episode ended, a curve stored before the critic's fit was)
+COLUMNS = {"runs.csv": {"cell": str, "script": str, "env_id": str, "seed": int, "args_hash": str, "flags": str,
+                        "final_return": float, "git_commit": str, "mujoco": str},
+           "iterations.csv": {"args_hash": str, "env_id": str, "seed": int, "iteration": int, "step": int,
+                              "mean_return": float, "max_ratio": float, "mean_kl": float, "max_kl": float},
+           "paper_code.csv": {"cell": str, "env_id": str, "seed": int, "config": str, "final_return": float,
+                              "final_5": float}}
+OPTIONAL = {"final_5": float, "explained_variance": float, "episodes": int, "global_step": int, "wall_time_s": float}
+EMPTY = {("runs.csv", "final_5"), ("iterations.csv", "mean_return"), ("iterations.csv", "explained_variance")}
+FIX = {"runs.csv": "delete that line; the next store of its runs/ stores that run again",
+       "iterations.csv": "delete that line and its run's row in runs.csv; the next store of its runs/ stores both again",
+       "paper_code.csv": "delete that line; the next store of its runs/ stores that run again"}
+RESTORE = "restore the file from a copy (git, or the machine that stored the runs)"
 
 
 def read_csv(path):
+    """The rows of a file of the store ([] where there is none), each checked: as many fields as the header, a line end
+    (a write cut short leaves none), the columns in COLUMNS and their types; else one line naming the file, the line and
+    the fix."""
     if not os.path.exists(path):
         return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    name = os.path.basename(path)
+    types, fix = {**OPTIONAL, **COLUMNS[name]} if name in COLUMNS else {}, FIX.get(name, "delete that line")
+    try:
+        with open(path, newline="") as f:
+            text = f.read()
+        reader = csv.reader(io.StringIO(text, newline=""))
+        lines = [(reader.line_num, row) for row in reader]
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise ConfigError(f"{path} cannot be read ({getattr(e, 'strerror', None) or e}); {RESTORE}") from None
+    if not lines:
+        raise ConfigError(f"{path} is empty, not even a header; {RESTORE}")
+    header, rows = lines[0][1], [(n, row) for n, row in lines[1:] if row]  # blank lines passed over, as csv.DictReader
+    missing = [c for c in COLUMNS.get(name, {}) if c not in header]
+    if rows and missing:
+        raise ConfigError(f"{path} has no {missing[0]!r} column; {RESTORE}")
+    if not text.endswith("\n"):
+        raise ConfigError(f"{path} line {lines[-1][0]} has no line end (a write cut short); {fix}")
+    out = []
+    for n, row in rows:
+        if len(row) != len(header):
+            raise ConfigError(f"{path} line {n} has {len(row)} fields, the header {len(header)}; {fix}")
+        out.append(dict(zip(header, row)))
+        for column, value in out[-1].items():
+            if types.get(column, str) is not str and not (value == "" and (name, column) in EMPTY):
+                try:
+                    types[column](value)
+                except ValueError:
+                    kind = "a whole number" if types[column] is int else "a number"
+                    raise ConfigError(f"{path} line {n}: {column} {value!r} is not {kind}; {fix}") from None
+    return out
+
+
+def read_store(store):
+    """The stored runs and their Figure 2 rows (read_csv); iterations.csv, written with every run stored, missing beside
+    stored runs is one line."""
+    runs, curves = read_csv(os.path.join(store, "runs.csv")), read_csv(os.path.join(store, "iterations.csv"))
+    if runs and not os.path.exists(os.path.join(store, "iterations.csv")):
+        raise ConfigError(f"{os.path.join(store, 'iterations.csv')} is missing beside {len(runs)} stored runs; {RESTORE}")
+    return runs, curves
+
+
+def key_of(row):
+    return row["script"], row["args_hash"], row["env_id"], int(row["seed"])
 
 
 def stored(store):
-    return {(r["script"], r["args_hash"], r["env_id"], int(r["seed"])) for r in read_csv(os.path.join(store, "runs.csv"))}
+    return {key_of(r) for r in read_store(store)[0]}
+
+
+def writable(path, flag):
+    """Make the folder `path` and write a file in it, before any work: a failure is one line naming it."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        raise ConfigError(f"{flag} {path} cannot be written to ({e.strerror}); give a folder you can write to") from None
+
+
+@contextlib.contextmanager
+def locked(store):
+    """The store folder, made, held by this process alone (flock on the folder itself): a second `store` waits, then
+    reads what the first stored, so that no run is stored twice."""
+    writable(store, "--store")
+    fd = os.open(store, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # and with it the lock
 
 
 def lock_mujoco():
@@ -131,8 +224,9 @@ def mujoco_dir():
     return "" if version == lock_mujoco() else f"mujoco-{version}"
 
 
-def plan(mode, store, only=None):
-    """Print the runs still to make, one run.py call a line; `only` keeps the named cells (fig1: Figure 1's)."""
+def plan(mode, store, only=None, steps=STEPS):
+    """Print the runs still to make, one run.py call a line, of `steps` steps each (the sweep's STEPS); `only` keeps the
+    named cells (fig1: Figure 1's)."""
     unknown = sorted(set(only or []) - set(ALGOS) - {"fig1"})
     if unknown:
         raise ConfigError(f"--cells: unknown cell {unknown[0]!r}; choose from {', '.join(ALGOS + ['fig1'])}")
@@ -140,7 +234,7 @@ def plan(mode, store, only=None):
     for cell, env, seeds, flags in cells(mode):
         if only and cell.split()[0] not in only:
             continue
-        todo = [s for s in seeds if (script_of(cell), args_hash(extra_args(flags)), env, s) not in done]
+        todo = [s for s in seeds if (script_of(cell), args_hash(extra_args(flags, steps)), env, s) not in done]
         if todo:
             print(f"{cell}\t{env}\t{' '.join(map(str, todo))}\t{script_of(cell)}\t{PROTOCOL} {flags}")
 
@@ -154,33 +248,47 @@ def installed(package):
 
 
 def append_rows(path, rows):
-    """Append rows under the file's header (a field a row lacks: empty); rows with a field the header lacks write the
-    file again with that column added, the older rows' cells empty."""
-    old = read_csv(path)
-    if old and all(k in old[0] for row in rows for k in row):
-        with open(path, "a", newline="") as f:
-            csv.DictWriter(f, fieldnames=list(old[0]), restval="").writerows(rows)
-    else:
-        write_rows(path, old + rows)
+    """The file's rows, then `rows` under its header (a field a row lacks: empty; a field the header lacks: a column
+    added, the older rows' cells empty), written whole (write_rows)."""
+    write_rows(path, read_csv(path) + rows)
 
 
-def write_rows(path, rows):
-    """Write the file afresh, through a temporary file (a crash leaves the old one whole)."""
-    header = []
+def write_rows(path, rows, columns=()):
+    """Write the file afresh, its header `columns` and then the rows' other fields, through a temporary file put on
+    disk and renamed over it: a crash leaves the old file or the new one, whole."""
+    header = list(columns)
     for row in rows:
         header += [k for k in row if k not in header]
     with open(path + ".tmp", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=header, restval="")
         writer.writeheader()
         writer.writerows(rows)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(path + ".tmp", path)
+
+
+def read_json(path, keys, fix):
+    """A run's JSON (run.py's summary, paper_code.py's result) holding `keys`, else one line naming it and the fix."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path} cannot be read ({getattr(e, 'strerror', None) or e}); {fix}") from None
+    missing = [k for k in keys if not isinstance(data, dict) or k not in data]
+    if missing:
+        raise ConfigError(f"{path} has no {missing[0]!r}; {fix}")
+    return data
 
 
 REWARDS_FIX = "7a973ae"  # --reward-scaling rewards became the released code's (r - mean) / std + mean here
 
 
 def descends(commit, ancestor):
-    """Whether `commit` (a run's git_commit, maybe ending in +dirty) has `ancestor` in its history (git decides)."""
+    """Whether `commit` (a run's git_commit, maybe ending in +dirty) has `ancestor` in its history (git decides; a run
+    made outside a git checkout has none: no)."""
+    if not commit:
+        return False
     res = subprocess.run(["git", "-C", ROOT, "merge-base", "--is-ancestor", ancestor, commit.split("+")[0]],
                          capture_output=True)
     return res.returncode == 0
@@ -196,101 +304,112 @@ def run_py_reading(returns, ends, iteration_ends, last=RUN_PY_ITERATIONS):
     return round(float(np.mean(means)), 2) if means else ""
 
 
-def store_runs(runs_dir, store):
-    """Add the finished runs of planned cells that are not stored yet, and to stored runs whose runs are in runs_dir
-    what was stored only later (the run.py reading; a curve of CURVE_TAGS); returns how many runs were added. On a
-    MuJoCo other than the lock's, into the store's mujoco-<version>/ (mujoco_dir), and only runs that ran on it."""
-    store, mujoco = os.path.join(store, mujoco_dir()), installed("mujoco")
-    known = {(script_of(cell), args_hash(extra_args(flags))): (cell, flags) for cell, _, _, flags in cells("full")}
-    done, added = stored(store), 0
-    lacking = {(r["script"], r["args_hash"], r["env_id"], int(r["seed"])) for r in read_csv(os.path.join(store, "runs.csv"))
-               if not r.get("final_5")}
-    curve_keys = [tag.split("/")[1] for tag in CURVE_TAGS]
-    lacking_curves = {(r["args_hash"], r["env_id"], int(r["seed"])) for r in read_csv(os.path.join(store, "iterations.csv"))
-                      if any(r.get(k, "") == "" for k in curve_keys)}
+SUMMARY_KEYS = ("ok", "script", "args", "env_id", "seed", "tb_dir", "final_return", "episodes", "global_step",
+                "git_commit", "wall_time_s")  # what store reads of run.py's summary
+RELEASED_KEYS = ("config", "seed", "params", "iteration_rewards", "episode_returns", "final_return", "final_5",
+                 "wall_time_s")  # and of paper_code.py's result
+CURVE_KEYS = [tag.split("/")[1] for tag in CURVE_TAGS]
+ITERATION_COLUMNS = ["args_hash", "env_id", "seed", "iteration", "step", "mean_return"] + CURVE_KEYS
+
+
+def store_runs(runs_dir, store, steps=STEPS):
+    """Add the finished runs of planned cells (of `steps` steps) that are not stored yet, and to stored runs whose runs
+    are in runs_dir what was stored only later (the run.py reading; a curve of CURVE_TAGS); returns how many runs were
+    added. On a MuJoCo other than the lock's, into the store's mujoco-<version>/ (mujoco_dir), and only runs that ran on
+    it. One store at a time (locked); each file is read once, checked, and written once, whole, iterations.csv before
+    runs.csv: a store stopped between the two leaves its runs unstored, and the next stores their curves anew."""
+    if not os.path.isdir(runs_dir):
+        raise ConfigError(f"{runs_dir} is not a folder; give the runs/ folder the sweep wrote")
+    store, mujoco = os.path.normpath(os.path.join(store, mujoco_dir())), installed("mujoco")
+    with locked(store):
+        return add_runs(runs_dir, store, mujoco, steps)
+
+
+def add_runs(runs_dir, store, mujoco, steps):
+    """store_runs' work, the store locked."""
+    (runs, curves), released = read_store(store), read_csv(os.path.join(store, "paper_code.csv"))
+    known = {(script_of(cell), args_hash(extra_args(flags, steps))): (cell, flags) for cell, _, _, flags in cells("full")}
+    done, new_runs, new_curves, new_released = {key_of(r) for r in runs}, [], [], []
+    lacking = {key_of(r) for r in runs if not r.get("final_5")}
+    lacking_curves = {(r["args_hash"], r["env_id"], int(r["seed"])) for r in curves
+                      if any(r.get(k, "") == "" for k in CURVE_KEYS)}
     filled, filled_curves = {}, {}
-    os.makedirs(store, exist_ok=True)
     for path in sorted(glob.glob(os.path.join(runs_dir, "summaries", "*_continuous_action__*.json"))):
-        try:
-            with open(path) as f:
-                summary = json.load(f)
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"summary {path} cannot be read ({e}); delete it and rerun its run") from None
+        summary = read_json(path, SUMMARY_KEYS, "delete it and rerun its run")
         key = (summary["script"], args_hash(summary["args"]), summary["env_id"], int(summary["seed"]))
-        if key in done and summary.get("ok") and key[1:] in lacking_curves:  # stored before a curve was
+        if key in done and summary["ok"] and key[1:] in lacking_curves:  # stored before a curve was
             tb_dir = os.path.join(runs_dir, summary["tb_dir"])
-            for tag, k in zip(CURVE_TAGS, curve_keys):
+            for tag, k in zip(CURVE_TAGS, CURVE_KEYS):
                 run = read_run(tb_dir, tag)
                 if run["hparams"].get("mujoco", mujoco) == mujoco:  # the run stored here, not one on another MuJoCo
                     filled_curves.update({(*key[1:], step, k): f"{value:.5g}" for step, value in zip(run["steps"], run["returns"])})
-        if key in lacking and summary.get("ok"):  # stored before its run.py reading was
+        if key in lacking and summary["ok"]:  # stored before its run.py reading was
             tb_dir = os.path.join(runs_dir, summary["tb_dir"])
             run = read_run(tb_dir, RETURN_TAG)
             filled[key] = run_py_reading(run["returns"], run["steps"], read_run(tb_dir, CURVE_TAGS[0])["steps"])
             continue
-        if not summary.get("ok") or key[:2] not in known or key in done:
+        if not summary["ok"] or key[:2] not in known or key in done:
             continue
         if "--reward-scaling rewards" in known[key[:2]][1] and not descends(summary["git_commit"], REWARDS_FIX):
             print(f"implementation_matters.py: not stored: {path} ran --reward-scaling rewards as r / std (before "
                   f"{REWARDS_FIX}); move its run out of {runs_dir} and rerun it")
             continue
         tb_dir = os.path.join(runs_dir, summary["tb_dir"])
-        run, curves = read_run(tb_dir, RETURN_TAG), {tag: read_run(tb_dir, tag) for tag in CURVE_TAGS}
+        run, logged = read_run(tb_dir, RETURN_TAG), {tag: read_run(tb_dir, tag) for tag in CURVE_TAGS}
         if run["hparams"].get("mujoco", mujoco) != mujoco:
             print(f"implementation_matters.py: not stored: {path} ran on MuJoCo {run['hparams']['mujoco']}, this python "
                   f"has {mujoco}; store it with the python it ran with")
             continue
-        steps = curves[CURVE_TAGS[0]]["steps"]
+        steps_of = logged[CURVE_TAGS[0]]["steps"]
         cell, flags = known[key[:2]]
-        append_rows(os.path.join(store, "runs.csv"), [{
+        new_runs.append({
             "cell": cell, "script": key[0], "env_id": key[2], "seed": key[3], "args_hash": key[1], "flags": flags,
             "final_return": round(summary["final_return"], 2), "episodes": summary["episodes"],
             "global_step": summary["global_step"], "git_commit": summary["git_commit"],
             "mujoco": mujoco, "wall_time_s": summary["wall_time_s"],
-            "final_5": run_py_reading(run["returns"], run["steps"], steps)}])
+            "final_5": run_py_reading(run["returns"], run["steps"], steps_of)})
         returns, ends = np.array(run["returns"]), np.array(run["steps"])
-        rows = []
-        for i in range(CURVE_EVERY - 1, len(steps), CURVE_EVERY):
-            window = returns[(ends > (steps[i - CURVE_EVERY] if i >= CURVE_EVERY else 0)) & (ends <= steps[i])]
-            rows.append({"args_hash": key[1], "env_id": key[2], "seed": key[3], "iteration": i + 1, "step": steps[i],
-                         "mean_return": round(float(window.mean()), 2) if len(window) else "",
-                         **{k: f"{curves[tag]['returns'][i]:.5g}" if i < len(curves[tag]["returns"]) else ""
-                            for tag, k in zip(CURVE_TAGS, curve_keys)}})
-        append_rows(os.path.join(store, "iterations.csv"), rows)
+        for i in range(CURVE_EVERY - 1, len(steps_of), CURVE_EVERY):
+            window = returns[(ends > (steps_of[i - CURVE_EVERY] if i >= CURVE_EVERY else 0)) & (ends <= steps_of[i])]
+            new_curves.append({"args_hash": key[1], "env_id": key[2], "seed": key[3], "iteration": i + 1,
+                               "step": steps_of[i], "mean_return": round(float(window.mean()), 2) if len(window) else "",
+                               **{k: f"{logged[tag]['returns'][i]:.5g}" if i < len(logged[tag]["returns"]) else ""
+                                  for tag, k in zip(CURVE_TAGS, CURVE_KEYS)}})
         done.add(key)
-        added += 1
     if filled:
-        rows = read_csv(os.path.join(store, "runs.csv"))
-        for r in rows:
-            r["final_5"] = filled.get((r["script"], r["args_hash"], r["env_id"], int(r["seed"])), r.get("final_5", ""))
-        write_rows(os.path.join(store, "runs.csv"), rows)
+        for r in runs:
+            r["final_5"] = filled.get(key_of(r), r.get("final_5", ""))
         print(f"implementation_matters.py: read {len(filled)} stored run(s) the released run.py's way")
     if filled_curves:
-        rows = read_csv(os.path.join(store, "iterations.csv"))
-        for r in rows:
-            for k in curve_keys:
+        for r in curves:
+            for k in CURVE_KEYS:
                 if r.get(k, "") == "":
                     r[k] = filled_curves.get((r["args_hash"], r["env_id"], int(r["seed"]), int(r["step"]), k), "")
-        write_rows(os.path.join(store, "iterations.csv"), rows)
         print(f"implementation_matters.py: filled in the curves of {len({k[:3] for k in filled_curves})} stored run(s) "
               "stored without them")
-    released = {(r["config"], int(r["seed"])) for r in read_csv(os.path.join(store, "paper_code.csv"))}
+    stored_released = {(r["config"], int(r["seed"])) for r in released}
     for path in sorted(glob.glob(os.path.join(runs_dir, "paper_code", "*.json"))):  # paper_code.py's runs
-        with open(path) as f:
-            run = json.load(f)
-        if run["config"] not in RELEASED or (run["config"], run["seed"]) in released or \
-                len(run["iteration_rewards"]) * run["params"]["t"] < STEPS - run["params"]["t"]:
+        run = read_json(path, RELEASED_KEYS, "delete it and rerun benchmark/paper_code.py")
+        if run["config"] not in RELEASED or (run["config"], run["seed"]) in stored_released or \
+                len(run["iteration_rewards"]) * run["params"]["t"] < steps - run["params"]["t"]:
             continue  # another config, stored already, or a shortened run
         cell, env = RELEASED[run["config"]]
-        append_rows(os.path.join(store, "paper_code.csv"), [{
+        new_released.append({
             "cell": cell, "env_id": env, "seed": run["seed"], "config": run["config"],
             "final_return": round(run["final_return"], 2), "final_5": round(run["final_5"], 2),
             "episodes": len(run["episode_returns"]), "mujoco": run.get("mujoco") or installed("mujoco"),
-            "wall_time_s": round(run["wall_time_s"], 1)}])
-        released.add((run["config"], run["seed"]))
-        added += 1
-    print(f"implementation_matters.py: stored {added} new run(s) in {store}")
-    return added
+            "wall_time_s": round(run["wall_time_s"], 1)})
+        stored_released.add((run["config"], run["seed"]))
+    renewed = {(r["args_hash"], r["env_id"], r["seed"]) for r in new_runs}  # a stopped store's rows of these: replaced
+    if new_runs or filled_curves:
+        write_rows(os.path.join(store, "iterations.csv"), [r for r in curves if (
+            r["args_hash"], r["env_id"], int(r["seed"])) not in renewed] + new_curves, ITERATION_COLUMNS)
+    if new_released:
+        write_rows(os.path.join(store, "paper_code.csv"), released + new_released)
+    if new_runs or filled:
+        write_rows(os.path.join(store, "runs.csv"), runs + new_runs)
+    print(f"implementation_matters.py: stored {len(new_runs) + len(new_released)} new run(s) in {store}")
+    return len(new_runs) + len(new_released)
 
 
 # ---- the report ---------------------------------------------------------------------------------------------
@@ -552,25 +671,27 @@ def trpo_delta(env, algo="TRPO"):
     return float(flags[flags.index("--max-kl") + 1])
 
 
-def report(store, out):
+def report(store, out, steps=STEPS):
+    """report.md and its figures into `out`, from the stored runs of `steps` steps (others: listed apart)."""
     import matplotlib
     import matplotlib.ticker
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from scipy import stats
 
-    stored_runs, curves = read_csv(os.path.join(store, "runs.csv")), read_csv(os.path.join(store, "iterations.csv"))
+    stored_runs, curves = read_store(store)
     if not stored_runs:
         raise ConfigError(f"no stored runs in {store}; run benchmark/implementation_matters.sh first")
-    planned = {(script_of(cell), args_hash(extra_args(flags))) for cell, _, _, flags in cells("full")}
+    planned = {(script_of(cell), args_hash(extra_args(flags, steps))) for cell, _, _, flags in cells("full")}
     runs = [r for r in stored_runs if (r["script"], r["args_hash"]) in planned]  # others: settings changed since
     others = [r for r in stored_runs if (r["script"], r["args_hash"]) not in planned]
-    os.makedirs(out, exist_ok=True)
+    writable(out, "--out")
     envs, algos = ENVS, ALGOS
     lines = ["# Seed 004 reproduced: PPO, PPO-M, TRPO, TRPO+, PPO-NoClip (Engstrom et al. 2020)", "",
              f"`bash benchmark/implementation_matters.sh`, then `python benchmark/implementation_matters.py report "
-             f"--store {os.path.relpath(os.path.abspath(store), ROOT)}`. {len(stored_runs)} stored runs of ppo_continuous_action.py "
-             "and trpo_continuous_action.py at 1M steps "
+             f"--store {os.path.relpath(os.path.abspath(store), ROOT)}{'' if steps == STEPS else f' --steps {steps}'}`. "
+             f"{len(stored_runs)} stored runs of ppo_continuous_action.py and trpo_continuous_action.py at "
+             f"{'1M' if steps == STEPS else f'{steps:,}'} steps "
              f"(commits {', '.join(sorted({r['git_commit'][:7] for r in stored_runs}))}; MuJoCo "
              f"{', '.join(sorted({r['mujoco'] for r in stored_runs}))}). Final return: the mean of a run's last 100 episodes.",
              "", "## Tables 2 and 3", ""]
@@ -863,6 +984,7 @@ def main(argv=None):
     for name in ("plan", "store", "report"):
         s = sub.add_parser(name)
         s.add_argument("--store", required=True, help="the folder of the stored runs (runs.csv, iterations.csv)")
+        s.add_argument("--steps", type=int, default=STEPS, help="the runs' --total-timesteps (the sweep's STEPS)")
         if name == "plan":
             s.add_argument("--mode", choices=["full", "short"], default="full")
             s.add_argument("--cells", nargs="+", help="plan only these cells (fig1: Figure 1's combinations)")
@@ -873,14 +995,18 @@ def main(argv=None):
     sub.add_parser("mujoco-dir", help="print mujoco_dir(): '' on the lock's MuJoCo, else mujoco-<version>")
     args = p.parse_args(argv)
     try:
+        if args.command != "mujoco-dir" and os.path.isfile(args.store):
+            raise ConfigError(f"--store {args.store} is a file; give the folder of the stored runs (runs.csv, iterations.csv)")
+        if args.command != "mujoco-dir" and args.steps < 1:
+            raise ConfigError(f"--steps must be at least 1, got {args.steps}")
         if args.command == "mujoco-dir":
             print(mujoco_dir())
         elif args.command == "plan":
-            plan(args.mode, args.store, args.cells)
+            plan(args.mode, args.store, args.cells, args.steps)
         elif args.command == "store":
-            store_runs(args.runs_dir, args.store)
+            store_runs(args.runs_dir, args.store, args.steps)
         else:
-            report(args.store, args.out or args.store)
+            report(args.store, args.out or args.store, args.steps)
     except ConfigError as e:
         print(f"implementation_matters.py: error: {e}", file=sys.stderr)
         return 2

@@ -10,35 +10,50 @@
 #   bash benchmark/implementation_matters.sh short    # seeds 1-4 of the ten table cells only (40 runs)
 #   CELLS="TRPO TRPO+" bash benchmark/implementation_matters.sh   # only these cells' runs (fig1: Figure 1's)
 #   PATH=.venv-mujoco-ref/bin:$PATH CELLS=PPO bash benchmark/implementation_matters.sh   # PPO's runs on MuJoCo 2.3.3
+#   STORE=/tmp/smoke STEPS=2048 CELLS=PPO bash benchmark/implementation_matters.sh short   # a smoke sweep: one
+#                                                     # iteration a run, stored and reported in /tmp/smoke
 #
-# Runs go to runs/ of the current directory through run.py (2 at a time, one thread each; checkpointed every 50
-# iterations, so a rerun continues a stopped run). After each cell, the runs that finished are stored, compactly,
-# in benchmark/results/implementation_matters/ (their final returns and per-iteration Figure 2 numbers): a rerun on
-# another machine runs only what is not stored there yet, and the report is made from the stored runs alone.
+# Runs go to runs/ of the current directory through run.py (WORKERS at a time, default 2, one thread each; checkpointed
+# every 50 iterations, so a rerun continues a stopped run). After each cell, the runs that finished are stored,
+# compactly, in STORE (default benchmark/results/implementation_matters/: their final returns and per-iteration Figure 2
+# numbers): a rerun on another machine runs only what is not stored there yet, and the report is made from the stored
+# runs alone, into STORE, when this sweep ran something (with nothing left to run, the report is left as it is).
+# STEPS (default 1000000, the paper's) is each run's length; another wants a STORE of its own.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WORKERS="${WORKERS:-2}"
-STEPS=1000000
+STEPS="${STEPS:-1000000}"
+settings STEPS WORKERS
 STUDY="$BENCH/implementation_matters.py"
-STORE="$BENCH/results/implementation_matters"
+if [ "$STEPS" != 1000000 ] && [ -z "${STORE:-}" ]; then  # the study's store keeps the study's runs alone
+    echo "implementation_matters.sh: error: STEPS=$STEPS wants a STORE of its own (e.g. STORE=/tmp/smoke): the" \
+         "study's, benchmark/results/implementation_matters/, holds its runs of 1000000 steps" >&2
+    exit 2
+fi
+STORE="${STORE:-$BENCH/results/implementation_matters}"
+[[ $STORE == /* ]] || STORE="$PWD/$STORE"  # absolute: on another MuJoCo the sweep runs in a folder of its own
 
 # on a MuJoCo other than the lock's (bash scripts/install.sh mujoco-ref, its .venv-mujoco-ref/bin first on the PATH), the
 # runs go to mujoco-<version>/runs/ and are stored, and planned, in the store's mujoco-<version>/: the tables' own stay
 sub=$(python "$STUDY" mujoco-dir) || exit 2
-if [ -n "$sub" ]; then mkdir -p "$sub" && cd "$sub" || exit 2; fi
-
 # one line per run.py call still to make: cell, env id, seeds, script, the script's flags
 # shellcheck disable=SC2086  # CELLS is split into cell names on purpose
-plan=$(python "$STUDY" plan --mode "$MODE" --store "$STORE" ${CELLS:+--cells $CELLS}) || exit 2
+plan=$(python "$STUDY" plan --mode "$MODE" --store "$STORE" --steps "$STEPS" ${CELLS:+--cells $CELLS}) || exit 2
+if [ -z "$plan" ]; then
+    echo "nothing left to run: every planned run is stored in $STORE; its report: python $STUDY report --store $STORE" \
+         "--steps $STEPS"
+    exit 0
+fi
+if [ -n "$sub" ]; then mkdir -p "$sub" && cd "$sub" || exit 2; fi
+
 while IFS=$'\t' read -r cell env_id seeds script args; do
-    [ -n "$cell" ] || continue
     echo "== $cell on $env_id, seeds $seeds"
     SEEDS="$seeds" ARGS="$args" sweep "$script" "$env_id"
-    python "$STUDY" store runs/ --store "$STORE" || status=1
+    python "$STUDY" store runs/ --store "$STORE" --steps "$STEPS" || status=1
 done <<< "$plan"
 
 if [ -n "$sub" ]; then  # the report's plotting is not in .venv-mujoco-ref: the lock's python makes it
-    echo "stored in $STORE/$sub; the report: python benchmark/implementation_matters.py report --store $STORE, with the lock's python"
+    echo "stored in $STORE/$sub; the report: python $STUDY report --store $STORE --steps $STEPS, with the lock's python"
 else
-    python "$STUDY" report --store "$STORE" || status=1
+    python "$STUDY" report --store "$STORE" --steps "$STEPS" || status=1
 fi
 exit $status

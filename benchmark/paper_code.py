@@ -34,6 +34,9 @@ import gymnasium
 import numpy as np
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import ConfigError  # noqa: E402
+
 
 class OldApiEnv:
     """A gymnasium env behind gym's pre-0.26 API, keeping the return of every episode that ends."""
@@ -68,21 +71,37 @@ class NullStore:
         return types.SimpleNamespace(flush_row=lambda: None, update_row=lambda row: None)
 
 
+WHOLE = "is --src a whole checkout of https://github.com/MadryLab/implementation-matters?"
+
+
 def config_params(src, config):
     """src/MuJoCo.json overridden by the first value of each entry of configs/<config>.py's PARAMS (read, not run: the
     released config scripts write agent files when run)."""
-    with open(os.path.join(src, "src", "MuJoCo.json")) as f:
-        params = json.load(f)
+    try:
+        with open(os.path.join(src, "src", "MuJoCo.json")) as f:
+            params = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"src/MuJoCo.json under --src {src} cannot be read ({getattr(e, 'strerror', None) or e}); "
+                          f"{WHOLE}") from None
     if not os.path.isfile(os.path.join(src, "configs", f"{config}.py")):
-        raise SystemExit(f"paper_code.py: error: no configs/{config}.py under --src {src}")
+        raise ConfigError(f"no configs/{config}.py under --src {src}")
     with open(os.path.join(src, "configs", f"{config}.py")) as f:
         tree = ast.parse(f.read())
     found = [node.value for node in tree.body if isinstance(node, ast.Assign) and
              any(getattr(t, "id", None) == "PARAMS" for t in node.targets)]
-    if not found:
-        raise SystemExit(f"paper_code.py: error: configs/{config}.py has no PARAMS = {{...}}; is --src the released repo?")
+    if not found or not isinstance(found[0], ast.Dict):
+        raise ConfigError(f"configs/{config}.py has no PARAMS = {{...}}; is --src the released repo?")
     values = [v.left if isinstance(v, ast.BinOp) else v for v in found[0].values]  # [6e-5] * 40: 40 agents alike
-    return {**params, **{ast.literal_eval(k): ast.literal_eval(v)[0] for k, v in zip(found[0].keys, values)}}
+    try:
+        entries = {ast.literal_eval(k): ast.literal_eval(v) for k, v in zip(found[0].keys, values)}
+    except ValueError:  # a name or a call: what only running the config would give
+        raise ConfigError(f"configs/{config}.py's PARAMS is not written in literals; give a config whose every entry "
+                          "is a list of values, as the released ones") from None
+    odd = next((k for k, v in entries.items() if not isinstance(v, list) or not v), None)
+    if odd is not None:
+        raise ConfigError(f"configs/{config}.py's PARAMS[{odd!r}] is not a list of values; give a config whose every "
+                          "entry is one, as the released ones")
+    return {**params, **{k: v[0] for k, v in entries.items()}}
 
 
 def stand_ins(seed, episodes):
@@ -103,6 +122,27 @@ def stand_ins(seed, episodes):
     sys.modules.update(modules)
 
 
+def prepare(args, episodes):
+    """The command line and the checkout checked, then (the config's params, the released Trainer, imported with the
+    stand-ins in sys.modules); bad input is a ConfigError."""
+    if not 0 <= args.seed < 2**32:
+        raise ConfigError(f"--seed {args.seed} is out of range; seeds go from 0 to 2**32 - 1")
+    if args.train_steps < 0:
+        raise ConfigError(f"--train-steps must be 0 (the config's) or more, got {args.train_steps}")
+    if not os.path.isfile(os.path.join(args.src, "src", "policy_gradients", "agent.py")):
+        raise ConfigError(f"no src/policy_gradients/agent.py under --src {args.src}; clone "
+                          "https://github.com/MadryLab/implementation-matters there")
+    params = config_params(args.src, args.config)
+    params.update(advanced_logging=False, cpu=True, train_steps=args.train_steps or params["train_steps"])
+    stand_ins(args.seed, episodes)
+    sys.path.insert(0, os.path.join(args.src, "src"))
+    try:
+        from policy_gradients.agent import Trainer
+    except ImportError as e:  # a checkout without a file the Trainer imports
+        raise ConfigError(f"the released Trainer cannot be imported ({e}); {WHOLE}") from None
+    return params, Trainer
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--src", required=True, help="a checkout of MadryLab/implementation-matters")
@@ -110,17 +150,12 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--train-steps", type=int, default=0, help="iterations (default: the config's, 488 = 1M steps)")
     p.add_argument("--out", default="runs/paper_code", help="the folder of the result JSON")
-    args = p.parse_args(argv)
-    if not os.path.isfile(os.path.join(args.src, "src", "policy_gradients", "agent.py")):
-        raise SystemExit(f"paper_code.py: error: no src/policy_gradients/agent.py under --src {args.src}; clone "
-                         "https://github.com/MadryLab/implementation-matters there")
-    params = config_params(args.src, args.config)
-    params.update(advanced_logging=False, cpu=True, train_steps=args.train_steps or params["train_steps"])
-    episodes = []
-    stand_ins(args.seed, episodes)
-    sys.path.insert(0, os.path.join(args.src, "src"))
-    from policy_gradients.agent import Trainer
-
+    args, episodes = p.parse_args(argv), []
+    try:
+        params, Trainer = prepare(args, episodes)
+    except ConfigError as e:
+        print(f"paper_code.py: error: {e}", file=sys.stderr)
+        return 2
     torch.manual_seed(args.seed)
     np.random.seed(args.seed)
     trainer = Trainer.agent_from_params(params, store=NullStore())

@@ -43,6 +43,8 @@ How SB3 is configured, step by step of trpo_continuous_action.py's T1-T6, and wh
   Not here: --anneal-lr, --save-model, --resume, --eval-checkpoint, --capture-video, --track.
 """
 
+import contextlib
+import io
 import math
 import os
 import sys
@@ -53,10 +55,15 @@ from typing import Literal
 import numpy as np
 import torch
 import torch.nn as nn
-from sb3_a2c import PAACLogging, cli
-from sb3_contrib import TRPO
-from stable_baselines3.common.env_util import make_vec_env
-from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+# gym (installed for Procgen and Gym-uRTS), which SB3 imports where it is, prints a 4-line notice when imported: imported
+# quietly first, so that bad input is one line
+with contextlib.suppress(ImportError), contextlib.redirect_stderr(io.StringIO()):
+    import gym  # noqa: F401
+from sb3_a2c import PAACLogging, cli  # noqa: E402
+from sb3_contrib import TRPO  # noqa: E402
+from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
+from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import trpo_continuous_action as ours  # noqa: E402  the flags, their checks, the run directory

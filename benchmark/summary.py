@@ -19,6 +19,7 @@ import math
 import os
 import re
 import sys
+import tempfile
 
 import numpy as np
 
@@ -187,18 +188,41 @@ def draw(panels, reference, results, out):
     return drawn
 
 
+def check_out(out):
+    """--out: a file, in a format matplotlib writes, in a folder that exists and takes a file; else one line."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats, ext = FigureCanvasBase.get_supported_filetypes(), os.path.splitext(out)[1][1:].lower()
+    folder = os.path.dirname(os.path.abspath(out))
+    if os.path.isdir(out):
+        raise ConfigError(f"--out {out} is a folder; give the figure's file, e.g. {os.path.join(out, 'summary.png')}")
+    if ext not in formats:
+        raise ConfigError(f"--out {out}: {f'matplotlib cannot write .{ext}' if ext else 'no extension'}; end it in one "
+                          f"of {', '.join('.' + f for f in sorted(formats))}")
+    if not os.path.isdir(folder):
+        raise ConfigError(f"--out {out}: its folder does not exist; give a path in an existing folder")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise ConfigError(f"--out {out}: its folder cannot be written to ({e.strerror}); give a path in one that "
+                          "can") from None
+
+
 def summarize(results=RESULTS, out=None, from_report=()):
     """Write the curves.csv of each `from_report` folder, then draw every curves.csv under `results` into `out`;
     returns the panels drawn ({"path", "title", "published"}), by the first group's script, then path."""
+    if out:  # before anything is written (the default, in --results, once curves.csv files are found there)
+        check_out(out)
     for d in from_report:
         write_curves(os.path.join(d, "curves.csv"), curves_from_report(d))
     paths = sorted(glob.glob(os.path.join(results, "**", "curves.csv"), recursive=True))
     if not paths:
         raise ConfigError(f"no curves.csv under {results}; run benchmark/compare.py, or give --from-report DIR")
     panels = sorted((read_curves(path) for path in paths), key=lambda c: (c["groups"][0][1], c["path"]))  # by script
-    out = out or os.path.join(results, "summary.png")
-    if not os.path.isdir(os.path.dirname(os.path.abspath(out))):
-        raise ConfigError(f"--out {out}: its folder does not exist; give a path in an existing folder")
+    if not out:
+        out = os.path.join(results, "summary.png")
+        check_out(out)
     return draw(panels, load_reference(), results, out)
 
 

@@ -13,6 +13,7 @@
 # the others afresh.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WORKERS="${WORKERS:-2}"; STEPS="${STEPS:-1000000}"; SEEDS="${SEEDS:-1 2 3 4}"; MODE="hopper_$STEPS"
+settings STEPS SEEDS WORKERS
 ENV_ID=Hopper-v4
 SHARED="--max-kl 0.13 --value-lr 2e-4 --fisher-frac 1 --accept-ratio 0 --vf-coef 2 --bootstrap-truncated ${ARGS:-}"
 TAGS="charts/episodic_return losses/value_loss losses/kl losses/explained_variance"

@@ -12,8 +12,14 @@ python=${PYTHON:-python3}
 # mujoco-ref in a venv of its own: in .venv, pip would put 2.3.3's files over the mujoco package that MuJoCo 4's
 # mujoco-core installs and leave mujoco-core there, so that neither version would be whole
 venv=.venv
+[[ $target != mujoco-ref ]] || venv=.venv-mujoco-ref
+# the venv is made by PYTHON: one that does not start is named as such, not taken for a Python of the wrong version
+if [[ ! -x $venv/bin/python ]] && ! "$python" -c '' 2>/dev/null; then
+    echo "install.sh: error: PYTHON $python does not run$(command -v "$python" >/dev/null || echo ' (not found)'); give" \
+         "one that does: PYTHON=python3.$([[ $target == mujoco-ref ]] && echo 11 || echo 12) bash scripts/install.sh $target" >&2
+    exit 2
+fi
 if [[ $target == mujoco-ref ]]; then
-    venv=.venv-mujoco-ref
     py=$([[ -x $venv/bin/python ]] && echo "$venv/bin/python" || echo "$python")
     "$py" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null || {
         echo "install.sh: error: $py is $("$py" -V 2>&1); MuJoCo 2.3.3 (requirements/mujoco-ref.txt) has wheels up to" \

@@ -8,6 +8,7 @@ import csv
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -66,7 +67,7 @@ FAKE_SCRIPT = textwrap.dedent('''
         for flag in ("--seed", "--torch-threads", "--total-timesteps", "--save-every"):
             p.add_argument(flag, type=int)
         p.add_argument("--save-model", action="store_true")
-        a = p.parse_args()
+        a, _ = p.parse_known_args()  # a sweep's other flags (a study's protocol) are not read
         if a.resume:
             with open("resumed.txt", "a") as f:
                 f.write(a.resume + "\\n")
@@ -676,3 +677,46 @@ def test_bf16_gradients_compares_one_loss_in_both_precisions():
     assert g32.numel() == sum(p.numel() for p in agent.parameters())  # every parameter's gradient
     assert not torch.equal(g16, g32)  # the bf16 pass really ran in bf16
     assert torch.nn.functional.cosine_similarity(g32, g16, 0) > 0.99 and abs(loss16 - loss32) < 2e-2 * abs(loss32) + 2e-3
+
+
+# ---- the sweep scripts --------------------------------------------------------------------------------------
+
+
+def sweep_copy(tmp_path, *names):
+    """benchmark/common.sh and the named benchmark/ files copied into tmp_path/benchmark, so that a sweep run from there
+    writes its results under tmp_path (never into benchmark/results/), with this Python first on the PATH."""
+    os.makedirs(tmp_path / "benchmark")
+    for name in ("common.sh",) + names:
+        shutil.copy(os.path.join(ROOT, "benchmark", name), tmp_path / "benchmark")
+    return tmp_path / "benchmark", {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+
+
+@pytest.mark.parametrize("script, name, value, want", [
+    ("trpo_vs_sb3.sh", "WORKERS", "0", "a whole number from 1 (e.g. WORKERS=2)"),  # ran nothing, then reported older runs
+    ("trpo_vs_sb3.sh", "SEEDS", "1 x", 'whole numbers from 0, each once (e.g. SEEDS="1 2")'),
+    ("trpo_vs_sb3.sh", "SEEDS", "2 2", 'whole numbers from 0, each once (e.g. SEEDS="1 2")'),
+    ("trpo_vs_sb3.sh", "STEPS", "1e6", "a whole number from 1 (e.g. STEPS=2)"),
+    ("implementation_matters.sh", "STEPS", "-5", "a whole number from 1 (e.g. STEPS=2)"),
+])
+def test_a_sweep_checks_its_settings_before_any_run(tmp_path, script, name, value, want):
+    bench, env = sweep_copy(tmp_path, script)
+    res = subprocess.run(["bash", str(bench / script)], capture_output=True, text=True, env={**env, name: value})
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr == f"{script}: error: {name}='{value}' must be {want}\n"
+    assert sorted(os.listdir(tmp_path)) == ["benchmark"] and sorted(os.listdir(bench)) == sorted(["common.sh", script])
+
+
+def test_a_paired_sweep_compares_only_finished_runs_and_names_the_others(tmp_path):
+    extra = ["--total-timesteps", "64", "--max-kl", "0.1"]
+    for seed, ok in ((1, True), (2, False)):  # seed 3: refused, so never run (no summary)
+        os.makedirs("runs/summaries", exist_ok=True)
+        with open(run.summary_path("runs", "ours.py", "Hopper-v4", seed, extra), "w") as f:
+            json.dump({"ok": ok, "tb_dir": f"Hopper-v4__ours__{seed}__1" if ok else None}, f)
+    _, env = sweep_copy(tmp_path, "run.py")
+    res = [subprocess.run(["bash", "-c", f'source benchmark/common.sh; ENV_ID=Hopper-v4 STEPS=64 SEEDS="{seeds}"; '
+                           'run_dirs ours.py "--max-kl 0.1"', "trpo_vs_sb3.sh"], capture_output=True, text=True, env=env)
+           for seeds in ("1 2 3", "1")]
+    assert (res[0].returncode, res[0].stdout) == (1, "") and res[0].stderr == (
+        "trpo_vs_sb3.sh: error: no comparison of ours.py's runs: seed 2 3 on Hopper-v4 did not finish (run.py said why, "
+        "above); mend that and run the sweep again\n")
+    assert (res[1].returncode, res[1].stdout, res[1].stderr) == (0, "runs/Hopper-v4__ours__1__1\n", "")

@@ -263,3 +263,36 @@ def test_gpu_wheels_needs_a_cleanrl_checkout(tmp_path):
                          capture_output=True, text=True)
     assert run.returncode == 2 and run.stderr.count("\n") == 1
     assert run.stderr.startswith(f"gpu_wheels.sh: error: give a CleanRL checkout (no cleanrl/ppo.py under '{tmp_path}'")
+
+
+def test_gpu_wheels_reads_a_relative_checkout_and_python_from_where_it_is_run(tmp_path):
+    """It changed to the repository's folder first, and then looked for both there."""
+    repo, work = tmp_path / "repo", tmp_path / "work"
+    (repo / "benchmark").mkdir(parents=True)
+    (work / "cl" / "cleanrl").mkdir(parents=True)
+    (repo / "benchmark" / "gpu_wheels.sh").write_text(open(os.path.join(ROOT, "benchmark", "gpu_wheels.sh")).read())
+    os.symlink(os.path.join(ROOT, "requirements"), repo / "requirements")  # the pins it reads
+    (work / "cl" / "cleanrl" / "ppo.py").write_text("")
+    (work / "python").write_text(f'#!/bin/bash\necho "$PWD $*" > {tmp_path / "called"}\nexit 1\n')  # pip fails at once
+    (work / "python").chmod(0o755)
+    run = subprocess.run(["bash", str(repo / "benchmark" / "gpu_wheels.sh"), "cl"], cwd=work, capture_output=True,
+                         text=True, env={**os.environ, "PYTHON": "./python"})
+    assert run.returncode == 1 and "give a CleanRL checkout" not in run.stderr
+    assert (tmp_path / "called").read_text().startswith(f"{repo} -m pip download ")
+
+
+@pytest.mark.parametrize("target, python, example", [("core", "no-such-python3", "python3.12"),
+                                                     ("mujoco-ref", "/bin/false", "python3.11")])
+def test_install_with_a_python_that_does_not_run_says_so_and_makes_no_venv(tmp_path, target, python, example):
+    """scripts/install.sh (tested here beside gpu_wheels.sh, the other script that sets a machine up) took a PYTHON that
+    does not start for one of the wrong version ("... is bash: ...: No such file or directory; the lock is for ...")."""
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "requirements").mkdir()
+    (tmp_path / "scripts" / "install.sh").write_text(open(os.path.join(ROOT, "scripts", "install.sh")).read())
+    (tmp_path / "requirements" / f"{target}.txt").write_text("")
+    run = subprocess.run(["bash", "scripts/install.sh", target], cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "PYTHON": python})
+    found = "" if python.startswith("/") else " (not found)"
+    assert run.returncode == 2 and run.stderr == (f"install.sh: error: PYTHON {python} does not run{found}; give one that "
+                                                  f"does: PYTHON={example} bash scripts/install.sh {target}\n")
+    assert sorted(os.listdir(tmp_path)) == ["requirements", "scripts"]

@@ -5,13 +5,16 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
 import tyro
 from conftest import ROOT
+from test_benchmark import FAKE_SCRIPT, calls, sweep_copy
 
 sys.path.insert(0, os.path.join(ROOT, "benchmark"))
 import implementation_matters as im  # noqa: E402
@@ -152,6 +155,31 @@ def test_store_keeps_finished_runs_once_and_plan_skips_them(tmp_path, monkeypatc
     assert im.read_csv(store / "iterations.csv") == kept[:1] + curves[1:] + kept[1:]  # a value stored is kept
 
 
+def test_two_stores_at_once_store_a_run_once_and_a_stopped_store_leaves_no_curve_twice(tmp_path, monkeypatch):
+    fake_run(tmp_path, monkeypatch)
+    store, read_run, both = str(tmp_path / "store"), im.read_run, threading.Barrier(2, timeout=3)
+
+    def read_run_once_both_are_in(*args):  # each store reads its runs once the other got as far (locked: it cannot)
+        try:
+            both.wait()
+        except threading.BrokenBarrierError:
+            pass
+        return read_run(*args)
+
+    monkeypatch.setattr(im, "read_run", read_run_once_both_are_in)
+    added = []
+    stores = [threading.Thread(target=lambda: added.append(im.store_runs("runs", store))) for _ in range(2)]
+    for t in stores:
+        t.start()
+    for t in stores:
+        t.join()
+    assert sorted(added) == [0, 1] and len(im.read_csv(os.path.join(store, "runs.csv"))) == 1
+    # stopped after writing iterations.csv, before runs.csv: the run is stored again, its curve once
+    curves = im.read_csv(os.path.join(store, "iterations.csv"))
+    im.write_rows(os.path.join(store, "runs.csv"), [])
+    assert im.store_runs("runs", store) == 1 and im.read_csv(os.path.join(store, "iterations.csv")) == curves
+
+
 def test_append_rows_keeps_the_files_columns_and_adds_new_ones(tmp_path):
     path = str(tmp_path / "rows.csv")
     im.append_rows(path, [{"a": 1, "b": 2}])
@@ -176,11 +204,14 @@ def synthetic_kl(cell, i, rising=True):
     return {"PPO": 0.02 - 0.0005 * abs(i - 12), "PPO-M": 0.01 + (1 if rising else -1) * 0.0002 * i}.get(cell, 0.01)
 
 
-def synthetic_store(path, ppo=3300.0, ppo_m=2700.0, seeds=10, kl_rising=True):
-    """A store of made-up runs: every cell's seeds, final returns around the given means, Figure 2 curves."""
+def synthetic_store(path, ppo=3300.0, ppo_m=2700.0, seeds=10, kl_rising=True, only=None, steps=im.STEPS):
+    """A store of made-up runs of `steps` steps: every cell's seeds (or `only` these cells'), final returns around the
+    given means, Figure 2 curves."""
     noise, runs, curves = np.random.default_rng(0).normal(0, 50, size=11), [], []  # a seed's noise in every cell
     for cell, env, seeds_of_cell, flags in im.cells("full"):
-        h = im.args_hash(im.extra_args(flags))
+        if only and cell not in only:
+            continue
+        h = im.args_hash(im.extra_args(flags, steps))
         for seed in [s for s in seeds_of_cell if s <= seeds]:
             mean = {"PPO": ppo, "PPO-M": ppo_m, "PPO-NoClip": ppo, "TRPO": ppo_m - 100, "TRPO+": ppo - 100}.get(
                 cell, ppo - 200 * ("anneal" in cell))
@@ -294,6 +325,7 @@ def test_a_cells_interval_moves_only_with_its_own_runs(tmp_path):
     os.makedirs(tmp_path / "fewer")  # PPO on Walker2d-v4 at 4 seeds, every other cell as before
     im.append_rows(str(tmp_path / "fewer" / "runs.csv"), [r for r in rows if not (
         (r["cell"], r["env_id"]) == ("PPO", "Walker2d-v4") and int(r["seed"]) > 4)])
+    shutil.copy(tmp_path / "all" / "iterations.csv", tmp_path / "fewer")
     tables = {}
     for name in ("all", "fewer"):
         im.main(["report", "--store", str(tmp_path / name)])
@@ -467,6 +499,7 @@ def test_a_noclip_run_from_before_the_rewards_fix_is_not_stored(tmp_path, monkey
 
 def test_descends_asks_git():
     assert im.descends("HEAD", im.REWARDS_FIX) and not im.descends(im.REWARDS_FIX + "+dirty", "HEAD")
+    assert not im.descends(None, im.REWARDS_FIX)  # a run made outside a git checkout
 
 
 def test_a_study_on_another_mujoco_is_planned_stored_and_reported_apart(tmp_path, monkeypatch, capsys):
@@ -511,7 +544,7 @@ def test_the_report_sets_another_mujocos_runs_beside_the_tables(tmp_path):
     im.append_rows(str(tmp_path / "a" / "mujoco-2.3.3" / "runs.csv"), [
         dict(cell="PPO", script="ppo_continuous_action.py", env_id="Hopper-v4", seed=s, flags=im.SETTINGS["PPO", "Hopper-v4"],
              args_hash=im.args_hash(im.extra_args(im.SETTINGS["PPO", "Hopper-v4"])), final_return=table[s - 1] + 300,
-             final_5=3000, mujoco="2.3.3") for s in (1, 2, 3, 4)])
+             final_5=3000, git_commit="abc1234", mujoco="2.3.3") for s in (1, 2, 3, 4)])
     assert im.main(["report", "--store", str(tmp_path / "a")]) == 0
     text = (tmp_path / "a" / "report.md").read_text()
     (row,) = [line for line in text.splitlines() if line.startswith("| PPO | Hopper-v4 | 2513 |")]
@@ -529,9 +562,99 @@ def test_the_report_sets_another_mujocos_runs_beside_the_tables(tmp_path):
     im.append_rows(str(tmp_path / "a" / "mujoco-2.3.3" / "runs.csv"), [
         dict(cell="PPO-M", script="ppo_continuous_action.py", env_id="Hopper-v4", seed=s, flags=im.SETTINGS["PPO-M", "Hopper-v4"],
              args_hash=im.args_hash(im.extra_args(im.SETTINGS["PPO-M", "Hopper-v4"])), final_return=ppo_m[s - 1],
-             mujoco="2.3.3") for s in (1, 2, 3)])
+             git_commit="abc1234", mujoco="2.3.3") for s in (1, 2, 3)])
     assert im.main(["report", "--store", str(tmp_path / "a")]) == 0
     (claims,) = [line for line in (tmp_path / "a" / "report.md").read_text().splitlines()
                  if line.startswith("The claims on MuJoCo 2.3.3's runs alone: ")]
     assert claims.split(": ", 1)[1].startswith(f"(a) PPO beats PPO-M on Hopper-v4: yes: {x.mean() - ppo_m.mean():+.0f} [")
     assert claims.endswith("n 4 and 3") and "(b)" not in claims  # (b) waits for PPO-NoClip's runs there
+
+
+def summary_without_args(store):
+    os.makedirs("runs/summaries")
+    with open("runs/summaries/ppo_continuous_action__Hopper-v4__1__x.json", "w") as f:
+        json.dump({"ok": True, "script": "ppo_continuous_action.py"}, f)
+
+
+def without_mean_kl(store):
+    path = os.path.join(store, "iterations.csv")
+    im.write_rows(path, [{k: v for k, v in r.items() if k != "mean_kl"} for r in im.read_csv(path)])
+
+
+def edit(name, change):
+    """A damage: the store's file `name` changed, its text as a list of lines, by change(lines)."""
+    def damage(store):
+        with open(os.path.join(store, name), newline="") as f:
+            lines = f.read().split("\r\n")
+        with open(os.path.join(store, name), "w", newline="") as f:
+            f.write("\r\n".join(change(lines)))
+    return damage
+
+
+CUT = edit("runs.csv", lambda lines: lines[:-2] + [lines[-2][:40]])  # the last row cut short, no line end
+FIX = "delete that line; the next store of its runs/ stores that run again"
+RESTORE = "restore the file from a copy (git, or the machine that stored the runs)"
+
+
+@pytest.mark.parametrize("argv, damage, message", [
+    ("plan --store {s}", edit("runs.csv", lambda lines: lines[:1] + [lines[1].replace(",1,", ",one,", 1)] + lines[2:]),
+     f"{{s}}/runs.csv line 2: seed 'one' is not a whole number; {FIX}"),
+    ("plan --store {s}", CUT, f"{{s}}/runs.csv line 5 has no line end (a write cut short); {FIX}"),  # not: seed stored
+    ("store runs --store {s}", CUT, f"{{s}}/runs.csv line 5 has no line end (a write cut short); {FIX}"),  # not: glued
+    ("report --store {s}", without_mean_kl, f"{{s}}/iterations.csv has no 'mean_kl' column; {RESTORE}"),
+    ("report --store {s}", edit("iterations.csv", lambda lines: lines[:6] + [",".join(lines[6].split(",")[:3])] + lines[7:]),
+     "{s}/iterations.csv line 7 has 3 fields, the header 9; delete that line and its run's row in runs.csv; the next "
+     "store of its runs/ stores both again"),
+    ("report --store {s}", lambda store: os.remove(os.path.join(store, "iterations.csv")),
+     f"{{s}}/iterations.csv is missing beside 4 stored runs; {RESTORE}"),
+    ("store runs --store {s}", summary_without_args,
+     "runs/summaries/ppo_continuous_action__Hopper-v4__1__x.json has no 'args'; delete it and rerun its run"),
+    ("plan --store {s}/runs.csv", None,
+     "--store {s}/runs.csv is a file; give the folder of the stored runs (runs.csv, iterations.csv)"),
+    ("store nothing --store {s}", None, "nothing is not a folder; give the runs/ folder the sweep wrote"),
+    ("report --store {s} --out {s}/runs.csv", None,
+     "--out {s}/runs.csv cannot be written to (File exists); give a folder you can write to"),
+    ("store runs --store {s}/runs.csv/new", None,
+     "--store {s}/runs.csv/new cannot be written to (Not a directory); give a folder you can write to"),
+])
+def test_a_damaged_store_or_a_path_that_cannot_be_used_is_one_line_and_nothing_is_written(tmp_path, capsys, argv, damage,
+                                                                                          message):
+    store = str(tmp_path / "s")
+    synthetic_store(store, seeds=2, only=("PPO",))
+    os.makedirs("runs", exist_ok=True)
+    if damage:
+        damage(store)
+    before = {name: open(os.path.join(store, name), "rb").read() for name in os.listdir(store)}
+    assert im.main(argv.format(s=store).split()) == 2
+    assert capsys.readouterr() == ("", f"implementation_matters.py: error: {message.format(s=store)}\n")
+    assert {name: open(os.path.join(store, name), "rb").read() for name in os.listdir(store)} == before
+
+
+def test_a_smoke_sweep_runs_stores_and_reports_in_a_store_of_its_own(tmp_path):
+    """implementation_matters.sh with STORE and STEPS: one run left to make of PPO's (a fake script's: no training),
+    stored and reported there; run again with nothing left, it leaves the report as it is. Nothing outside tmp_path."""
+    bench, env = sweep_copy(tmp_path, "implementation_matters.sh", "implementation_matters.py", "run.py")
+    os.symlink(os.path.join(ROOT, "requirements"), tmp_path / "requirements")  # the lock's MuJoCo: the tables' store
+    (tmp_path / "ppo_continuous_action.py").write_text(FAKE_SCRIPT)  # logs returns seed * 100 + i, i < STEPS // 10
+    synthetic_store(tmp_path / "smoke", seeds=4, only=("PPO",), steps=200)
+    runs = im.read_csv(tmp_path / "smoke" / "runs.csv")
+    im.write_rows(str(tmp_path / "smoke" / "runs.csv"), runs[1:])  # PPO on Walker2d-v4, seed 1: left to run
+    sweep = ["bash", str(bench / "implementation_matters.sh"), "short"]
+    env.update(STEPS="200", WORKERS="1", CELLS="PPO")
+    refused = subprocess.run(sweep, capture_output=True, text=True, env=env)  # into the study's store: no
+    assert refused.returncode == 2 and refused.stderr == (
+        "implementation_matters.sh: error: STEPS=200 wants a STORE of its own (e.g. STORE=/tmp/smoke): the study's, "
+        "benchmark/results/implementation_matters/, holds its runs of 1000000 steps\n")
+    env.update(STORE="smoke")
+    res = subprocess.run(sweep, capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "== PPO on Walker2d-v4, seeds 1\n" in res.stdout and len(calls()) == 1
+    (row,) = [r for r in im.read_csv(tmp_path / "smoke" / "runs.csv") if (r["env_id"], r["seed"]) == ("Walker2d-v4", "1")]
+    assert (row["final_return"], row["args_hash"]) == ("109.5", im.args_hash(im.extra_args(row["flags"], 200)))
+    assert "at 200 steps" in (tmp_path / "smoke" / "report.md").read_text()
+    os.remove(tmp_path / "smoke" / "report.md")
+    again = subprocess.run(sweep, capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 0 and again.stdout.startswith("nothing left to run: every planned run is stored in")
+    assert not (tmp_path / "smoke" / "report.md").exists() and len(calls()) == 1
+    assert sorted(os.listdir(tmp_path)) == ["benchmark", "calls.txt", "ppo_continuous_action.py", "requirements", "runs",
+                                            "smoke"] and not (bench / "results").exists()

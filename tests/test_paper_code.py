@@ -100,16 +100,47 @@ def test_main_trains_the_release_on_the_v4_env_and_writes_its_results(tmp_path):
         "episode_returns"] == out["episode_returns"]  # seeded: the same episodes
 
 
-def test_bad_input_is_one_line(tmp_path):
+WHOLE = "is --src a whole checkout of https://github.com/MadryLab/implementation-matters?"
+LISTS = "give a config whose every entry is a list of values, as the released ones"
+
+
+def without(path):
+    return lambda tmp_path: os.remove(tmp_path / path)
+
+
+def config(text):
+    return lambda tmp_path: (tmp_path / "configs" / "hopper_x.py").write_text(text)
+
+
+@pytest.mark.parametrize("args, damage, message", [
+    ([], None, "no src/policy_gradients/agent.py under --src {src}; clone https://github.com/MadryLab/implementation-"
+               "matters there"),
+    (["--config", "nothing"], "release", "no configs/nothing.py under --src {src}"),
+    ([], config("BASE = {}\n"), "configs/hopper_x.py has no PARAMS = {{...}}; is --src the released repo?"),
+    ([], without("src/MuJoCo.json"), f"src/MuJoCo.json under --src {{src}} cannot be read (No such file or directory); "
+                                     f"{WHOLE}"),  # a partial checkout
+    ([], config("GAME = 'Hopper-v2'\nPARAMS = {'game': [GAME]}\n"),
+     f"configs/hopper_x.py's PARAMS is not written in literals; {LISTS}"),
+    ([], config("PARAMS = {'game': 'Hopper-v2'}\n"), "configs/hopper_x.py's PARAMS['game'] is not a list of values; "
+                                                     "give a config whose every entry is one, as the released ones"),
+    (["--seed", "-1"], "release", "--seed -1 is out of range; seeds go from 0 to 2**32 - 1"),
+    (["--train-steps", "-1"], "release", "--train-steps must be 0 (the config's) or more, got -1"),
+])
+def test_bad_input_is_one_line_before_anything_runs(tmp_path, capsys, args, damage, message):
+    if damage:
+        fake_release(tmp_path)
+    if callable(damage):
+        damage(tmp_path)
+    argv = ["--src", str(tmp_path), "--config", "hopper_x", "--train-steps", "1", "--out", "o", *args]
+    assert paper_code.main(argv) == 2
+    assert capsys.readouterr() == ("", f"paper_code.py: error: {message.format(src=tmp_path)}\n")
+    assert str(tmp_path / "src") not in sys.path  # nor the stand-ins put in place: the checks come first
+    assert not os.path.exists("o") and not os.path.exists("agents")
+
+
+def test_a_checkout_whose_trainer_cannot_be_imported_is_one_line(tmp_path):
+    fake_release(tmp_path)
+    (tmp_path / "src" / "policy_gradients" / "agent.py").write_text("from .torch_utils import *\n" + FAKE_AGENT)
     res = run(tmp_path, "--config", "hopper_x")
-    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
-        f"paper_code.py: error: no src/policy_gradients/agent.py under --src {tmp_path}; clone "
-        "https://github.com/MadryLab/implementation-matters there"]
-    fake_release(tmp_path, params="{}")
-    (tmp_path / "configs" / "hopper_x.py").write_text("BASE = {}\n")
-    res = run(tmp_path, "--config", "hopper_x")
-    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
-        "paper_code.py: error: configs/hopper_x.py has no PARAMS = {...}; is --src the released repo?"]
-    res = run(tmp_path, "--config", "nothing")
-    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
-        f"paper_code.py: error: no configs/nothing.py under --src {tmp_path}"]
+    assert res.returncode == 2 and res.stderr == ("paper_code.py: error: the released Trainer cannot be imported (No "
+                                                  f"module named 'policy_gradients.torch_utils'); {WHOLE}\n")

@@ -6,6 +6,7 @@ import dataclasses
 import math
 import os
 import runpy
+import subprocess
 import sys
 
 import numpy as np
@@ -148,4 +149,8 @@ def test_our_checks_name_this_script(monkeypatch):
     with pytest.raises(SystemExit) as e:
         runpy.run_path(os.path.join(ROOT, "benchmark", "sb3_trpo.py"), run_name="__main__")
     assert e.value.code == "sb3_trpo.py: error: --max-kl must be a finite number > 0, got -1.0"
+    # run afresh: gym, which SB3 imports, printed its 4-line notice before that line
+    res = subprocess.run([sys.executable, os.path.join(ROOT, "benchmark", "sb3_trpo.py"), "--max-kl", "-1", "--no-cuda"],
+                         capture_output=True, text=True)
+    assert (res.returncode, res.stdout, res.stderr) == (1, "", f"{e.value.code}\n")
     assert math.isinf(sb3.Args().max_grad_norm)

@@ -149,3 +149,17 @@ def test_readme_shows_the_figure_near_the_top_and_its_links_exist():
     links = re.findall(r"\]\(((?!https?:)[^)#\s]+)\)", text)
     assert "benchmark/results/summary.png" in links and len(links) >= 12
     assert [link for link in links if not os.path.exists(os.path.join(ROOT, link))] == []
+
+
+@pytest.mark.parametrize("out, message", [
+    ("fig", "--out fig is a folder; give the figure's file, e.g. fig/summary.png\n"),  # it drew into fig.png
+    ("summary.foo", "--out summary.foo: matplotlib cannot write .foo; end it in one of .avif, .eps, "),
+    ("summary", "--out summary: no extension; end it in one of .avif, .eps, "),
+    ("/proc/summary.png", "--out /proc/summary.png: its folder cannot be written to ("),  # none can create a file there
+])
+def test_an_out_that_cannot_take_the_figure_is_one_line_before_anything_is_drawn(tmp_path, capsys, out, message):
+    os.makedirs("fig")
+    assert summary.main(["--out", out]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"summary.py: error: {message}") and err.count("\n") == 1
+    assert os.listdir(tmp_path) == ["fig"]
