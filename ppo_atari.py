@@ -29,8 +29,10 @@ import io
 import math
 import os
 import random
+import signal
 import sys
 import time
+import traceback
 from dataclasses import asdict, dataclass
 from typing import Optional
 
@@ -90,7 +92,8 @@ class Args:
 
 
 class ConfigError(ValueError):
-    """Bad input found before training, or a checkpoint that cannot be written; __main__ prints it as one line."""
+    """Bad input found before training, a checkpoint that cannot be written, or training gone non-finite (check_finite);
+    __main__ prints it as one line."""
 
 
 # every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
@@ -103,6 +106,9 @@ RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "t
 
 def check_args(args: Args, ckpt=None) -> None:
     """Fail before any training with a message that names the problem and the fix."""
+    if ckpt is not None and "optimizer" not in ckpt:  # the weights alone (benchmark/atari_agent.py's) only evaluate
+        raise ConfigError(f"checkpoint {args.resume!r} holds the network's weights only: it evaluates "
+                          "(--eval-checkpoint) but cannot resume; resume from a run's checkpoint.pt")
     if "/" in args.exp_name or len(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}-99".encode()) > 255:
         raise ConfigError(f"--exp-name {args.exp_name[:60]!r} must be one directory's name in runs/: no '/', and short enough "
                           "that the run name (env id, exp name, seed, time) fits in 255 bytes; choose a short plain name")
@@ -364,9 +370,9 @@ def load_checkpoint(path, args=None, given=None):
     owner = ckpt.get("script") if isinstance(ckpt, dict) else None  # and another version's args do not fit Args
     if owner != SCRIPT or not isinstance(ckpt.get("args"), dict) or set(ckpt["args"]) - set(asdict(Args())):
         raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not by this {SCRIPT}")
-    if args is not None and "optimizer" not in ckpt:  # the weights alone (benchmark/atari_agent.py's) only evaluate
-        raise ConfigError(f"checkpoint {path!r} holds the network's weights only: it evaluates (--eval-checkpoint) but "
-                          "cannot resume; resume from a run's checkpoint.pt")
+    if any(torch.is_tensor(v) and v.is_floating_point() and not v.isfinite().all() for v in ckpt.get("model", {}).values()):
+        raise ConfigError(f"checkpoint {path!r} holds non-finite weights (nan or inf), which neither train nor evaluate; "
+                          "use an earlier checkpoint of the run")
     if args is not None:  # resuming: a save that SIGKILL cut short left its .tmp beside this whole checkpoint
         with contextlib.suppress(FileNotFoundError):  # (every rank resuming together tries)
             os.remove(f"{path}.tmp")
@@ -377,6 +383,23 @@ def load_checkpoint(path, args=None, given=None):
             raise ConfigError(f"--{k.replace('_', '-')} cannot change when resuming (the checkpoint has "
                               f"{ckpt['args'].get(k)!r}); start a new run to train with {values[k]!r}")
     return ckpt, Args(**{**ckpt["args"], **{k: values[k] for k in given & RESUMABLE}})
+
+
+def check_finite(iteration, losses, agent, optimizer, saved):
+    """After each update, before its checkpoint: a non-finite loss, weight or optimizer state stops the run in one line,
+    and the last finite checkpoint `saved` ((path, iteration) or None) stays as it is."""
+    params = list(agent.parameters())
+    state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.is_floating_point()]
+    # a nan or inf makes its tensor's sum one too: a sum per tensor, one sync per iteration (measured on an AMD EPYC,
+    # 1 thread: 0.8 ms in ppo.py, 4 ms in ppo_atari.py, under 0.1% of an iteration; a max-abs norm took 3-7 times longer)
+    sums = torch.stack([t.sum() for t in params + state]).tolist()
+    bad = [f"the {k.replace('_', ' ')} is {v}" for k, v in losses.items() if k != "explained_variance" and not math.isfinite(v)]
+    bad += [f"the {what} {v}" for what, v in (("weights hold", sum(sums[:len(params)])),
+                                              ("optimizer state holds", sum(sums[len(params):]))) if not math.isfinite(v)]
+    if bad:
+        raise ConfigError(f"iteration {iteration}: {bad[0]}; " + (f"the last finite checkpoint is {saved[0]} (iteration "
+                          f"{saved[1]})" if saved else "no checkpoint was saved") + "; likely too high a --learning-rate "
+                          "or --max-grad-norm")
 
 
 def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
@@ -457,6 +480,7 @@ def train(args: Args, given=None):
         if device.type == "cuda" and "cuda" in ckpt["rng"]:
             torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
 
+    saved = (args.resume, ckpt["iteration"]) if ckpt else None  # the last finite checkpoint (check_finite)
     gc.freeze()  # the ~300k objects made so far (mostly torch's) are never garbage: full collections skip them
     start_time, start_step = time.time(), global_step
     for iteration in range(start_iteration, args.num_iterations + 1):
@@ -522,6 +546,7 @@ def train(args: Args, given=None):
                     f":{left % 60:02d} return(last 20) {np.mean(history['episodic_return'][-20:] or np.nan):.1f}")
             print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
 
+        check_finite(iteration, losses, agent, optimizer, saved)
         if args.save_model and (iteration % args.save_every == 0 or iteration == args.num_iterations):
             rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
                    **({"cuda": torch.cuda.get_rng_state_all()} if device.type == "cuda" else {})}
@@ -529,6 +554,7 @@ def train(args: Args, given=None):
                 "script": SCRIPT, "args": asdict(args), "run_name": run_name, "iteration": iteration,
                 "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng,
                 "envs": None})  # a pickled ALE emulator comes back at frame 0: a resumed run starts new games
+            saved = (f"{run_dir}/checkpoint.pt", iteration)
 
     envs.close()
     writer.close()
@@ -538,12 +564,38 @@ def train(args: Args, given=None):
     return history
 
 
-if __name__ == "__main__":
+def interrupted(e: KeyboardInterrupt) -> int:
+    """Ctrl-C or SIGTERM: one line naming the last checkpoint train() saved (its `saved`, in the frame the signal stopped)
+    and the command that resumes it; the exit status of the signal, 130 or 143."""
+    saved = next((f.f_locals.get("saved") for f, _ in traceback.walk_tb(e.__traceback__) if f.f_code is train.__code__), None)
+    print(f"{SCRIPT}: interrupted; " + (f"the last checkpoint is {saved[0]} (iteration {saved[1]}); continue with: python "
+          f"{SCRIPT} --resume {saved[0]}" if saved else "no checkpoint was saved"), file=sys.stderr)
+    return 128 + (e.args[0] if e.args else signal.SIGINT)
+
+
+def raise_interrupt(signum, frame):  # SIGTERM (`kill`, a scheduler's stop) unwinds the run as Ctrl-C does
+    raise KeyboardInterrupt(signum)
+
+
+def parse_args() -> Args:
+    """tyro.cli(Args), with its parse errors (a choice or a number it cannot read: a box of 6-10 lines) in one line."""
     import tyro
 
-    cli_args = tyro.cli(Args)
+    with contextlib.redirect_stderr(io.StringIO()) as box:
+        try:
+            return tyro.cli(Args)
+        except SystemExit as e:
+            if not e.code:  # --help
+                raise
+    text = box.getvalue().split("\n", 1)[-1].split("──")[0]  # inside the box, down to its first rule
+    sys.exit(f"{SCRIPT}: error: {' '.join(text.replace('│', ' ').split())}")
+
+
+if __name__ == "__main__":
+    cli_args = parse_args()
     # the flags on the command line (--no-cuda names cuda): beside --resume, one given at its default value counts too
     given = {a[2:].split("=")[0].replace("-", "_").removeprefix("no_") for a in sys.argv[1:] if a.startswith("--")}
+    signal.signal(signal.SIGTERM, raise_interrupt)
     try:
         if cli_args.eval_checkpoint:
             returns = evaluate(cli_args.eval_checkpoint, cli_args.eval_episodes, cli_args.seed)
@@ -552,3 +604,5 @@ if __name__ == "__main__":
             train(cli_args, given)
     except ConfigError as e:
         sys.exit(f"{SCRIPT}: error: {e}")
+    except KeyboardInterrupt as e:
+        sys.exit(interrupted(e))

@@ -3,6 +3,7 @@ the hack-safe idiom, checkpoints, resume and bad input (numbers refer to the det
 
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,6 +21,8 @@ from test_ppo import (
     assert_envs_of_another_version_refused,
     assert_foreign_and_corrupt_checkpoints_rejected,
     assert_memory_checked,
+    assert_nonfinite_stops_and_keeps_the_last_checkpoint,
+    assert_stopped_in_one_line,
     assert_rejected_before_training,
     assert_resumed_log_reads_once,
     assert_resumes_with_fresh_episodes,
@@ -630,3 +633,14 @@ test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_a
 
 def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
     assert_memory_checked(paac, monkeypatch, paac.Args(num_envs=10**9))
+
+
+def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(monkeypatch):
+    """Issue 51.1 (test_ppo.py's helper)."""
+    assert_nonfinite_stops_and_keeps_the_last_checkpoint(paac, tiny(save_model=True, save_every=1), monkeypatch)
+
+
+def test_sigterm_is_one_line_naming_the_checkpoint_and_how_to_resume():
+    """Issue 51.4 (test_ppo.py's helper; test_ppo.py sends both signals)."""
+    flags = ["--num-envs", "2", "--num-workers", "2", "--num-steps", "5"]
+    assert_stopped_in_one_line("a2c_paac.py", flags + ["--total-timesteps", "10000000"], signal.SIGTERM)

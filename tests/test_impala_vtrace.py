@@ -20,6 +20,8 @@ from precision import bf16_tests
 from test_ppo import (
     assert_foreign_and_corrupt_checkpoints_rejected,
     assert_memory_checked,
+    assert_nonfinite_stops_and_keeps_the_last_checkpoint,
+    assert_stopped_in_one_line,
     assert_rejected_before_training,
     assert_resumed_log_reads_once,
     assert_runs_in_one_second_get_their_own_directories,
@@ -347,6 +349,9 @@ def test_sigkilled_actor_stops_the_run_with_one_line():
         f"impala_vtrace.py: error: actor 1 (pid {actors[1]}) died (killed by SIGKILL); the run stops"
 
 
+STOPPED = "impala_vtrace.py: interrupted; every actor has been stopped; no checkpoint was saved"  # (issue 51.4: and 130)
+
+
 def test_ctrl_c_stops_every_actor():
     proc = run_cli("--batch-size", "2", "--unroll-length", "5", "--total-timesteps", "1000000")
     try:
@@ -356,7 +361,7 @@ def test_ctrl_c_stops_every_actor():
     finally:
         proc.kill()
     assert_session_ends(proc)
-    assert proc.returncode == 1 and stderr.rstrip().endswith("interrupted; every actor has been stopped")
+    assert proc.returncode == 130 and stderr.rstrip().endswith(STOPPED)
     assert "Traceback" not in stderr
 
 
@@ -388,7 +393,7 @@ def test_ctrl_c_inside_a_queue_put_still_exits():
     finally:
         proc.kill()
     assert_session_ends(proc)
-    assert proc.returncode == 1 and stderr.rstrip().endswith("interrupted; every actor has been stopped")
+    assert proc.returncode == 130 and stderr.rstrip().endswith(STOPPED)
     assert "Traceback" not in stderr and "Exception ignored" not in stderr
 
 
@@ -426,7 +431,7 @@ def test_ctrl_c_inside_the_learners_log_write_exits_within_the_flush_interval():
     finally:
         proc.kill()
     assert_session_ends(proc)
-    assert proc.returncode == 1 and stderr.rstrip().endswith("interrupted; every actor has been stopped"), stderr[-2000:]
+    assert proc.returncode == 130 and stderr.rstrip().endswith(STOPPED), stderr[-2000:]
     assert took < 10 + 15  # flush_secs, and the run's start
 
 
@@ -584,3 +589,15 @@ test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_a
 
 def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
     assert_memory_checked(iv, monkeypatch, iv.Args(num_envs_per_actor=10**9), flag="--num-envs-per-actor")
+
+
+def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(monkeypatch):
+    """Issue 51.1 (test_ppo.py's helper)."""
+    assert_nonfinite_stops_and_keeps_the_last_checkpoint(iv, tiny(save_model=True, save_every=1), monkeypatch, key="update")
+
+
+def test_sigterm_is_one_line_naming_the_checkpoint_and_how_to_resume():
+    """Issue 51.4 (test_ppo.py's helper; test_ppo.py sends both signals)."""
+    flags = ["--num-actors", "2", "--batch-size", "2", "--unroll-length", "5"]
+    assert_stopped_in_one_line("impala_vtrace.py", flags + ["--total-timesteps", "10000000"], signal.SIGTERM, key="update",
+                               infix="every actor has been stopped; ")

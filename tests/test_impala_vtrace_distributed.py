@@ -20,7 +20,8 @@ import torch
 from conftest import ROOT
 from hacks import assert_every_group_annealed, critic_group_copy, recorded_rates
 from test_impala_vtrace import CTRL_C_INSIDE_A_LOG_WRITE
-from test_ppo import assert_foreign_and_corrupt_checkpoints_rejected, assert_memory_checked, assert_rejected_before_training, read_scalars
+from test_ppo import (assert_foreign_and_corrupt_checkpoints_rejected, assert_memory_checked, assert_nonfinite_weights_refused,
+                      assert_rejected_before_training, read_scalars)
 import processes
 from processes import (assert_process_group_failure_is_one_line, free_port, group_watcher, rank_env, run_ranks, stop_job,
                        wait_for)
@@ -142,6 +143,34 @@ def test_the_process_group_is_gone_before_the_exit_on_every_rank():
                                   script=group_watcher(SCRIPT)), capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.count("the group is gone") == 3, run.stdout
+
+
+NAN_AT_THE_THIRD_UPDATE = """import torch
+real_step, steps = torch.optim.RMSprop.step, []
+def step(self, *a, **kw):  # the learner's third update leaves a nan in its first weight
+    out = real_step(self, *a, **kw)
+    steps.append(1)
+    if len(steps) == 3:
+        with torch.no_grad():
+            weight = self.param_groups[0]["params"][0]
+            weight[(0,) * weight.dim()] = float("nan")
+    return out
+torch.optim.RMSprop.step = step
+"""
+
+
+def test_nonfinite_weights_stop_every_rank_in_one_line_and_keep_the_last_checkpoint():
+    """Issue 51.1 under torchrun: the learner's check stops it at update 3 in one line, the actor ranks stop with it, and
+    the checkpoint of update 2 stays; --eval-checkpoint refuses it made non-finite (test_ppo.py's helper)."""
+    run = subprocess.run(torchrun("--no-cuda", "--batch-size", "4", "--unroll-length", "10", "--total-timesteps", "800",
+                                  "--save-model", "--save-every", "1", script=processes.driver(SCRIPT, NAN_AT_THE_THIRD_UPDATE)),
+                         capture_output=True, text=True, timeout=120)
+    (path,) = glob.glob("runs/*/checkpoint.pt")
+    assert run.returncode != 0 and script_lines(run.stderr) == [
+        f"impala_vtrace_distributed.py: error: iteration 3: the weights hold nan; the last finite checkpoint is {path} "
+        "(iteration 2); likely too high a --learning-rate or --max-grad-norm"], run.stderr[-3000:]
+    assert torch.load(path, weights_only=False)["update"] == 2
+    assert_nonfinite_weights_refused(ivd, path, resume=False)
 
 
 # ---- faults and signals --------------------------------------------------------------------------------------------

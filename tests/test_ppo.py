@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -820,3 +821,123 @@ def test_progress_plain_lines_in_a_pipe_and_one_updating_line_in_a_terminal(mod)
     os.waitpid(pid, 0)
     text = out.decode()
     assert text.count("\rstep ") == 12 and "\rstep 384/384" in text and text.count("\n") <= 3
+
+
+# ---- non-finite training stops in one line (issue 51.1) ---------------------------------------------------------
+
+
+def poison_weights_at(mod, monkeypatch, at):
+    """Write a nan into the agent's first weight just before check_finite looks at update `at`, as a diverged update
+    leaves it."""
+    real_check = mod.check_finite
+
+    def poisoned(iteration, losses, agent, *rest):
+        if iteration == at:
+            with torch.no_grad():
+                weight = next(agent.parameters())
+                weight[(0,) * weight.dim()] = math.nan  # (a view(-1) fails on channels-last weights)
+        return real_check(iteration, losses, agent, *rest)
+
+    monkeypatch.setattr(mod, "check_finite", poisoned)
+
+
+def assert_nonfinite_weights_refused(mod, path, resume=True):
+    """The checkpoint at `path` with an inf written into its first weight is refused in one line by --eval-checkpoint
+    and (`resume`) by --resume."""
+    ckpt = torch.load(path, weights_only=False)
+    weight = next(v for v in ckpt["model"].values() if v.is_floating_point())
+    weight[(0,) * weight.dim()] = math.inf
+    torch.save(ckpt, "nonfinite.pt")
+    message = "^checkpoint 'nonfinite.pt' holds non-finite weights \\(nan or inf\\), which neither train nor evaluate; "
+    with pytest.raises(mod.ConfigError, match=message):
+        mod.evaluate("nonfinite.pt")
+    with pytest.raises(mod.ConfigError, match=message):
+        mod.load_checkpoint("nonfinite.pt", mod.Args(), given=set()) if resume else mod.load_checkpoint("nonfinite.pt")
+
+
+def assert_nonfinite_stops_and_keeps_the_last_checkpoint(mod, args, monkeypatch, at=2, key="iteration"):
+    """Training `args` (--save-model, --save-every 1, more than `at` updates) with a nan in the weights after update `at`
+    stops there with one message that names the update, the quantity and the checkpoint of update at - 1, which stays
+    as it was: finite, and it evaluates. That checkpoint made non-finite is refused by --resume and --eval-checkpoint."""
+    poison_weights_at(mod, monkeypatch, at)
+    with pytest.raises(mod.ConfigError) as stopped:
+        mod.train(args)
+    (path,) = glob.glob("runs/*/checkpoint.pt")
+    assert str(stopped.value).startswith(f"iteration {at}: the weights hold nan; the last finite checkpoint is {path} "
+                                         f"(iteration {at - 1}); likely too high a --"), str(stopped.value)
+    kept = torch.load(path, weights_only=False)
+    assert kept[key] == at - 1 and all(v.isfinite().all() for v in kept["model"].values() if v.is_floating_point())
+    assert_nonfinite_weights_refused(mod, path)
+
+
+def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(mod, monkeypatch):
+    assert_nonfinite_stops_and_keeps_the_last_checkpoint(mod, tiny(mod, save_model=True, save_every=1), monkeypatch)
+    assert len(mod.evaluate(glob.glob("runs/*/checkpoint.pt")[0], eval_episodes=1)) == 1  # the kept one evaluates
+
+
+def test_a_diverging_learning_rate_is_one_line_exit_1_and_its_checkpoint_is_refused_on_the_command_line():
+    """A real divergence (--learning-rate 1e30: the first update's value loss is nan) from the command line: one line,
+    exit 1, nothing saved; a non-finite checkpoint given to --resume or --eval-checkpoint: one line. The other scripts
+    print their ConfigError as this one does."""
+    mod = importlib.import_module("ppo")
+    script = "ppo.py"
+    run = subprocess.run([sys.executable, os.path.join(ROOT, script), "--no-cuda", "--learning-rate", "1e30", "--num-envs",
+                          "2", "--num-steps", "16", "--total-timesteps", "64", "--save-model", "--save-every", "1"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert [line for line in run.stderr.splitlines() if line.startswith(script)] == [
+        f"{script}: error: iteration 1: the value loss is nan; no checkpoint was saved; likely too high a --learning-rate "
+        "or --max-grad-norm"]
+    assert glob.glob("runs/*/checkpoint.pt") == []
+    torch.save({"script": script, "args": dataclasses.asdict(mod.Args()), "model": {"w": torch.tensor([math.nan])}},
+               "nonfinite.pt")
+    for flag in ("--eval-checkpoint", "--resume"):
+        assert_cli_error_is_one_line(script, [flag, "nonfinite.pt"], (
+            f"{script}: error: checkpoint 'nonfinite.pt' holds non-finite weights (nan or inf), which neither train nor "
+            "evaluate; use an earlier checkpoint of the run"))
+
+
+# ---- Ctrl-C and SIGTERM are one line (issue 51.4) ---------------------------------------------------------------
+
+
+def assert_stopped_in_one_line(script, flags, sig, key="iteration", infix=""):
+    """`python <script> <flags>` (a long run that saves every iteration), sent `sig` once it has a checkpoint (SIGINT to
+    its process group, as a terminal's Ctrl-C; SIGTERM to it alone, as `kill`), ends with exit 128 + sig and one line
+    naming that checkpoint and the command that resumes it, no traceback. SIGINT is set to its default in the child,
+    which a shell that ran pytest in the background would have left ignored."""
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, script), "--no-cuda", "--save-model", "--save-every", "1",
+                             *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.time() + 120
+        while not glob.glob("runs/*/checkpoint.pt") and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        os.killpg(proc.pid, sig) if sig == signal.SIGINT else os.kill(proc.pid, sig)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    (path,) = glob.glob("runs/*/checkpoint.pt")
+    done = torch.load(path, weights_only=False)[key]
+    assert proc.returncode == 128 + sig and "Traceback" not in stderr, stderr[-3000:]
+    assert [line for line in stderr.splitlines() if line.startswith(script)] == [
+        f"{script}: interrupted; {infix}the last checkpoint is {path} (iteration {done}); continue with: python {script} "
+        f"--resume {path}"], stderr[-3000:]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_and_sigterm_are_one_line_naming_the_checkpoint_and_how_to_resume(sig):
+    """ppo.py; ppo_shared.py's __main__ is the same text (one signal each in the other scripts' tests)."""
+    flags = ["--num-envs", "2", "--num-steps", "16", "--total-timesteps", "10000000"]
+    assert_stopped_in_one_line("ppo.py", flags, sig)
+
+
+# ---- tyro's parse errors are one line (issue 51.5) --------------------------------------------------------------
+
+
+def test_a_flag_tyro_cannot_parse_is_one_line(mod):
+    """A number that is none, a flag without its value: tyro's 6-10 line box became `<script>: error: ...`, exit 1."""
+    script = f"{mod.__name__}.py"
+    assert_cli_error_is_one_line(script, ["--num-envs", "abc"], f"{script}: error: Error parsing --num-envs: invalid "
+                                 "literal for int() with base 10: 'abc'")
+    assert_cli_error_is_one_line(script, ["--learning-rate"], f"{script}: error: Missing value for argument "
+                                 "'--learning-rate'. Expected 1 values.")

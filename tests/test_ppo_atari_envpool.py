@@ -4,6 +4,7 @@ and the PPO math are the ones of ppo_atari.py (tested there and in test_ppo.py).
 """
 
 import os
+import signal
 
 import imageio
 import numpy as np
@@ -12,7 +13,9 @@ import torch
 from hacks import hack_safety_tests
 from precision import bf16_tests
 from test_ppo import (PPO_BAD_INPUT, assert_cli_error_is_one_line, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
-                      assert_memory_checked, assert_resumes_with_fresh_episodes, read_scalars)
+                      assert_memory_checked, assert_nonfinite_stops_and_keeps_the_last_checkpoint,
+                      assert_stopped_in_one_line,
+                      assert_resumes_with_fresh_episodes, read_scalars)
 from test_ppo_atari import assert_channels_last_is_the_same_math, skip_updates
 
 import ppo_atari_envpool as pool
@@ -226,3 +229,14 @@ test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_a
 
 def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
     assert_memory_checked(pool, monkeypatch, pool.Args(num_envs=10**9))
+
+
+def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(monkeypatch):
+    """Issue 51.1 (test_ppo.py's helper)."""
+    assert_nonfinite_stops_and_keeps_the_last_checkpoint(pool, tiny(save_model=True, save_every=1), monkeypatch)
+
+
+def test_ctrl_c_is_one_line_naming_the_checkpoint_and_how_to_resume():
+    """Issue 51.4 (test_ppo.py's helper; test_ppo.py sends both signals)."""
+    flags = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1"]
+    assert_stopped_in_one_line("ppo_atari_envpool.py", flags + ["--total-timesteps", "10000000"], signal.SIGINT)

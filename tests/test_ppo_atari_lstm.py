@@ -3,6 +3,8 @@ wrappers it shares with ppo_atari.py are tested in test_ppo_atari.py; here only 
 """
 
 
+import signal
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -10,7 +12,9 @@ import torch
 from hacks import hack_safety_tests
 from precision import bf16_tests
 from test_ppo import (assert_cli_error_is_one_line, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
-                      assert_memory_checked, assert_resumes_with_fresh_episodes)
+                      assert_memory_checked, assert_nonfinite_stops_and_keeps_the_last_checkpoint,
+                      assert_stopped_in_one_line,
+                      assert_resumes_with_fresh_episodes)
 from test_ppo_atari import ATARI_BAD_INPUT, assert_channels_last_is_the_same_math
 
 import ppo_atari_lstm as lstm_mod
@@ -305,3 +309,14 @@ test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_a
 
 def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
     assert_memory_checked(lstm_mod, monkeypatch, lstm_mod.Args(num_envs=10**9))
+
+
+def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(monkeypatch):
+    """Issue 51.1 (test_ppo.py's helper)."""
+    assert_nonfinite_stops_and_keeps_the_last_checkpoint(lstm_mod, tiny(save_model=True, save_every=1), monkeypatch)
+
+
+def test_sigterm_is_one_line_naming_the_checkpoint_and_how_to_resume():
+    """Issue 51.4 (test_ppo.py's helper; test_ppo.py sends both signals)."""
+    flags = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1"]
+    assert_stopped_in_one_line("ppo_atari_lstm.py", flags + ["--total-timesteps", "10000000"], signal.SIGTERM)

@@ -5,6 +5,7 @@ In a world of one (no torchrun) it is ppo_atari.py, which test_ppo_atari.py test
 
 import dataclasses
 import glob
+import math
 import os
 import signal
 import subprocess
@@ -23,7 +24,8 @@ from processes import (alive, assert_process_group_failure_is_one_line, descenda
                        run_ranks, script_lines, stop_job, wait_for)
 from hacks import hack_safety_tests
 from precision import bf16_tests
-from test_ppo import assert_cli_error_is_one_line, assert_memory_checked, read_scalars
+from test_ppo import (assert_cli_error_is_one_line, assert_memory_checked,
+                      assert_nonfinite_stops_and_keeps_the_last_checkpoint, read_scalars)
 
 import ppo_atari
 import ppo_atari_multigpu as mg
@@ -156,6 +158,38 @@ def test_every_rank_games_are_logged_by_rank_0():
     assert rank1["returns"] == rank0["returns"] and rank1["losses"] == rank0["losses"]  # one history
     assert rank0["global_step"] == 4 * 200 * 2 and rank0["run_dir"] and rank1["run_dir"] is None
     assert all(torch.equal(p, rank1["parameters"][k]) for k, p in rank0["parameters"].items())  # still one agent
+
+
+def diverge_as_rank(rank, world):
+    """A run whose rank 1 alone gets a nan loss from the second iteration on; what each rank's train() raised."""
+    real_losses, calls = mg.ppo_losses, []
+
+    def nan_on_rank_1(*a):  # one call a minibatch: 2 an iteration
+        calls.append(1)
+        loss, *rest = real_losses(*a)
+        return (loss * math.nan if rank == 1 and len(calls) > 2 else loss, *rest)
+
+    mg.ppo_losses = nan_on_rank_1
+    try:
+        mg.train(tiny(save_model=True, save_every=1))
+    except mg.ConfigError as e:
+        return str(e)
+
+
+def test_a_nan_on_one_rank_stops_every_rank_at_the_same_iteration():
+    """Issue 51.1: the all-reduced gradient carries one rank's nan to every rank's weights, so each rank's check stops it
+    at iteration 2, none left waiting in a collective; rank 0 keeps the checkpoint of iteration 1 (run_ranks: exit 0)."""
+    rank0, rank1 = run_ranks(diverge_as_rank, method="fork")
+    (path,) = glob.glob("runs/*/checkpoint.pt")
+    # the second minibatch's value loss, the world's mean, is the first quantity found non-finite on both
+    assert rank0.startswith(f"iteration 2: the value loss is nan; the last finite checkpoint is {path} (iteration 1)")
+    assert rank1.startswith("iteration 2: the value loss is nan; no checkpoint was saved")  # rank 1 saves none
+    assert torch.load(path, weights_only=False)["iteration"] == 1
+
+
+def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(monkeypatch):
+    """Issue 51.1 (test_ppo.py's helper), in a world of one."""
+    assert_nonfinite_stops_and_keeps_the_last_checkpoint(mg, tiny(save_model=True, save_every=1), monkeypatch)
 
 
 # ---- torchrun --------------------------------------------------------------------------------------------------------

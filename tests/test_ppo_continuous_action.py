@@ -4,6 +4,7 @@ statistics, evaluation, resume, hack safety and bad input. The core PPO details 
 import importlib.metadata
 import math
 import os
+import signal
 import subprocess
 import sys
 
@@ -17,7 +18,9 @@ from hacks import (CRITIC_LR, Scale, assert_added_layer_trains, assert_cleanrl_u
                    edited_agent, recorded_rates)
 from test_ppo import (PPO_BAD_INPUT, assert_envs_of_another_version_refused, assert_foreign_and_corrupt_checkpoints_rejected,
                       assert_rejected_before_training, assert_resumed_log_reads_once, assert_resumes_with_fresh_episodes,
-                      assert_memory_checked, assert_runs_in_one_second_get_their_own_directories, keep_checkpoint,
+                      assert_memory_checked, assert_nonfinite_stops_and_keeps_the_last_checkpoint,
+                      assert_cli_error_is_one_line, assert_stopped_in_one_line,
+                      assert_runs_in_one_second_get_their_own_directories, keep_checkpoint,
                       resume_later)
 
 import ppo_continuous_action as pca
@@ -754,3 +757,22 @@ def test_an_env_that_cannot_be_made_is_not_blamed_on_a_display():
         pca.check_args(pca.Args(env_id="HalfCheetah-v3"))
     assert str(refused.value).startswith("cannot create or render HalfCheetah-v3 (")
     assert str(refused.value).endswith("); use another version of the id (MuJoCo: -v4, -v5)")
+
+
+def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(monkeypatch):
+    """Issue 51.1 (test_ppo.py's helper)."""
+    assert_nonfinite_stops_and_keeps_the_last_checkpoint(pca, tiny(save_model=True, save_every=1), monkeypatch)
+
+
+def test_ctrl_c_is_one_line_naming_the_checkpoint_and_how_to_resume():
+    """Issue 51.4 (test_ppo.py's helper; test_ppo.py sends both signals)."""
+    flags = ["--env-id", "Hopper-v4", "--num-envs", "2", "--num-steps", "32"]
+    assert_stopped_in_one_line("ppo_continuous_action.py", flags + ["--total-timesteps", "10000000"], signal.SIGINT)
+
+
+def test_a_choice_tyro_cannot_parse_is_one_line():
+    """Issue 51.5: tyro refused these in a box of 6 lines, and this script's own one-line checks of them (still there for
+    train(Args(...))) were unreachable from the command line."""
+    for flag, choices in (("--reward-scaling", "('returns', 'rewards', 'none')"), ("--grad-clip-scope", "('both', 'actor')")):
+        assert_cli_error_is_one_line("ppo_continuous_action.py", [flag, "bogus"], "ppo_continuous_action.py: error: invalid "
+                                     f"choice 'bogus' for argument '{flag}'. Expected one of {choices}.")

@@ -9,6 +9,7 @@ when it or JPype is not installed at all (an installed but broken one, or a miss
 import importlib
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 
@@ -19,7 +20,8 @@ import torch.nn as nn
 from conftest import ROOT
 from hacks import Scale, assert_added_layer_trains, assert_cleanrl_update_trains, assert_every_param_group_anneals, edited_agent
 from test_ppo import (PPO_BAD_INPUT, assert_checkpoint_evaluates, assert_memory_checked,
-                      assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
+                      assert_foreign_and_corrupt_checkpoints_rejected, assert_nonfinite_stops_and_keeps_the_last_checkpoint,
+                      assert_rejected_before_training, assert_stopped_in_one_line,
                       assert_resumes_with_fresh_episodes, read_scalars)
 
 _microrts_missing = pytest.mark.skipif(
@@ -351,3 +353,17 @@ def test_hack_every_param_group_anneals(mod, tmp_path):
 @_microrts_missing
 def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(mod, monkeypatch):
     assert_memory_checked(mod, monkeypatch, mod.Args(num_envs=10**9))
+
+
+@needs_microrts
+def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(mod, monkeypatch):
+    """Issue 51.1 (test_ppo.py's helper), in both μRTS scripts."""
+    assert_nonfinite_stops_and_keeps_the_last_checkpoint(mod, tiny(mod, save_model=True, save_every=1), monkeypatch)
+
+
+@needs_microrts
+def test_ctrl_c_and_sigterm_are_one_line_naming_the_checkpoint_and_how_to_resume(mod):
+    """Issue 51.4 (test_ppo.py's helper): the JVM takes both signals as it starts (then its shutdown left a traceback of
+    JVMNotRunning); one signal a script."""
+    flags = ["--num-envs", "2", "--num-steps", "16", "--max-steps", "20", "--total-timesteps", "10000000"]
+    assert_stopped_in_one_line(f"{mod.__name__}.py", flags, signal.SIGTERM if "mask" in mod.__name__ else signal.SIGINT)

@@ -7,6 +7,7 @@ not installed at all (an installed but broken Procgen fails them).
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 
@@ -19,7 +20,9 @@ from hacks import (assert_added_layer_trains, assert_cleanrl_update_trains, asse
 from precision import bf16_tests
 from test_ppo import (PPO_BAD_INPUT, assert_checkpoint_evaluates, assert_envs_of_another_version_refused,
                       assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
-                      assert_memory_checked, assert_resumed_log_reads_once, keep_checkpoint, read_scalars, resume_later)
+                      assert_memory_checked, assert_nonfinite_stops_and_keeps_the_last_checkpoint,
+                      assert_stopped_in_one_line,
+                      assert_resumed_log_reads_once, keep_checkpoint, read_scalars, resume_later)
 from test_ppo_atari import assert_channels_last_is_the_same_math, assert_heads_read_one_trunk_of_scaled_pixels
 
 import ppo_procgen as mod
@@ -276,3 +279,16 @@ test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_a
 @needs_procgen
 def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
     assert_memory_checked(mod, monkeypatch, mod.Args(num_envs=10**9))
+
+
+@needs_procgen
+def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(monkeypatch):
+    """Issue 51.1 (test_ppo.py's helper)."""
+    assert_nonfinite_stops_and_keeps_the_last_checkpoint(mod, tiny(save_model=True, save_every=1), monkeypatch)
+
+
+@needs_procgen
+def test_ctrl_c_is_one_line_naming_the_checkpoint_and_how_to_resume():
+    """Issue 51.4 (test_ppo.py's helper; test_ppo.py sends both signals)."""
+    flags = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1"]
+    assert_stopped_in_one_line("ppo_procgen.py", flags + ["--total-timesteps", "10000000"], signal.SIGINT)

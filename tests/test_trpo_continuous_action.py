@@ -4,8 +4,11 @@ promises every script keeps (the rollout is ppo_continuous_action.py's, resume, 
 ppo_continuous_action.py's own test holds for the sibling unchanged, it runs here on this script (as_trpo)."""
 
 import dataclasses
+import glob
 import math
 import os
+import re
+import signal
 import subprocess
 import sys
 
@@ -17,7 +20,9 @@ import torch.nn as nn
 from conftest import ROOT
 from hacks import CRITIC_LR, assert_added_layer_trains, assert_cleanrl_update_trains, assert_every_group_annealed, recorded_rates
 from test_ppo import (PPO_BAD_INPUT, assert_checkpoint_evaluates, assert_cli_error_is_one_line, assert_envs_of_another_version_refused,
-                      assert_foreign_and_corrupt_checkpoints_rejected, assert_memory_checked, assert_rejected_before_training,
+                      assert_foreign_and_corrupt_checkpoints_rejected, assert_memory_checked,
+                      assert_nonfinite_stops_and_keeps_the_last_checkpoint, assert_stopped_in_one_line,
+                      assert_rejected_before_training,
                       read_scalars)
 
 import ppo_continuous_action as pca
@@ -369,3 +374,48 @@ def test_cli_error_is_one_line_and_help_names_the_flags():
     res = subprocess.run([sys.executable, "-c", "import trpo_continuous_action"], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": ROOT})
     assert res.returncode == 0 and res.stdout == "" and os.listdir(".") == []
+
+
+def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(monkeypatch):
+    """Issue 51.1 (test_ppo.py's helper)."""
+    assert_nonfinite_stops_and_keeps_the_last_checkpoint(trpo, tiny(save_model=True, save_every=1), monkeypatch)
+
+
+def test_the_issues_diverging_run_stops_in_one_line_and_keeps_its_last_finite_checkpoint():
+    """Issue 51.1's command: every value in range, steps with a KL in the hundreds, the policy's std overflowed and
+    from iteration 7 the losses were nan; the run exited 0 with that policy saved, and it evaluated."""
+    script = os.path.join(ROOT, "trpo_continuous_action.py")
+    run = subprocess.run([sys.executable, script, "--no-cuda", "--env-id", "Hopper-v4", "--num-steps", "64", "--num-minibatches",
+                          "2", "--update-epochs", "1", "--total-timesteps", "640", "--max-kl", "1e9", "--cg-damping", "0",
+                          "--accept-ratio", "0", "--cg-steps", "1", "--save-model", "--save-every", "1"],
+                         capture_output=True, text=True, timeout=120)
+    (path,) = glob.glob("runs/*/checkpoint.pt")
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    (line,) = [line for line in run.stderr.splitlines() if line.startswith("trpo_continuous_action.py")]
+    stopped = int(re.fullmatch(
+        rf"trpo_continuous_action.py: error: iteration (\d+): the policy loss is nan; the last finite checkpoint is {path} "
+        r"\(iteration (\d+)\); likely too high a --max-kl or too low a --cg-damping or --accept-ratio \(or the critic's "
+        r"--learning-rate too high\)", line)[1])
+    assert 1 < stopped < 10 and torch.load(path, weights_only=False)["iteration"] == stopped - 1
+    assert len(trpo.evaluate(path, eval_episodes=1)) == 1  # the kept checkpoint is finite
+
+
+def test_a_line_search_that_takes_no_step_for_10_iterations_says_so_once(capsys):
+    """Issue 51.1: with --max-kl 1e9 alone no step was ever taken, and nothing said so. The run goes on."""
+    out = trpo.train(tiny(num_envs=1, num_steps=64, total_timesteps=64 * 12, max_kl=1e9))
+    assert [losses["backtracks"] for losses in out["losses"]] == [-1] * 12
+    assert capsys.readouterr().err.splitlines().count(
+        "trpo_continuous_action.py: the line search has taken no step for 10 iterations in a row (1-10): the policy is "
+        "not learning; likely too high a --max-kl or --accept-ratio") == 1
+
+
+def test_ctrl_c_is_one_line_naming_the_checkpoint_and_how_to_resume():
+    """Issue 51.4 (test_ppo.py's helper; test_ppo.py sends both signals)."""
+    flags = ["--env-id", "Hopper-v4", "--num-envs", "2", "--num-steps", "32"]
+    assert_stopped_in_one_line("trpo_continuous_action.py", flags + ["--total-timesteps", "10000000"], signal.SIGINT)
+
+
+def test_a_number_tyro_cannot_parse_is_one_line():
+    """Issue 51.5: --max-kl abc was a box of 10 lines."""
+    assert_cli_error_is_one_line("trpo_continuous_action.py", ["--max-kl", "abc"], "trpo_continuous_action.py: error: "
+                                 "Error parsing --max-kl: could not convert string to float: 'abc'")
