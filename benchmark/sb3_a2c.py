@@ -72,6 +72,7 @@ from stable_baselines3 import A2C
 from stable_baselines3.common.atari_wrappers import AtariWrapper, ClipRewardEnv, MaxAndSkipEnv, NoopResetEnv, WarpFrame
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, NatureCNN
 from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack, VecTransposeImage
@@ -175,6 +176,7 @@ def make_model(args, envs, device="cpu"):
     model = A2C("CnnPolicy", envs, learning_rate=lr_schedule(args), n_steps=args.num_steps, gamma=args.gamma,
                 gae_lambda=1.0, ent_coef=args.ent_coef, vf_coef=args.vf_coef, max_grad_norm=args.max_grad_norm,
                 normalize_advantage=False, policy_kwargs=policy_kwargs, seed=args.seed, device=device)
+    model.set_logger(Logger(None, []))  # the losses in name_to_value; SB3's own left an empty SB3-<time> dir in /tmp a run
     if args.loss_scale != 1.0:  # ours multiplies the loss: here each gradient, before SB3 clips their global norm
         for p in model.policy.parameters():
             p.register_hook(lambda grad: grad * args.loss_scale)

@@ -63,6 +63,7 @@ with contextlib.suppress(ImportError), contextlib.redirect_stderr(io.StringIO())
 from sb3_a2c import PAACLogging, cli  # noqa: E402
 from sb3_contrib import TRPO  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
+from stable_baselines3.common.logger import Logger  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -126,6 +127,7 @@ def make_model(args, envs, device="cpu"):
                  line_search_max_iter=args.backtrack_steps, n_critic_updates=args.update_epochs,
                  normalize_advantage=args.norm_adv, target_kl=args.max_kl / per_component, policy_kwargs=policy_kwargs,
                  seed=args.seed, device=device)
+    model.set_logger(Logger(None, []))  # the losses in name_to_value; SB3's own left an empty SB3-<time> dir in /tmp a run
     if not args.ortho_init:  # ours' --no-ortho-init: Xavier-uniform weights and zero biases in every Linear
         for layer in (m for m in model.policy.modules() if isinstance(m, nn.Linear)):
             nn.init.xavier_uniform_(layer.weight)

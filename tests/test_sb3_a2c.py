@@ -8,6 +8,7 @@ import operator
 import os
 import runpy
 import sys
+import tempfile
 
 import ale_py
 import numpy as np
@@ -215,10 +216,13 @@ def test_run_py_drives_it_unmodified(capsys):
     assert summary["tb_dir"].startswith(f"{ASTERIX}__sb3_a2c-") and "ok" in capsys.readouterr().out
 
 
-def test_resume_matches_uninterrupted_run(monkeypatch):
+def test_resume_matches_uninterrupted_run(monkeypatch, tmp_path):
     """Resumed from its checkpoint at update 20 of 50, a run takes the uninterrupted run's steps: the same losses and
     learning rates, and the same games, two of which end after the checkpoint (their no-ops, frame stacks and
-    Monitor sums were saved); the log reads once. A finished run, or another setting, is refused."""
+    Monitor sums were saved); the log reads once. A finished run, or another setting, is refused. Neither run leaves
+    anything in the temporary directory (SB3's default logger made an empty SB3-<time> folder there for each)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    os.mkdir(tmp_path / "tmp")
     keep_checkpoint(sb3, monkeypatch, kept := "update20.pt", at=20)
     full = sb3.train(tiny(total_timesteps=2 * 5 * 50, save_model=True, save_every=10, **RELEASED))
     resumed = resume_later(sb3, kept)
@@ -228,6 +232,7 @@ def test_resume_matches_uninterrupted_run(monkeypatch):
     assert len(resumed["episodic_return"]) >= 2 and resumed["episodic_return"] == full["episodic_return"][n_before:]
     assert resumed["episodic_length"] == full["episodic_length"][n_before:]
     assert_resumed_log_reads_once(full)
+    assert os.listdir(tmp_path / "tmp") == []
     with pytest.raises(sb3.ConfigError, match="--total-timesteps 500 leaves no iteration to run"):
         sb3.train(sb3.Args(resume=full["checkpoint"]))
     with pytest.raises(sb3.ConfigError, match="--num-envs cannot change when resuming"):

@@ -8,6 +8,7 @@ import os
 import runpy
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -123,8 +124,10 @@ def test_kl_test_is_the_direction_its_line_search_measures(kl_test):
     assert logged == pytest.approx(kl[kl_test], rel=1e-4) and logged != pytest.approx(kl[other], rel=1e-3), kl
 
 
-def test_kl_schedule_and_our_tags():
+def test_kl_schedule_and_our_tags(monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # SB3's default logger made an SB3-<time> folder there
     out = sb3.train(tiny(max_kl=0.07, max_kl_final=0.01))
+    assert not [name for name in os.listdir(tmp_path) if name.startswith("SB3-")]
     bounds = [losses["kl_bound"] for losses in out["losses"]]
     assert bounds == pytest.approx([0.07 - 0.06 * k / 3 for k in (1, 2, 3)], rel=1e-12)
     for tag in ("charts/learning_rate", "losses/value_loss", "losses/policy_loss", "losses/kl", "losses/kl_bound",
