@@ -10,7 +10,8 @@ the way CleanRL users do must either work or fail loudly.
       from its own initial rate by the same fraction.
 
 (a)-(c) take the script's module, Args for a short run, and the name of the policy head attribute of its Agent; (d) the
-module and Args (its run anneals, whatever the script's default).
+module and Args (its run anneals, whatever the script's default). With --compile in the Args (issue 53) they check the
+compiled script, inside traced_by_dynamo (tests/test_compile.py).
 """
 
 import contextlib
@@ -129,6 +130,26 @@ def assert_added_layer_trains(mod, args, monkeypatch, head="actor"):
     assert isinstance(norm, nn.LayerNorm) and (norm.weight - 1).abs().max().item() > 0
     assert all(f["ratio_max_dev"] < 1e-5 for f in out["first_minibatch"])
     return out
+
+
+@contextlib.contextmanager
+def traced_by_dynamo():
+    """Inside: torch.compile traces as --compile does (dynamo, from the code as it is at the first call: whether an edit
+    is compiled is decided there), then runs each traced graph as it is, not built by inductor (C++: 38-110 s a script
+    cold on 2 busy cores); yields the list of the graphs' code."""
+    graphs, real = [], torch.compile
+
+    def keep(graph, example_inputs):
+        graphs.append(graph.code)
+        return graph.forward
+
+    torch._dynamo.reset()  # no graph traced before (another edit's) is reused
+    torch.compile = lambda fn, **options: real(fn, backend=keep)
+    try:
+        yield graphs
+    finally:
+        torch.compile = real
+        torch._dynamo.reset()
 
 
 CRITIC_LR = 1e-3  # (d): the critic's own rate, unlike every script's default
