@@ -2,6 +2,8 @@
 (issue 36). Made for the device machine the `device` tool lends (no network, 15 minutes); runs anywhere.
 
 Run:   python3 benchmark/gpu_check.py --install .gpu/ours .gpu/cleanrl --cleanrl-dir .gpu/cleanrl-src --out $OUT
+Issue 53's (benchmark/README.md, "On a lent GPU"): --scripts ppo_continuous_action.py ppo_atari_envpool.py, with
+.gpu/envpool and .gpu/leanrl installed too and --leanrl-dir .gpu/leanrl-src.
 CPU dry run (the same runs and report, small): python benchmark/gpu_check.py --no-cuda --tiny --scripts ppo.py --out DIR
 
 1. Correctness, one process per script (torchrun for the two distributed ones), --workers at a time, on TINY settings:
@@ -28,11 +30,22 @@ CPU dry run (the same runs and report, small): python benchmark/gpu_check.py --n
    (the site installed from a folder named cleanrl; CleanRL's cuda flag is on by default). steps/s: the last
    charts/SPS each run logged; where ours' time goes: its env / inference / update timers. No run starts after
    --deadline seconds.
+   For the scripts LeanRL has a *_torchcompile.py of (LEANRL), with --leanrl-dir, four more runs at the same env,
+   steps and seed: ours with --compile (where the script has the flag; else the row says it has none), LeanRL's with
+   --compile --cudagraphs, and, last (after every script's first runs, so --deadline cuts them first), LeanRL's
+   eager and ours with --bf16. LeanRL's scripts log by wandb: they run with benchmark/peer_shims first on their path,
+   whose wandb.py prints each wandb.log; their steps/s is their own "speed", timed from the start of their 3rd
+   iteration (measure_burnin) and logged at every 10th, so they need 10 iterations (SPEED_STEPS is sized so). Beside
+   each run's logged steps/s, the same window for ours and CleanRL's (their charts/SPS series: iterations 3 to the
+   last), and the first update's losses: ours' history, CleanRL's first losses/* (both the last minibatch's); LeanRL
+   logs none. CleanRL's and LeanRL's envpool scripts are written for envpool 0.8's gym API, which no Python 3.12
+   wheel has: they run behind benchmark/peer_shims/old_envpool_api.py, which gives envpool 1.2 that API.
 3. Writes OUT/gpu_check.md (rewritten after every result, so a run cut short keeps what it measured), gpu_check.json
    (the raw results) and gpu_check.log (each process's command and the end of its output).
+--no-correctness: the speed runs alone.
 --install DIR...: pip installs DIR/*.whl (--no-index) into --site/<DIR's name>, replacing it, and copies DIR/lib there
-(shared libraries the device lacks: gpu_wheels.sh says which); ours' processes see every folder of --site but cleanrl,
-CleanRL's see cleanrl first; both load libraries from each site's lib first. --install-only stops there (a call that
+(shared libraries the device lacks: gpu_wheels.sh says which); ours' processes see every folder of --site but cleanrl
+and leanrl, CleanRL's see cleanrl first, LeanRL's leanrl, then cleanrl (it is a CleanRL fork: gymnasium 0.29); both load libraries from each site's lib first. --install-only stops there (a call that
 carries one bundle).
 Exit status: 0 when every check that ran passed, 1 when one failed, 2 on bad input (one line).
 """
@@ -60,7 +73,7 @@ from concurrent.futures import ThreadPoolExecutor
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import Children, git_commit, machine_info, read_run  # noqa: E402
 from throughput import last_line  # noqa: E402
-from vs_cleanrl import NEEDS_ALE_IMPORT, checkout_commit, command, reference_path, timed_run  # noqa: E402
+from vs_cleanrl import NEEDS_ALE_IMPORT, checkout_commit, command, reference_path  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -81,9 +94,10 @@ TINY = {"ppo.py": (PPO_TINY, 64), "ppo_shared.py": (PPO_TINY, 64), "ppo_atari.py
         "impala_vtrace.py": ("--num-actors 1 --batch-size 4 --unroll-length 10", 40),
         "impala_vtrace_distributed.py": ("--batch-size 4 --unroll-length 10", 40)}
 # the speed runs' steps at each script's defaults: whole iterations, ~10 s each on an H100 by a guess from CPU timings
-# (no GPU figure existed when these were set); --speed-scale stretches them all
+# (no GPU figure existed when these were set); --speed-scale stretches them all. The two of LEANRL: 10 of LeanRL's
+# iterations (batches of 2048 and 1024 at its defaults), the fewest after which it logs its speed
 SPEED_STEPS = {"ppo.py": 16_384, "ppo_shared.py": 16_384, "ppo_atari.py": 8_192, "ppo_atari_lstm.py": 8_192,
-               "ppo_atari_envpool.py": 8_192, "ppo_atari_multigpu.py": 8_192, "ppo_continuous_action.py": 10_240,
+               "ppo_atari_envpool.py": 10_240, "ppo_atari_multigpu.py": 8_192, "ppo_continuous_action.py": 20_480,
                "trpo_continuous_action.py": 10_240, "ppo_procgen.py": 49_152, "ppo_multidiscrete.py": 8_192,
                "ppo_multidiscrete_mask.py": 8_192, "a2c_paac.py": 16_000, "impala_vtrace.py": 6_400,
                "impala_vtrace_distributed.py": 6_400}
@@ -96,6 +110,16 @@ NEEDS = {"ppo_atari.py": ATARI, "ppo_atari_lstm.py": ATARI, "ppo_atari_multigpu.
 CLEANRL_NEEDS = {"ppo.py": ("torch", "gymnasium", "tyro"), "ppo_atari.py": ("torch", "gymnasium", "tyro", *ATARI),
                  "ppo_atari_envpool.py": ("torch", "gym", "envpool", "tyro"),
                  "ppo_continuous_action.py": ("torch", "gymnasium", "tyro", "mujoco")}
+# issue 53: LeanRL's torch.compile/cudagraphs rewrites of CleanRL's scripts (github.com/pytorch-labs/LeanRL, leanrl/)
+LEANRL = {"ppo_continuous_action.py": "ppo_continuous_action_torchcompile.py",
+          "ppo_atari_envpool.py": "ppo_atari_envpool_torchcompile.py"}
+LEANRL_NEEDS = {"ppo_continuous_action.py": ("torch", "tensordict", "gymnasium", "tyro", "tqdm", "mujoco"),
+                "ppo_atari_envpool.py": ("torch", "tensordict", "gym", "envpool", "tyro", "tqdm")}
+LEANRL_FAST = ["--compile", "--cudagraphs"]
+OLD_ENVPOOL_API = {"ppo_atari_envpool.py"}  # the peers' script is written for envpool 0.8's gym API
+SHIMS = os.path.join(HERE, "peer_shims")
+BURN_IN = 2  # iterations the window steps/s leaves out, as LeanRL's measure_burnin=3 does (it times from the 3rd)
+WANDB = "gpu_check.wandb "  # peer_shims/wandb.py's prefix
 TORCHRUN = {"ppo_atari_multigpu.py": (1, 1), "impala_vtrace_distributed.py": (2, 3)}  # processes: correctness, speed
 NO_TWIN = {"ppo_atari_multigpu.py": "its update all-reduces over the ranks; ppo_atari.py's is the same",
            "trpo_continuous_action.py": "its losses follow a step whose Fisher sample the device's generator draws"}
@@ -272,8 +296,32 @@ def step_bf16(mod, spec, state):
 def step_speed(mod, spec, state):
     args, history, wall = train(mod, spec["speed"])
     if state["rank"] == 0:
+        first = history["losses"][0] if history.get("losses") else {}
         return {"sps": read_run(history["run_dir"])["sps"], "wall": wall, "global_step": int(history["global_step"]),
-                "env_id": getattr(args, "env_id", ""), "seconds": {k: float(v) for k, v in history["seconds"].items()}}
+                "env_id": getattr(args, "env_id", ""), "seconds": {k: float(v) for k, v in history["seconds"].items()},
+                "window": window_sps(tb_scalars(history["run_dir"], ["charts/SPS"])["charts/SPS"]),
+                "losses": {k: float(first[k]) for k in LOSSES if k in first} or None}
+
+
+def tb_scalars(run_dir, tags):
+    """{tag: [(step, value), ...]} of a TensorBoard run, in step order ([] for a tag it lacks)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(run_dir, size_guidance={"scalars": 0})
+    acc.Reload()
+    have = acc.Tags()["scalars"]
+    return {t: sorted((e.step, e.value) for e in acc.Scalars(t)) if t in have else [] for t in tags}
+
+
+def window_sps(series, burn_in=BURN_IN):
+    """Steps/s from the end of iteration `burn_in` to the last, from a charts/SPS series logged once an iteration as
+    steps since the start / seconds since the start (ours', CleanRL's): the seconds at each point are step / SPS.
+    None with too few points (or an SPS of 0: a run too short for whole steps/s)."""
+    if len(series) <= burn_in or any(v <= 0 for _, v in (series[burn_in - 1], series[-1])):
+        return None
+    (g0, s0), (g1, s1) = series[burn_in - 1], series[-1]
+    seconds = g1 / s1 - g0 / s0
+    return (g1 - g0) / seconds if seconds > 0 else None
 
 
 STEPS = {"train": step_train, "twin": step_twin, "resume": step_resume, "eval": step_eval, "bf16": step_bf16,
@@ -355,8 +403,9 @@ class Check:
         self.stopped_by = None
         self.work = tempfile.mkdtemp(prefix="gpu_check-")
         self.meta, self.checks, self.speed, self.not_run, self.logs, self.cleanrl = {}, {}, {}, {}, [], {}
+        self.leanrl = {}
         sites = sorted(glob.glob(os.path.join(args.site, "*")))
-        ours = [s for s in sites if os.path.basename(s) != "cleanrl"]
+        ours = [s for s in sites if os.path.basename(s) not in ("cleanrl", "leanrl")]
         extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         libs = [p for p in [*sorted(glob.glob(os.path.join(args.site, "*", "lib"))),
                             *os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)] if p]
@@ -365,6 +414,9 @@ class Check:
         if args.cleanrl_dir:  # its scripts import cleanrl_utils from the top of the checkout; its pins come first
             self.cleanrl_env = dict(base, PYTHONPATH=os.pathsep.join([os.path.abspath(args.cleanrl_dir), *[
                 s for s in sites if os.path.basename(s) == "cleanrl"], *ours, *extra]))
+        if args.leanrl_dir:  # the wandb stand-in first; its own pins (tensordict), then CleanRL's (gymnasium 0.29)
+            self.leanrl_env = dict(base, PYTHONPATH=os.pathsep.join([SHIMS, os.path.abspath(args.leanrl_dir), *[
+                s for name in ("leanrl", "cleanrl") for s in sites if os.path.basename(s) == name], *ours, *extra]))
         self.installed = {os.path.basename(s): sorted(d.removesuffix(".dist-info") for d in os.listdir(s)
                                                       if d.endswith(".dist-info")) for s in sites}
 
@@ -446,39 +498,74 @@ class Check:
               flush=True)
         self.write()
 
-    def speed_run(self, script, bf16=False):
+    def speed_run(self, script, flag=None):
         steps = 2 * TINY[script][1] if self.args.tiny else int(SPEED_STEPS[script] * self.args.speed_scale)
         flags = ["--total-timesteps", str(steps), "--seed", "1", "--cuda" if self.device == "cuda" else "--no-cuda",
-                 *(TINY[script][0].split() if self.args.tiny else []), *(["--bf16"] if bf16 else [])]
-        return self.launch(script, "speed-bf16" if bf16 else "speed", {"steps": ["speed"], "speed": flags},
+                 *(TINY[script][0].split() if self.args.tiny else []), *([flag] if flag else [])]
+        return self.launch(script, f"speed{flag or ''}".replace("--", "-"), {"steps": ["speed"], "speed": flags},
                            TORCHRUN.get(script, (0, 0))[1])["speed"]
 
-    def speeds(self, script):
-        """Ours, ours with --bf16, and CleanRL's script of the same name, one after the other."""
-        if self.past_deadline(f"{script} (speed)"):
-            return
-        row = {"ours": self.speed_run(script)}
-        if self.has_bf16(script) and self.meta["bf16"]:
-            row["bf16"] = self.speed_run(script, bf16=True)
-        if script in self.cleanrl and "error" not in row["ours"]:
-            o = row["ours"]
-            cmd = command(self.cleanrl[script], o["env_id"], 1, o["global_step"], sys.executable,
-                          script in NEEDS_ALE_IMPORT)
-            try:
-                row["cleanrl"] = timed_run(cmd, self.cleanrl_env)
-            except RuntimeError as e:
-                row["cleanrl"] = {"error": str(e).splitlines()[-1]}
-            with self.lock:
-                self.logs.append(f"$ {' '.join(cmd)}  # CleanRL's {script}: {row['cleanrl']}")
-        print(f"{script}: steps/s " + ", ".join(f"{k} {v.get('sps') or v.get('error')}" for k, v in row.items()),
-              flush=True)
+    def peer(self, script, side, path, flags=()):
+        """CleanRL's or LeanRL's script for `script` at ours' env, steps and seed, in the same order of runs."""
+        o = self.speed[script]["ours"]
+        old_api = script in OLD_ENVPOOL_API
+        cmd = command(path, o["env_id"], 1, o["global_step"], sys.executable, script in NEEDS_ALE_IMPORT)
+        if old_api:  # behind the runner that gives envpool 1.2 the gym API of 0.8
+            cmd[1:1] = [os.path.join(SHIMS, "old_envpool_api.py")]
+        cmd += flags  # their cuda flag is on by default, and they fall back to the CPU where there is none
+        result = peer_run(cmd, self.cleanrl_env if side == "cleanrl" else self.leanrl_env, self.children)
+        if result is None:
+            raise Stopped
         with self.lock:
-            self.speed[script] = row
-        self.write()
+            self.logs.append(f"$ {' '.join(cmd)}  # {side}'s {script}: " + json.dumps(
+                {k: v for k, v in result.items() if k != "output"}) + "\n" + result.pop("output", ""))
+        return result
+
+    def speeds(self, script, extras=False):
+        """First: ours, ours --compile (LEANRL's scripts), CleanRL's and LeanRL's --compile --cudagraphs script of the
+        same name, one after the other; `extras`: ours with --bf16, LeanRL's eager. No run starts past --deadline."""
+        if not extras and self.past_deadline(f"{script} (speed)"):
+            return
+        row = self.speed.setdefault(script, {})
+        if extras and "error" in row.get("ours", {"error": "not run"}):
+            return
+        runs = []
+        if not extras:
+            runs.append(("ours", lambda: self.speed_run(script)))
+            if script in LEANRL:
+                runs.append(("compile", lambda: self.speed_run(script, "--compile") if self.has_flag(script, "compile")
+                             else {"not_run": f"{script} has no --compile"}))
+            if script in self.cleanrl:
+                runs.append(("cleanrl", lambda: self.peer(script, "cleanrl", self.cleanrl[script])))
+            if script in self.leanrl:
+                runs.append(("leanrl", lambda: self.peer(script, "leanrl", self.leanrl[script], LEANRL_FAST)))
+        else:
+            if self.has_flag(script, "bf16") and self.meta["bf16"]:
+                runs.append(("bf16", lambda: self.speed_run(script, "--bf16")))
+            if script in self.leanrl:
+                runs.append(("leanrl_eager", lambda: self.peer(script, "leanrl", self.leanrl[script])))
+        for name, run in runs:
+            if name != "ours" and ("error" in row["ours"] or self.past_deadline(f"{script} (speed: {name})")):
+                continue
+            try:
+                result = run()
+            except (Stopped, KeyboardInterrupt):
+                raise
+            except Exception as e:  # a fault of this check: say so in the row, and go on
+                result = {"error": f"gpu_check.py: {one_line(e)}"}
+            with self.lock:
+                row[name] = result
+            print(f"{script} {name}: steps/s {result.get('sps') or result.get('error') or result.get('not_run')}",
+                  flush=True)
+            self.write()
 
     def has_bf16(self, script):
+        return self.has_flag(script, "bf16")
+
+    def has_flag(self, script, name):
+        """Whether the script's Args has the bool field `name` (its --name flag)."""
         with open(os.path.join(ROOT, script)) as f:
-            return "\n    bf16: bool" in f.read()
+            return f"\n    {name}: bool" in f.read()
 
     def probe(self, modules, env):
         """The modules of `modules` that do not import under `env`: {module: the error's first line}."""
@@ -519,12 +606,23 @@ class Check:
             usable = self.missing({s: CLEANRL_NEEDS[s] for s, path in found.items() if path}, self.cleanrl_env,
                                   "CleanRL's ")
             self.cleanrl = {s: found[s] for s in usable}
+        if self.args.leanrl_dir and not self.args.no_speed:
+            found = {s: leanrl_path(self.args.leanrl_dir, s) for s in runnable if s in LEANRL}
+            for s in [s for s, path in found.items() if path is None]:
+                self.not_run[f"LeanRL's {LEANRL[s]}"] = f"no leanrl/{LEANRL[s]} in {self.args.leanrl_dir}"
+            usable = self.missing({s: LEANRL_NEEDS[s] for s, path in found.items() if path}, self.leanrl_env,
+                                  "LeanRL's ")
+            self.leanrl = {s: found[s] for s in usable}
         self.write()
-        with ThreadPoolExecutor(self.args.workers) as pool:
-            list(pool.map(self.check, runnable))
-        if not self.args.no_speed:  # the CleanRL pairs first: the goals rest on them
-            for s in sorted(runnable, key=lambda s: s not in self.cleanrl):
+        if not self.args.no_correctness:
+            with ThreadPoolExecutor(self.args.workers) as pool:
+                list(pool.map(self.check, runnable))
+        if not self.args.no_speed:  # the CleanRL pairs first: the goals rest on them; then what only adds to a row
+            order = sorted(runnable, key=lambda s: s not in self.cleanrl)
+            for s in order:
                 self.speeds(s)
+            for s in order:
+                self.speeds(s, extras=True)
 
     # ---- the report ----
 
@@ -540,14 +638,15 @@ class Check:
                 f.write("\n\n".join(self.logs) + "\n")
 
     def markdown(self):
-        m, mi, d = self.meta, self.machine, self.args.cleanrl_dir
+        m, mi, d, lean = self.meta, self.machine, self.args.cleanrl_dir, self.args.leanrl_dir
         commit = d and cleanrl_commit(d)
         md = [f"# GPU check ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(self.start))}, "
               f"{time.time() - self.start:.0f} s)", "",
               f"- command: `python benchmark/gpu_check.py {' '.join(self.argv)}`",
               f"- device: {m.get('device')} x{m.get('devices')}; {mi['cores']} cores, {mi['cpu']}; python {mi['python']}, "
               f"torch {m.get('torch')}, CUDA {m.get('cuda')}, bf16 {m.get('bf16')}, TF32 for {m.get('tf32')}",
-              f"- ours: commit {m.get('commit')}; CleanRL: " + (f"{d} (commit {commit})" if d else "not run"),
+              f"- ours: commit {m.get('commit')}; CleanRL: " + (f"{d} (commit {commit})" if d else "not run")
+              + "; LeanRL: " + (f"{lean} (commit {cleanrl_commit(lean, 'leanrl')})" if lean else "not run"),
               "- installed: " + ("; ".join(f"{k}: {', '.join(v)}" for k, v in self.installed.items())
                                  or "nothing (this Python's own packages)"),
               "", "## Correctness", "",
@@ -574,7 +673,22 @@ class Check:
                "| time (s) |",
                "|---|---|---|---|---|---|---|---|---|---|"]
         for s, row in self.speed.items():
-            md.append(speed_line(s, row))
+            if "ours" in row:
+                md.append(speed_line(s, row))
+        rows = [(s, row) for s, row in self.speed.items() if s in LEANRL and "ours" in row]
+        if rows:
+            md += ["", "## Against CleanRL and LeanRL (issue 53)", "",
+                   "The same env, steps and seed, one run each, one after the other on the same card. Logged: the "
+                   "run's own last steps/s (ours, CleanRL: charts/SPS, from the start; LeanRL: its `speed`, from the "
+                   "start of its 3rd iteration). From iteration 3: the same window for ours and CleanRL, from their "
+                   "charts/SPS series, so that start-up and compilation in the first two iterations count for none. "
+                   "Ratios: of the from-iteration-3 steps/s. First losses: the first update's last minibatch "
+                   "(policy / value / entropy); LeanRL logs none. Goals: ours --compile at or above LeanRL "
+                   "--compile --cudagraphs; ppo_atari_envpool.py eager at or above CleanRL's.", "",
+                   "| script | run | steps/s logged | from iteration 3 | / CleanRL | / LeanRL --compile --cudagraphs "
+                   "| first losses | wall (s) |", "|---|---|---|---|---|---|---|---|"]
+            for s, row in rows:
+                md += peer_lines(s, row)
         md += ["", "## Host-device syncs", "",
                "During the first correctness training, torch.cuda.set_sync_debug_mode('warn'): the syncs between one "
                "call of Agent.get_action_and_value and the next; the median over the gaps a call of the same phase "
@@ -592,13 +706,56 @@ class Check:
         return "\n".join(md) + "\n"
 
 
-def cleanrl_commit(folder):
-    """The commit gpu_wheels.sh wrote beside CleanRL's copied scripts, or the checkout's own."""
+def leanrl_path(folder, script):
+    """LeanRL's file for our `script` in a checkout (leanrl/<name>) or gpu_wheels.sh's copy, else None."""
+    path = os.path.join(folder, "leanrl", LEANRL[script])
+    return path if os.path.isfile(path) else None
+
+
+def peer_run(cmd, env, children):
+    """A CleanRL or LeanRL run to the end in a scratch directory (killed after CHILD_TIMEOUT_S): {"sps", "window",
+    "losses", "wall", "output"} or {"error", "wall", "output"}; None when the check was stopped. CleanRL's: its
+    TensorBoard run (charts/SPS, the first losses/*); LeanRL's: the wandb stand-in's lines (its last "speed")."""
+    with tempfile.TemporaryDirectory() as tmp, open(os.path.join(tmp, "output.log"), "w+") as log:
+        start = time.perf_counter()
+        status = children.run(["timeout", "-k", "10", str(CHILD_TIMEOUT_S), *cmd], cwd=tmp, env=env, stdout=log,
+                              stderr=subprocess.STDOUT)
+        wall = time.perf_counter() - start
+        if status is None:
+            return None
+        log.seek(0)
+        lines = log.read().replace("\r", "\n").splitlines()
+        out = {"wall": wall, "output": "\n".join(line for line in lines if line.strip())[-4000:]}
+        wandb = [json.loads(line[len(WANDB):]) for line in lines if line.startswith(WANDB)]
+        dirs = glob.glob(os.path.join(tmp, "runs", "*"))
+        if status != 0:
+            last = next((line for line in reversed(lines) if line.strip()), "no output")
+            return {**out, "error": f"exit status {status}: {last.strip()[:300]}"}
+        if wandb:  # LeanRL: wandb.log({"speed": ...}) at every 10th iteration
+            speeds = [w["log"]["speed"] for w in wandb if "speed" in w.get("log", {})]
+            if not speeds:
+                return {**out, "error": "logged no speed: LeanRL logs it at every 10th iteration from its 3rd; give "
+                                        "it 10 iterations or more"}
+            return {**out, "sps": speeds[-1], "window": speeds[-1], "losses": None,
+                    "global_step": max(w["step"] for w in wandb if "step" in w)}
+        if len(dirs) != 1:
+            return {**out, "error": f"expected one run directory under runs/ or a wandb line, found {len(dirs)} dirs"}
+        tags = tb_scalars(dirs[0], ["charts/SPS", *(f"losses/{k}" for k in LOSSES)])
+        if not tags["charts/SPS"]:
+            return {**out, "error": "no charts/SPS logged"}
+        first = {k: tags[f"losses/{k}"][0][1] for k in LOSSES if tags[f"losses/{k}"]}
+        return {**out, "sps": tags["charts/SPS"][-1][1], "window": window_sps(tags["charts/SPS"]),
+                "losses": first if len(first) == len(LOSSES) else None, "global_step": tags["charts/SPS"][-1][0]}
+
+
+def cleanrl_commit(folder, package="cleanrl"):
+    """The commit gpu_wheels.sh wrote beside CleanRL's (LeanRL's) copied scripts, or the checkout's own."""
     stamp = os.path.join(folder, "COMMIT")
     if os.path.isfile(stamp):
         with open(stamp) as f:
             return f.read().strip()
-    return checkout_commit(folder, os.path.join(folder, "cleanrl", "ppo.py")) or "unknown: not a git checkout"
+    inside = glob.glob(os.path.join(folder, package, "*.py"))
+    return (inside and checkout_commit(folder, inside[0])) or "unknown: not a git checkout"
 
 
 def speed_line(script, row):
@@ -619,6 +776,45 @@ def speed_line(script, row):
         if o.get("seconds") else "—"
     return (f"| {script} | {o.get('env_id', '')} | {o.get('global_step', '')} | {sps(o)} | {sps(b)} | {sps(c)} | "
             f"{f'{ratio:.2f}' if ratio else '—'} | {f'{ratio_b:.2f}' if ratio_b else '—'} | {goal} | {secs} |")
+
+
+PEER_RUNS = {"ours": "ours", "compile": "ours --compile", "bf16": "ours --bf16", "cleanrl": "CleanRL",
+             "leanrl": "LeanRL --compile --cudagraphs", "leanrl_eager": "LeanRL eager"}
+
+
+def peer_lines(script, row):
+    """The issue-53 rows of one script (every run it has), then its goals."""
+    def rate(r):
+        return r.get("window") if r else None
+
+    lines = []
+    cleanrl, leanrl = rate(row.get("cleanrl")), rate(row.get("leanrl"))
+    for key, label in PEER_RUNS.items():
+        r = row.get(key)
+        if r is None:
+            continue
+        if not r.get("sps"):
+            why = f"failed: {r['error']}" if r.get("error") else f"not run: {r.get('not_run', 'no steps/s')}"
+            lines.append(f"| {script} | {label} | {why} | — | — | — | — | {r.get('wall', 0):.0f} |")
+            continue
+        w = rate(r)
+        losses = r.get("losses")
+        first = " / ".join(f"{losses[k]:.4g}" for k in LOSSES) if losses else (
+            "not logged" if key.startswith("leanrl") else "—")
+        lines.append(f"| {script} | {label} | {r['sps']:.0f} | {f'{w:.0f}' if w else '—'} | "
+                     f"{f'{w / cleanrl:.2f}' if w and cleanrl else '—'} | {f'{w / leanrl:.2f}' if w and leanrl else '—'} "
+                     f"| {first} | {r.get('wall', 0):.0f} |")
+    goals = []
+    compiled = rate(row.get("compile"))
+    if compiled and leanrl:
+        goals.append(f"ours --compile {'at or above' if compiled >= leanrl else 'below'} LeanRL --compile --cudagraphs "
+                     f"({compiled / leanrl:.2f}x)")
+    if script == "ppo_atari_envpool.py" and rate(row.get("ours")) and cleanrl:
+        ratio = rate(row["ours"]) / cleanrl
+        goals.append(f"eager {'at or above' if ratio >= 1 else 'below'} CleanRL's ({ratio:.2f}x)")
+    if goals:
+        lines.append(f"| {script} | **goals** | " + "; ".join(goals) + " | | | | | |")
+    return lines
 
 
 def sync_cells(syncs):
@@ -654,9 +850,12 @@ def parse(argv):
     p.add_argument("--install-only", action="store_true", help="install, then stop (a call that carries one folder)")
     p.add_argument("--site", default=os.path.join(ROOT, ".gpu", "site"), help="where --install puts the packages")
     p.add_argument("--cleanrl-dir", help="CleanRL's scripts: cleanrl/<script> (gpu_wheels.sh's .gpu/cleanrl-src)")
+    p.add_argument("--leanrl-dir", help="LeanRL's scripts: leanrl/<name>_torchcompile.py (gpu_wheels.sh's "
+                                        ".gpu/leanrl-src)")
     p.add_argument("--no-cuda", action="store_true", help="the CPU dry run: every run with --no-cuda")
     p.add_argument("--tiny", action="store_true", help="speed runs on the correctness runs' small settings")
     p.add_argument("--no-speed", action="store_true", help="correctness and syncs only")
+    p.add_argument("--no-correctness", action="store_true", help="the speed runs only")
     p.add_argument("--workers", type=int, default=4, help="correctness processes at a time")
     p.add_argument("--deadline", type=float, default=420, help="seconds after which no new run starts")
     p.add_argument("--speed-scale", type=float, default=1.0, help="factor on every speed run's steps")
@@ -678,6 +877,10 @@ def parse(argv):
         (args.cleanrl_dir and not any(reference_path(args.cleanrl_dir, s) for s in CLEANRL_NEEDS),
          f"--cleanrl-dir {args.cleanrl_dir} holds none of cleanrl/{{{','.join(CLEANRL_NEEDS)}}}; give a CleanRL "
          "checkout or gpu_wheels.sh's .gpu/cleanrl-src"),
+        (args.leanrl_dir and not any(os.path.isfile(os.path.join(args.leanrl_dir, "leanrl", n)) for n in LEANRL.values()),
+         f"--leanrl-dir {args.leanrl_dir} holds none of leanrl/{{{','.join(LEANRL.values())}}}; give a LeanRL checkout "
+         "or gpu_wheels.sh's .gpu/leanrl-src"),
+        (args.no_speed and args.no_correctness, "--no-speed with --no-correctness leaves nothing to run"),
         *((not os.path.isfile(os.path.join(ROOT, s)), f"--scripts {s}: no such file in {ROOT}") for s in args.scripts),
     ]
     wrong = next((message for bad, message in problems if bad), None)
@@ -685,6 +888,7 @@ def parse(argv):
         raise ConfigError(wrong)
     # the children run in scratch directories: what they are given must not depend on this one
     args.site, args.cleanrl_dir = os.path.abspath(args.site), args.cleanrl_dir and os.path.abspath(args.cleanrl_dir)
+    args.leanrl_dir = args.leanrl_dir and os.path.abspath(args.leanrl_dir)
     return args
 
 

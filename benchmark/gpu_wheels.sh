@@ -10,19 +10,35 @@
 #                     numpy 1.26.4, ale-py 0.9.1, stable-baselines3; installed into a site of its own
 #   .gpu/cleanrl-src  cleanrl/{ppo,ppo_atari,ppo_atari_envpool,ppo_continuous_action}.py, cleanrl_utils, COMMIT
 #   .gpu/procgen      procgen-mirror and its gym, gym3, cffi: 47 MB alone, so it travels in a call of its own
+#   .gpu/envpool      envpool 1.2.5 (the lock's 3.12 pin, 1.2.7, is 64 MB) cut to its Atari part by
+#                     benchmark/slim_wheel.py (53 MB -> 3.5 MB), envpool-assets cut to the Atari ROMs, dm-env, optree:
+#                     ppo_atari_envpool.py, and the peers' envpool scripts behind peer_shims/old_envpool_api.py
+#   .gpu/leanrl       with a LeanRL checkout: tensordict 0.13.0 (0.14 on makes to_module's tensors Parameters that
+#                     require grad, and LeanRL's eager update then backpropagates into its rollout), pyvers
+#   .gpu/leanrl-src   leanrl/{ppo_continuous_action,ppo_atari_envpool}_torchcompile.py, COMMIT
+# .gpu/cleanrl also holds gym 0.23.1 (CleanRL's pin; built here, PyPI has its source only), which both peers' envpool
+# scripts import.
 # MuJoCo is 3.1.6 on both sides: CleanRL's pin (2.3.7) has no Python 3.12 wheel, and the lock's 4.0.0 is 22 MB.
 # Then it checks what each device call carries (the working tree plus its folders) against the tool's 64 MiB.
-# Usage: bash benchmark/gpu_wheels.sh CLEANRL_DIR   (a CleanRL checkout: git clone https://github.com/vwxyzjn/cleanrl)
+# Usage: bash benchmark/gpu_wheels.sh CLEANRL_DIR [LEANRL_DIR]   (git clone https://github.com/vwxyzjn/cleanrl,
+#        https://github.com/pytorch-labs/LeanRL)
 # PYTHON: the Python whose pip downloads (default .venv/bin/python; any version: the wheels are chosen for 3.12).
 set -euo pipefail
 # the paths given are read from the folder the command is run in, before the repository becomes the working folder
 cleanrl=${1:-}
 [[ -z $cleanrl || $cleanrl == /* ]] || cleanrl=$PWD/$cleanrl
+leanrl=${2:-}
+[[ -z $leanrl || $leanrl == /* ]] || leanrl=$PWD/$leanrl
 [[ ${PYTHON:-/} == /* || $PYTHON != */* ]] || PYTHON=$PWD/$PYTHON  # a path; a bare name is looked up on the PATH
 cd "$(dirname "$0")/.."
 if [[ -z $cleanrl || ! -f $cleanrl/cleanrl/ppo.py ]]; then
     echo "gpu_wheels.sh: error: give a CleanRL checkout (no cleanrl/ppo.py under '${cleanrl}'): git clone" \
          "https://github.com/vwxyzjn/cleanrl /tmp/cleanrl; bash benchmark/gpu_wheels.sh /tmp/cleanrl" >&2
+    exit 2
+fi
+if [[ -n $leanrl && ! -f $leanrl/leanrl/ppo_continuous_action_torchcompile.py ]]; then
+    echo "gpu_wheels.sh: error: give a LeanRL checkout (no leanrl/ppo_continuous_action_torchcompile.py under" \
+         "'${leanrl}'): git clone https://github.com/pytorch-labs/LeanRL /tmp/leanrl" >&2
     exit 2
 fi
 python=${PYTHON:-.venv/bin/python}
@@ -59,6 +75,25 @@ for lib in libGL.so.1 libGLdispatch.so.0 libGLX.so.0 libX11.so.6 libxcb.so.1 lib
     cp -L "$path" "$out/ours/lib/$lib"
 done
 download cleanrl $(pins benchmark/cleanrl-requirements.txt gymnasium numpy ale-py stable-baselines3)
+"$python" -m pip wheel --quiet --no-deps --no-binary gym -w "$out/cleanrl" "$(pins benchmark/cleanrl-requirements.txt gym)"
+# envpool: the 1.2.5 wheel for 3.12, then only its Atari part (the other families' native modules are 49 MB)
+download envpool envpool==1.2.5 envpool-assets==0.3.0 dm-env==1.6 optree==0.20.0
+atari='^envpool(\.libs/|/atari/|/python/|/[^/]+\.py$|/py\.typed$|/[^/]+/(__init__|registration)\.py$|/[^/]+/[^/]+/(__init__|registration)\.py$)'
+"$python" benchmark/slim_wheel.py "$out"/envpool/envpool-1.2.5-*.whl "$out/envpool" atari "$atari" \
+    "envpool/entry.py=import envpool.atari.registration  # noqa: F401  (gpu_wheels.sh: the Atari ids alone)"$'\n' >/dev/null
+"$python" benchmark/slim_wheel.py "$out"/envpool/envpool_assets-0.3.0-*.whl "$out/envpool" atari \
+    '^envpool_assets/(__init__\.py|atari/)' >/dev/null
+rm "$out"/envpool/envpool-1.2.5-*.whl "$out"/envpool/envpool_assets-0.3.0-*.whl
+bundles=(ours cleanrl cleanrl-src envpool procgen)
+if [[ -n $leanrl ]]; then
+    download leanrl tensordict==0.13.0 pyvers==0.2.3
+    lsrc=$out/leanrl-src
+    rm -rf "$lsrc" && mkdir -p "$lsrc/leanrl"
+    cp "$leanrl"/leanrl/{ppo_continuous_action,ppo_atari_envpool}_torchcompile.py "$lsrc/leanrl/"
+    git -C "$leanrl" rev-parse HEAD > "$lsrc/COMMIT" 2>/dev/null ||
+        echo "unknown: $leanrl is not a git checkout" > "$lsrc/COMMIT"
+    bundles=(ours cleanrl cleanrl-src envpool leanrl leanrl-src procgen)
+fi
 download procgen $(pins requirements/procgen.txt procgen-mirror gym3 gym-notices) \
     $(pins requirements/all.txt cffi pycparser)
 # gym 0.26.2 (procgen registers its ids with it) is on PyPI as source only: its pure-Python wheel is built here
@@ -77,7 +112,7 @@ mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
 # what every call sends besides its carry: tracked files and untracked ones that git does not ignore
 tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2>/dev/null | total)
 echo "working tree: $(mib "$tree")"
-for f in ours cleanrl cleanrl-src procgen; do
+for f in "${bundles[@]}"; do
     names=$(find "$out/$f" -name '*.whl' -printf '%f\n' | cut -d- -f1,2 | sort | tr '\n' ' ')
     echo "  .gpu/$f: $(mib "$(bytes "$out/$f")"): $names"
 done
@@ -89,9 +124,9 @@ call() {  # call N FOLDER...: one device call's size against the limit
     if ((total > limit)); then echo "gpu_wheels.sh: error: call $n is over the tool's 64 MiB" >&2; status=1; fi
 }
 call 1 procgen
-call 2 ours cleanrl cleanrl-src
-echo "left out: envpool (the smallest Python 3.12 wheel, 1.2.5, is 53 MB and needs its ROM package beside it;"
-echo "  1.2.7 is 64 MB), so neither ppo_atari_envpool.py runs there; gym-microrts (needs a Java runtime); CleanRL's"
-echo "  gym 0.23.1 and envpool 0.8.4 (no Python 3.12 wheel); opencv-python-headless 4.10 for CleanRL (~50 MB: the"
-echo "  device's opencv serves it)"
+call 2 ours cleanrl cleanrl-src envpool
+[[ -z $leanrl ]] || call "2 (issue 53)" ours cleanrl cleanrl-src envpool leanrl leanrl-src
+echo "left out: gym-microrts (needs a Java runtime); CleanRL's envpool 0.8.4 (no Python 3.12 wheel: its script runs"
+echo "  on envpool 1.2.5 behind benchmark/peer_shims/old_envpool_api.py); opencv-python-headless 4.10 for CleanRL"
+echo "  (~50 MB: the device's opencv serves it); wandb for LeanRL (benchmark/peer_shims/wandb.py stands in)"
 exit $status

@@ -296,3 +296,113 @@ def test_install_with_a_python_that_does_not_run_says_so_and_makes_no_venv(tmp_p
     assert run.returncode == 2 and run.stderr == (f"install.sh: error: PYTHON {python} does not run{found}; give one that "
                                                   f"does: PYTHON={example} bash scripts/install.sh {target}\n")
     assert sorted(os.listdir(tmp_path)) == ["requirements", "scripts"]
+
+
+FAKE_LEANRL = '''"""LeanRL's ppo_continuous_action_torchcompile.py as the check sees it: wandb.init, then wandb.log of its speed."""
+import os, sys
+import wandb
+
+shims = os.path.dirname(os.path.abspath(wandb.__file__))
+assert os.path.basename(shims) == "peer_shims", wandb.__file__  # the stand-in, not a real wandb
+fast = "--compile" in sys.argv and "--cudagraphs" in sys.argv
+steps = int(sys.argv[sys.argv.index("--total-timesteps") + 1])
+wandb.init(project="ppo_continuous_action", config={"batch_size": 2048, "compile": fast})
+wandb.log({"speed": 321.0 if fast else 111.0, "gn": 0.5}, step=steps)
+'''
+
+
+def test_dry_run_speed_runs_ours_compiled_and_leanrl(tmp_path):
+    """--no-correctness: ppo_continuous_action.py's speed runs alone, with a fake CleanRL and a fake LeanRL script:
+    ours eager, ours --compile (or a row that says the script has none), CleanRL's, LeanRL's --compile --cudagraphs
+    and, among the extras, LeanRL's eager; LeanRL's steps/s read from the wandb stand-in's lines, and the report's
+    issue-53 table."""
+    (tmp_path / "cleanrl" / "cleanrl").mkdir(parents=True)
+    (tmp_path / "cleanrl" / "cleanrl" / "ppo_continuous_action.py").write_text(FAKE_SCRIPT)
+    (tmp_path / "leanrl" / "leanrl").mkdir(parents=True)
+    (tmp_path / "leanrl" / "leanrl" / "ppo_continuous_action_torchcompile.py").write_text(FAKE_LEANRL.replace(
+        "import wandb", "import tensordict_probe, wandb", 1))
+    # LeanRL's site: a stand-in tensordict (what the check probes for) and a module only its processes may see
+    wheel(tmp_path / "wheels" / "leanrl", "tensordict", {"tensordict/__init__.py": "", "tensordict_probe.py": ""})
+    cmd = [sys.executable, os.path.join(ROOT, "benchmark", "gpu_check.py"), "--no-cuda", "--tiny", "--no-correctness",
+           "--scripts", "ppo_continuous_action.py", "--install", "wheels/leanrl", "--site", "site", "--cleanrl-dir",
+           "cleanrl", "--leanrl-dir", "leanrl", "--out", "out"]
+    # TORCH_COMPILE_DISABLE: ours' --compile run goes through the check's every step but runs eagerly, as inductor's
+    # kernels for it take 40 s of CPU from a cold cache (tests/test_compile.py compiles; this tests the check)
+    run = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, TMPDIR=str(tmp_path), TORCH_COMPILE_DISABLE="1"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    assert report["checks"] == {}
+    row = report["speed"]["ppo_continuous_action.py"]
+    assert list(row) == ["ours", "compile", "cleanrl", "leanrl", "leanrl_eager"]  # no --bf16 in this script
+    ours = row["ours"]
+    assert ours["sps"] > 0 and ours["global_step"] == 128 and set(ours["losses"]) == set(gpu_check.LOSSES)
+    assert gpu_check.Check.has_flag(None, "ppo_continuous_action.py", "compile")  # the flag's run, its first losses
+    assert row["compile"]["sps"] > 0 and set(row["compile"]["losses"]) == set(gpu_check.LOSSES)
+    assert not gpu_check.Check.has_flag(None, "ppo_atari_lstm.py", "compile")  # a script without it gets the row:
+    assert gpu_check.peer_lines("ppo_atari_lstm.py", {"compile": {"not_run": "ppo_atari_lstm.py has no --compile"}}) == [
+        "| ppo_atari_lstm.py | ours --compile | not run: ppo_atari_lstm.py has no --compile | — | — | — | — | 0 |"]
+    assert row["cleanrl"]["sps"] == 123.0 and row["cleanrl"]["window"] is None  # one charts/SPS: no window
+    assert (row["leanrl"]["sps"], row["leanrl_eager"]["sps"]) == (321.0, 111.0)
+    assert row["leanrl"]["losses"] is None and row["leanrl"]["global_step"] == 128
+    md = (tmp_path / "out" / "gpu_check.md").read_text()
+    assert "## Against CleanRL and LeanRL (issue 53)" in md
+    assert "| ppo_continuous_action.py | LeanRL --compile --cudagraphs | 321 | 321 | — | 1.00 | not logged |" in md
+    assert "| ppo_continuous_action.py | ours --compile | not run" not in md
+    log = (tmp_path / "out" / "gpu_check.log").read_text()
+    assert "ppo_continuous_action_torchcompile.py --env-id HalfCheetah-v4 --seed 1 --total-timesteps 128 --compile " \
+           "--cudagraphs  # leanrl's" in log
+    assert not left_behind(str(tmp_path))
+
+
+def test_window_steps_per_second_leaves_out_the_first_two_iterations():
+    """charts/SPS is steps since the start / seconds since the start: 100 steps an iteration, the first two taking
+    10 s each (compilation), then 1 s each: 200 steps in 2 s after them."""
+    times = [10, 20, 21, 22]
+    series = [(100 * (i + 1), 100 * (i + 1) / t) for i, t in enumerate(times)]
+    assert gpu_check.window_sps(series) == pytest.approx(100.0)
+    assert gpu_check.window_sps(series[:3]) == pytest.approx(100.0) and gpu_check.window_sps(series[:2]) is None
+
+
+def test_old_envpool_api_gives_envpool_1_2_the_gym_api_of_0_8():
+    """What CleanRL's and LeanRL's ppo_atari_envpool*.py read: reset() -> obs, step() -> 4 values with done =
+    terminated | truncated and info's "terminated", "lives", "reward"; gym spaces (they assert gym.spaces.Discrete)."""
+    envpool = pytest.importorskip("envpool")
+    gym = pytest.importorskip("gym")
+    import numpy as np
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmark", "peer_shims"))
+    try:
+        import old_envpool_api
+    finally:
+        sys.path.pop(0)
+    make = envpool.make
+    try:
+        old_envpool_api.patch()
+        envs = envpool.make("Breakout-v5", env_type="gym", num_envs=2, episodic_life=True, reward_clip=True, seed=1)
+        assert isinstance(envs.action_space, gym.spaces.Discrete) and envs.action_space.n == 4
+        assert isinstance(envs.observation_space, gym.spaces.Box) and envs.observation_space.shape == (4, 84, 84)
+        obs = envs.reset()
+        assert isinstance(obs, np.ndarray) and obs.shape == (2, 4, 84, 84)
+        for _ in range(3):
+            obs, reward, done, info = envs.step(np.zeros(2, dtype=np.int64))
+        assert obs.shape == (2, 4, 84, 84) and reward.shape == done.shape == (2,) and done.dtype == bool
+        assert {"terminated", "lives", "reward"} <= set(info)
+        assert type(envpool.make("Breakout-v5", env_type="gymnasium", num_envs=1)).__name__ != "OldGymApi"
+        envs.close()
+    finally:
+        envpool.make = make
+
+
+def test_wandb_stand_in_prints_what_is_logged(capfd):
+    sys.path.insert(0, os.path.join(ROOT, "benchmark", "peer_shims"))
+    try:
+        import wandb
+    finally:
+        sys.path.pop(0)
+    assert os.path.basename(os.path.dirname(wandb.__file__)) == "peer_shims"
+    wandb.init(project="p", name="n", config={"batch_size": 1024, "lr": torch.tensor(0.5)}, save_code=True)
+    wandb.log({"speed": torch.tensor(12.5), "x": "text"}, step=10240)
+    lines = [json.loads(line[len(gpu_check.WANDB):]) for line in capfd.readouterr().out.splitlines()]
+    assert lines == [{"config": {"batch_size": 1024, "lr": 0.5}}, {"step": 10240, "log": {"speed": 12.5, "x": "text"}}]
+    sys.modules.pop("wandb")
