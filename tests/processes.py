@@ -1,19 +1,110 @@
-"""Process helpers of the torch.distributed tests (ppo_atari_multigpu.py, impala_vtrace_distributed.py): ranks spawned
-with torchrun's environment on this host, a torchrun job stopped and the lines it printed, a rank started by hand that
-cannot start its process group, a script run after a prelude (a process group watched to the end), and the /proc
-checks that no process is left behind."""
+"""Process helpers: a script's command line run in this process (run_cli); and those of the torch.distributed tests
+(ppo_atari_multigpu.py, impala_vtrace_distributed.py): ranks spawned with torchrun's environment on this host, a torchrun
+job stopped and the lines it printed, a rank started by hand that cannot start its process group, a script run after a
+prelude (a process group watched to the end), and the /proc checks that no process is left behind."""
 
+import codecs
+import contextlib
 import glob
+import io
+import locale
 import multiprocessing as mp
 import os
+import random
 import re
+import runpy
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import warnings
 
+import numpy as np
 import torch
+from conftest import ROOT
+
+# the warning filters a fresh interpreter starts with (no -W, no PYTHONWARNINGS), in their order
+FRESH_FILTERS = [("default", DeprecationWarning, "__main__"), ("ignore", DeprecationWarning, ""),
+                 ("ignore", PendingDeprecationWarning, ""), ("ignore", ImportWarning, ""), ("ignore", ResourceWarning, "")]
+
+
+class _Pipe(io.StringIO):
+    """What a script run by subprocess.run(capture_output=True, text=True) writes to: text kept, with the encoding a
+    pipe's stream has in a fresh interpreter (tyro draws its error box in "─" only when sys.stdout.encoding is utf-8;
+    a StringIO's is None)."""
+
+    encoding = codecs.lookup(os.environ.get("PYTHONIOENCODING", "").split(":")[0] or
+                             ("utf-8" if sys.flags.utf8_mode else locale.getpreferredencoding(False))).name
+
+
+class CliTimeout(Exception):
+    """run_cli's `timeout` passed (subprocess.run's TimeoutExpired, in this process)."""
+
+
+def run_cli(script, flags, timeout=None):
+    """`python <ROOT>/<script> <flags>`, run in this process: (exit status, stdout, stderr) as the process would give.
+
+    A launch imports torch, gymnasium, tyro and the rest afresh (3-4 s of CPU, ~50 launches in the suite) for tests that
+    read no more than what the command line prints and its status. Here the script's file runs as __main__ (runpy), with
+    sys.argv = [path, *flags] and its directory first on sys.path: its module top level and its __main__ block run as
+    from a shell (tyro parses sys.argv, the block installs its SIGTERM handler and turns ConfigError into sys.exit's
+    line), only against modules imported already. Its stdout and stderr are pipes' (not terminals, utf-8); the warnings it
+    raises are printed to its stderr under the filters a fresh interpreter starts with (pytest records none of them).
+    The status: 0 when it returns, SystemExit's code when an int (None: 0); 1 when sys.exit gets a message, which is
+    added to stderr with a newline, as the interpreter prints it. Any other exception propagates: a test failure, as the
+    traceback the process would print.
+
+    What it cannot see stays tested in real processes (each script's --help and `import <script>` test, the Ctrl-C and
+    SIGTERM tests, torchrun's): what the first import of its dependencies prints or does in a fresh interpreter, the
+    real entry point and the interpreter's exit, output C++ code writes to the file descriptors directly. Restored
+    afterwards: sys.argv, sys.path, the SIGTERM and SIGINT handlers, torch's thread count and cudnn.deterministic (train()
+    sets them), the RNGs of random, numpy and torch, the warning filters and the working directory. `timeout` (seconds,
+    in the main thread) raises CliTimeout by SIGALRM, as subprocess.run's raises TimeoutExpired."""
+    path = os.path.join(ROOT, script)
+    out, err = _Pipe(), _Pipe()
+    saved_argv, saved_path, cwd = sys.argv, sys.path[:], os.getcwd()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    threads, deterministic = torch.get_num_threads(), torch.backends.cudnn.deterministic
+    rngs = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    alarm = timeout is not None and threading.current_thread() is threading.main_thread()
+    if alarm:
+        def expire(*_):
+            raise CliTimeout(f"{script} {' '.join(flags)} ran past {timeout} s")
+
+        old_alarm = signal.signal(signal.SIGALRM, expire)
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            warnings.resetwarnings()
+            for action, category, module in FRESH_FILTERS:
+                warnings.filterwarnings(action, category=category, module=module, append=True)
+            warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: sys.stderr.write(
+                warnings.formatwarning(message, category, filename, lineno, line))
+            sys.argv = [path, *map(str, flags)]
+            sys.path.insert(0, os.path.dirname(path))  # as python puts the script's directory first
+            try:
+                runpy.run_path(path, run_name="__main__")
+                code = 0
+            except SystemExit as e:
+                if e.code is None or isinstance(e.code, int):
+                    code = (e.code or 0) % 256
+                else:
+                    print(e.code, file=sys.stderr)
+                    code = 1
+    finally:
+        if alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old_alarm)
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        os.chdir(cwd)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        torch.set_num_threads(threads)
+        torch.backends.cudnn.deterministic = deterministic
+        random.setstate(rngs[0]), np.random.set_state(rngs[1]), torch.set_rng_state(rngs[2])
+    return code, out.getvalue(), err.getvalue()
 
 
 def free_port():

@@ -194,7 +194,8 @@ def test_channels_last_is_the_same_math(arch):
 
 
 def test_get_action_and_value_samples_the_softmax_and_scores_it():
-    assert_samples_the_softmax_and_scores_it(paac.Agent(4), 20000, atol=0.015)
+    # 4,000 draws: the frequencies' standard error is <= 0.008, so 0.035 is over 4 of them (20,000 took 20 CPU s)
+    assert_samples_the_softmax_and_scores_it(paac.Agent(4), 4000, atol=0.035)
 
 
 # ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------

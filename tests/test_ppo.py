@@ -23,6 +23,7 @@ from conftest import ROOT, CountingEnv, interrupt_at_update, next_second, resume
 from hacks import (assert_added_layer_trains, assert_cleanrl_update_trains, assert_every_group_annealed,
                    assert_every_param_group_anneals, assert_temperature_changes_rollout, critic_group_copy, edited_agent,
                    recorded_rates)
+from processes import run_cli
 
 SCRIPTS = ["ppo", "ppo_shared"]
 
@@ -657,19 +658,19 @@ def test_envs_saved_by_another_version_refused(mod):
 
 
 def assert_cli_error_is_one_line(script, flags, expected):
-    """`python <script> <flags>` stops with exit 1 and exactly the line `expected` on stderr, no traceback."""
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, script), *flags], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert [line for line in proc.stderr.splitlines() if line.startswith(script)] == [expected]
+    """`python <script> <flags>` (run in this process: processes.run_cli) stops with exit 1 and exactly the line
+    `expected` on stderr, no traceback."""
+    code, _, stderr = run_cli(script, flags, timeout=60)
+    assert code == 1 and "Traceback" not in stderr
+    assert [line for line in stderr.splitlines() if line.startswith(script)] == [expected]
 
 
 def test_cli_error_is_one_line_without_traceback(mod):
-    script = os.path.join(ROOT, f"{mod.__name__}.py")
-    res = subprocess.run([sys.executable, script, "--env-id", "Pendulum-v1", "--no-cuda"], capture_output=True, text=True)
-    assert res.returncode != 0
-    assert "Traceback" not in res.stderr
-    assert res.stderr.strip().splitlines() == [f"{mod.__name__}.py: error: Pendulum-v1 has a Box action space; "
-                                               f"{mod.__name__}.py handles Discrete only (use ppo_continuous_action.py for Box actions)"]
+    code, _, stderr = run_cli(f"{mod.__name__}.py", ["--env-id", "Pendulum-v1", "--no-cuda"])
+    assert code != 0
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines() == [f"{mod.__name__}.py: error: Pendulum-v1 has a Box action space; "
+                                           f"{mod.__name__}.py handles Discrete only (use ppo_continuous_action.py for Box actions)"]
 
 
 def test_cli_help_and_import_has_no_side_effects(mod):
@@ -751,8 +752,9 @@ def test_a_flag_named_beside_resume_counts_even_at_its_default_value(mod):
     assert_cli_error_is_one_line(script, resume + ["--anneal-lr"], f"{script}: error: --anneal-lr cannot change when "
                                  "resuming (the checkpoint has False); start a new run to train with True")
     # --no-save-model (Args' default) names save_model: the resumed run's two iterations write no checkpoint
-    subprocess.run([sys.executable, os.path.join(ROOT, script), *resume, "--no-save-model", "--total-timesteps",
-                    str(2 * full["global_step"])], check=True, capture_output=True, timeout=60)
+    code, _, stderr = run_cli(script, [*resume, "--no-save-model", "--total-timesteps", str(2 * full["global_step"])],
+                              timeout=60)
+    assert code == 0, stderr[-2000:]
     assert mod.load_checkpoint(full["checkpoint"])[0]["iteration"] == len(full["losses"])
 
 
@@ -800,16 +802,16 @@ def test_full_disk_mid_run_is_one_line_and_keeps_the_last_checkpoint(mod, monkey
 def test_progress_plain_lines_in_a_pipe_and_one_updating_line_in_a_terminal(mod):
     import pty
 
-    script = os.path.join(ROOT, f"{mod.__name__}.py")
-    cmd = [sys.executable, script, "--no-cuda", "--num-envs", "2", "--num-steps", "16", "--total-timesteps", str(2 * 16 * 12)]
-    piped = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    flags = ["--no-cuda", "--num-envs", "2", "--num-steps", "16", "--total-timesteps", str(2 * 16 * 12)]
+    code, piped, stderr = run_cli(f"{mod.__name__}.py", flags)  # its stdout is a pipe's: not a terminal
+    assert code == 0, stderr[-2000:]
     lines = [line for line in piped.splitlines() if line.startswith("step ")]
     # a file or pipe: a plain line every 10 iterations and at the end, with steps done / total, steps/s, ETA, return
     assert [line.split()[1] for line in lines] == ["320/384", "384/384"] and "\r" not in piped and "\033" not in piped
     assert re.fullmatch(r"step 384/384 SPS \d+ ETA 0:00:00 return\(last 20\) [\d.]+", lines[-1])
     pid, fd = pty.fork()
     if pid == 0:  # a terminal: the same line rewritten in place after every iteration
-        os.execv(sys.executable, cmd)
+        os.execv(sys.executable, [sys.executable, os.path.join(ROOT, f"{mod.__name__}.py"), *flags])
     out = b""
     while True:
         try:
@@ -882,11 +884,10 @@ def test_a_diverging_learning_rate_is_one_line_exit_1_and_its_checkpoint_is_refu
     print their ConfigError as this one does."""
     mod = importlib.import_module("ppo")
     script = "ppo.py"
-    run = subprocess.run([sys.executable, os.path.join(ROOT, script), "--no-cuda", "--learning-rate", "1e30", "--num-envs",
-                          "2", "--num-steps", "16", "--total-timesteps", "64", "--save-model", "--save-every", "1"],
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-2000:]
-    assert [line for line in run.stderr.splitlines() if line.startswith(script)] == [
+    code, _, stderr = run_cli(script, ["--no-cuda", "--learning-rate", "1e30", "--num-envs", "2", "--num-steps", "16",
+                                       "--total-timesteps", "64", "--save-model", "--save-every", "1"], timeout=120)
+    assert code == 1 and "Traceback" not in stderr, stderr[-2000:]
+    assert [line for line in stderr.splitlines() if line.startswith(script)] == [
         f"{script}: error: iteration 1: the value loss is nan; no checkpoint was saved; likely too high a --learning-rate "
         "or --max-grad-norm"]
     assert glob.glob("runs/*/checkpoint.pt") == []

@@ -199,10 +199,14 @@ def torchrun(args, nproc=2, script=SCRIPT):
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", script, *flags(args)]
 
 
-def test_torchrun_trains_checkpoints_and_resumes():
+def test_torchrun_trains_checkpoints_and_resumes_and_the_process_group_is_gone_before_the_exit():
+    """The group: CI's abort at the end of a torchrun job (rank 1 "terminate called without an active exception"): the
+    first optimizer imports torch.distributed.nn, whose functions' defaults then hold the group, so
+    destroy_process_group left it and its gloo threads running into the exit (processes.group_watcher)."""
     args = tiny(num_steps=128, total_timesteps=2 * 128 * 2, save_model=True, save_every=1)
-    run = subprocess.run(torchrun(args), capture_output=True, text=True, timeout=120)
+    run = subprocess.run(torchrun(args, script=group_watcher(SCRIPT)), capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.count("the group is gone") == 2, run.stdout
     progress = [line for line in run.stdout.splitlines() if line.startswith("step ")]
     assert len(progress) == 1 and progress[0].startswith("step 512/512 ")  # from rank 0 alone
     (ckpt,) = glob.glob("runs/*/checkpoint.pt")
@@ -218,16 +222,6 @@ def test_torchrun_trains_checkpoints_and_resumes():
     assert torch.load(ckpt, weights_only=False)["iteration"] == 3
     # iterations 1, 2, then the resumed 3 (its schedule ends at 3, ppo_atari.py's as well), each logged once
     assert read_scalars(os.path.dirname(ckpt), "charts/learning_rate") == pytest.approx([2.5e-4, 0.0, 0.0])
-
-
-def test_the_process_group_is_gone_before_the_exit():
-    """CI's abort at the end of a torchrun job (rank 1 "terminate called without an active exception"): the first
-    optimizer imports torch.distributed.nn, whose functions' defaults then hold the group, so destroy_process_group
-    left it and its gloo threads running into the exit (processes.group_watcher)."""
-    run = subprocess.run(torchrun(tiny(num_steps=128, total_timesteps=2 * 128), script=group_watcher(SCRIPT)),
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.count("the group is gone") == 2, run.stdout
 
 
 # ---- a lost process stops the job ------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import torch.nn as nn
 from conftest import ROOT, resume_elsewhere
 from hacks import (CRITIC_LR, Scale, assert_added_layer_trains, assert_cleanrl_update_trains, assert_every_group_annealed,
                    edited_agent, recorded_rates)
+from processes import run_cli
 from test_ppo import (PPO_BAD_INPUT, assert_envs_of_another_version_refused, assert_foreign_and_corrupt_checkpoints_rejected,
                       assert_rejected_before_training, assert_resumed_log_reads_once, assert_resumes_with_fresh_episodes,
                       assert_memory_checked, assert_nonfinite_stops_and_keeps_the_last_checkpoint,
@@ -729,11 +730,10 @@ def test_envs_saved_by_another_version_refused():
 
 
 def test_cli_error_is_one_line_without_traceback():
-    script = os.path.join(ROOT, "ppo_continuous_action.py")
-    res = subprocess.run([sys.executable, script, "--env-id", "CartPole-v1", "--no-cuda"], capture_output=True, text=True)
-    assert res.returncode != 0 and "Traceback" not in res.stderr
-    assert res.stderr.strip().splitlines() == ["ppo_continuous_action.py: error: CartPole-v1 has a Discrete action "
-                                               "space; ppo_continuous_action.py handles Box only (use ppo.py for Discrete actions)"]
+    code, _, stderr = run_cli("ppo_continuous_action.py", ["--env-id", "CartPole-v1", "--no-cuda"])
+    assert code != 0 and "Traceback" not in stderr
+    assert stderr.strip().splitlines() == ["ppo_continuous_action.py: error: CartPole-v1 has a Discrete action "
+                                           "space; ppo_continuous_action.py handles Box only (use ppo.py for Discrete actions)"]
 
 
 def test_cli_help_and_import_has_no_side_effects():

@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 from conftest import ROOT
 from hacks import CRITIC_LR, assert_added_layer_trains, assert_cleanrl_update_trains, assert_every_group_annealed, recorded_rates
+from processes import run_cli
 from test_ppo import (PPO_BAD_INPUT, assert_checkpoint_evaluates, assert_cli_error_is_one_line, assert_envs_of_another_version_refused,
                       assert_foreign_and_corrupt_checkpoints_rejected, assert_memory_checked,
                       assert_nonfinite_stops_and_keeps_the_last_checkpoint, assert_stopped_in_one_line,
@@ -384,14 +385,13 @@ def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(monkeypatch
 def test_the_issues_diverging_run_stops_in_one_line_and_keeps_its_last_finite_checkpoint():
     """Issue 51.1's command: every value in range, steps with a KL in the hundreds, the policy's std overflowed and
     from iteration 7 the losses were nan; the run exited 0 with that policy saved, and it evaluated."""
-    script = os.path.join(ROOT, "trpo_continuous_action.py")
-    run = subprocess.run([sys.executable, script, "--no-cuda", "--env-id", "Hopper-v4", "--num-steps", "64", "--num-minibatches",
-                          "2", "--update-epochs", "1", "--total-timesteps", "640", "--max-kl", "1e9", "--cg-damping", "0",
-                          "--accept-ratio", "0", "--cg-steps", "1", "--save-model", "--save-every", "1"],
-                         capture_output=True, text=True, timeout=120)
+    code, _, stderr = run_cli("trpo_continuous_action.py", [
+        "--no-cuda", "--env-id", "Hopper-v4", "--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "1",
+        "--total-timesteps", "640", "--max-kl", "1e9", "--cg-damping", "0", "--accept-ratio", "0", "--cg-steps", "1",
+        "--save-model", "--save-every", "1"], timeout=120)
     (path,) = glob.glob("runs/*/checkpoint.pt")
-    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-2000:]
-    (line,) = [line for line in run.stderr.splitlines() if line.startswith("trpo_continuous_action.py")]
+    assert code == 1 and "Traceback" not in stderr, stderr[-2000:]
+    (line,) = [line for line in stderr.splitlines() if line.startswith("trpo_continuous_action.py")]
     stopped = int(re.fullmatch(
         rf"trpo_continuous_action.py: error: iteration (\d+): the policy loss is nan; the last finite checkpoint is {path} "
         r"\(iteration (\d+)\); likely too high a --max-kl or too low a --cg-damping or --accept-ratio \(or the critic's "
