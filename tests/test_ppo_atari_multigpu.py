@@ -35,7 +35,8 @@ SCRIPT = os.path.join(ROOT, "ppo_atari_multigpu.py")
 
 def tiny(**kw):
     """test_ppo_atari's tiny run, as this script's Args."""
-    return dataclasses.replace(mg.Args(**{**dataclasses.asdict(test_ppo_atari.tiny()), "exp_name": mg.Args.exp_name}), **kw)
+    fields = {k: v for k, v in dataclasses.asdict(test_ppo_atari.tiny()).items() if k in mg.Args.__dataclass_fields__}
+    return dataclasses.replace(mg.Args(**{**fields, "exp_name": mg.Args.exp_name}), **kw)
 
 
 def flags(args):
