@@ -160,7 +160,7 @@ def test_compile_without_a_compiler_or_pythons_headers_is_refused(script, monkey
 @pytest.mark.skipif(os.environ.get("PPO_LEARNING_CHECKS") != "1", reason="a 100k-step run, ~60 s of CPU (4 min on "
                     "2 busy cores): PPO_LEARNING_CHECKS=1 runs it")
 def test_ppo_compiled_learns_cartpole():
-    """ppo.py --compile, CartPole 100k steps, seed 1: the last 20 episodes' mean return 263.1 (eager: 283.8; random
+    """ppo.py --compile, CartPole 100k steps, seed 1: the last 20 episodes' mean return 259.4 (eager: 283.8; random
     play ~22), measured on 2 busy AMD EPYC cores; here it must pass 150."""
     mod = importlib.import_module("ppo")
     out = mod.train(mod.Args(cuda=False, compile=True, total_timesteps=100_000))
