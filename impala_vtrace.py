@@ -40,6 +40,7 @@ import queue
 import random
 import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass
@@ -584,10 +585,11 @@ def train(args: Args, given=None):
 
             check_finite(update_idx, losses, agent, optimizer, saved)
             if args.save_model and (update_idx % args.save_every == 0 or update_idx == num_updates):
-                save_checkpoint(f"{run_dir}/checkpoint.pt", {
-                    "script": SCRIPT, "args": asdict(args), "run_name": run_name, "update": update_idx,
-                    "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict()})
-                saved = (f"{run_dir}/checkpoint.pt", update_idx)
+                with signals_held():  # a signal in between would name the checkpoint before this one
+                    save_checkpoint(f"{run_dir}/checkpoint.pt", {
+                        "script": SCRIPT, "args": asdict(args), "run_name": run_name, "update": update_idx,
+                        "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict()})
+                    saved = (f"{run_dir}/checkpoint.pt", update_idx)
     finally:  # the end of training, Ctrl-C or a crash: no actor outlives the learner
         stop_event.set()
         for p in actors:
@@ -612,6 +614,21 @@ def interrupted(e: KeyboardInterrupt) -> int:
           f"{saved[1]}); continue with: python {SCRIPT} --resume {saved[0]}" if saved else "no checkpoint was saved"),
           file=sys.stderr)
     return 128 + (e.args[0] if e.args else signal.SIGINT)
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Ctrl-C and SIGTERM wait for the block (a checkpoint's save and `saved`), then come as they came: the line
+    interrupted() prints names the checkpoint on disk, not the one before it. Off the main thread it only runs it."""
+    held, main = [], threading.current_thread() is threading.main_thread()
+    old = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in (signal.SIGINT, signal.SIGTERM) if main}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        for s in held[:1]:
+            signal.raise_signal(s)
 
 
 def raise_interrupt(signum, frame):  # SIGTERM (`kill`, a scheduler's stop) unwinds the run as Ctrl-C does

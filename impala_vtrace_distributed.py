@@ -40,6 +40,7 @@ import os
 import random
 import signal
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from datetime import timedelta
@@ -582,10 +583,11 @@ def train(args: Args, given=None):
                 nonfinite = e
                 break
             if args.save_model and (update_idx % args.save_every == 0 or update_idx == num_updates):
-                save_checkpoint(f"{run_dir}/checkpoint.pt", {
-                    "script": SCRIPT, "args": asdict(args), "run_name": run_name, "update": update_idx,
-                    "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict()})
-                saved = (f"{run_dir}/checkpoint.pt", update_idx)
+                with signals_held():  # a signal in between would name the checkpoint before this one
+                    save_checkpoint(f"{run_dir}/checkpoint.pt", {
+                        "script": SCRIPT, "args": asdict(args), "run_name": run_name, "update": update_idx,
+                        "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict()})
+                    saved = (f"{run_dir}/checkpoint.pt", update_idx)
         for rank in ranks:  # the end: each actor's next unroll is answered with -1
             for value in buffers.values():
                 dist.recv(value[0], rank)
@@ -603,6 +605,21 @@ def train(args: Args, given=None):
     history.update(run_name=run_name, run_dir=run_dir, global_step=global_step, agent=agent, optimizer=optimizer,
                    checkpoint=f"{run_dir}/checkpoint.pt" if args.save_model else None)
     return history
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Ctrl-C and SIGTERM wait for the block (a checkpoint's save and `saved`), then come as they came: the line
+    interrupted() prints names the checkpoint on disk, not the one before it. Off the main thread it only runs it."""
+    held, main = [], threading.current_thread() is threading.main_thread()
+    old = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in (signal.SIGINT, signal.SIGTERM) if main}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        for s in held[:1]:
+            signal.raise_signal(s)
 
 
 def parse_args() -> Args:

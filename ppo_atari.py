@@ -34,6 +34,7 @@ import shutil
 import signal
 import sys
 import sysconfig
+import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass
@@ -577,11 +578,12 @@ def train(args: Args, given=None):
         if args.save_model and (iteration % args.save_every == 0 or iteration == args.num_iterations):
             rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
                    **({"cuda": torch.cuda.get_rng_state_all()} if device.type == "cuda" else {})}
-            save_checkpoint(f"{run_dir}/checkpoint.pt", {
-                "script": SCRIPT, "args": asdict(args), "run_name": run_name, "iteration": iteration,
-                "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng,
-                "envs": None})  # a pickled ALE emulator comes back at frame 0: a resumed run starts new games
-            saved = (f"{run_dir}/checkpoint.pt", iteration)
+            with signals_held():  # a signal in between would name the checkpoint before this one
+                save_checkpoint(f"{run_dir}/checkpoint.pt", {
+                    "script": SCRIPT, "args": asdict(args), "run_name": run_name, "iteration": iteration,
+                    "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng,
+                    "envs": None})  # a pickled ALE emulator comes back at frame 0: a resumed run starts new games
+                saved = (f"{run_dir}/checkpoint.pt", iteration)
 
     envs.close()
     writer.close()
@@ -598,6 +600,21 @@ def interrupted(e: KeyboardInterrupt) -> int:
     print(f"{SCRIPT}: interrupted; " + (f"the last checkpoint is {saved[0]} (iteration {saved[1]}); continue with: python "
           f"{SCRIPT} --resume {saved[0]}" if saved else "no checkpoint was saved"), file=sys.stderr)
     return 128 + (e.args[0] if e.args else signal.SIGINT)
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Ctrl-C and SIGTERM wait for the block (a checkpoint's save and `saved`), then come as they came: the line
+    interrupted() prints names the checkpoint on disk, not the one before it. Off the main thread it only runs it."""
+    held, main = [], threading.current_thread() is threading.main_thread()
+    old = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in (signal.SIGINT, signal.SIGTERM) if main}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        for s in held[:1]:
+            signal.raise_signal(s)
 
 
 def raise_interrupt(signum, frame):  # SIGTERM (`kill`, a scheduler's stop) unwinds the run as Ctrl-C does

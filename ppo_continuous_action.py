@@ -60,6 +60,7 @@ import shutil
 import signal
 import sys
 import sysconfig
+import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass
@@ -667,12 +668,13 @@ def train(args: Args, given=None):
                 env_state = None
             rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
                    **({"cuda": torch.cuda.get_rng_state_all()} if device.type == "cuda" else {})}
-            save_checkpoint(f"{run_dir}/checkpoint.pt", {
-                "script": SCRIPT, "args": asdict(args), "run_name": run_name, "iteration": iteration,
-                "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng,
-                "next_obs": next_obs, "episode_return": episode_return, "episode_length": episode_length, "envs": env_state,
-                "obs_rms": envs.obs_rms, "ret_rms": envs.ret_rms, "ret": envs.ret})
-            saved = (f"{run_dir}/checkpoint.pt", iteration)
+            with signals_held():  # a signal in between would name the checkpoint before this one
+                save_checkpoint(f"{run_dir}/checkpoint.pt", {
+                    "script": SCRIPT, "args": asdict(args), "run_name": run_name, "iteration": iteration,
+                    "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng,
+                    "next_obs": next_obs, "episode_return": episode_return, "episode_length": episode_length, "envs": env_state,
+                    "obs_rms": envs.obs_rms, "ret_rms": envs.ret_rms, "ret": envs.ret})
+                saved = (f"{run_dir}/checkpoint.pt", iteration)
 
     envs.close()
     writer.close()
@@ -690,6 +692,21 @@ def interrupted(e: KeyboardInterrupt) -> int:
     print(f"{SCRIPT}: interrupted; " + (f"the last checkpoint is {saved[0]} (iteration {saved[1]}); continue with: python "
           f"{SCRIPT} --resume {saved[0]}" if saved else "no checkpoint was saved"), file=sys.stderr)
     return 128 + (e.args[0] if e.args else signal.SIGINT)
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Ctrl-C and SIGTERM wait for the block (a checkpoint's save and `saved`), then come as they came: the line
+    interrupted() prints names the checkpoint on disk, not the one before it. Off the main thread it only runs it."""
+    held, main = [], threading.current_thread() is threading.main_thread()
+    old = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in (signal.SIGINT, signal.SIGTERM) if main}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        for s in held[:1]:
+            signal.raise_signal(s)
 
 
 def raise_interrupt(signum, frame):  # SIGTERM (`kill`, a scheduler's stop) unwinds the run as Ctrl-C does

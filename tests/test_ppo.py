@@ -23,6 +23,7 @@ from conftest import ROOT, CountingEnv, interrupt_at_update, next_second, resume
 from hacks import (assert_added_layer_trains, assert_cleanrl_update_trains, assert_every_group_annealed,
                    assert_every_param_group_anneals, assert_temperature_changes_rollout, critic_group_copy, edited_agent,
                    recorded_rates)
+import processes
 from processes import run_cli
 
 SCRIPTS = ["ppo", "ppo_shared"]
@@ -936,6 +937,32 @@ def test_ctrl_c_and_sigterm_are_one_line_naming_the_checkpoint_and_how_to_resume
     """ppo.py; ppo_shared.py's __main__ is the same text (one signal each in the other scripts' tests)."""
     flags = ["--num-envs", "2", "--num-steps", "16", "--total-timesteps", "10000000"]
     assert_stopped_in_one_line("ppo.py", flags, sig)
+
+
+# SIGTERM raised right after save_checkpoint's os.replace puts the first checkpoint in place, before train() records it
+SIGTERM_AS_A_CHECKPOINT_LANDS = """import os, signal
+real_replace, fired = os.replace, []
+def replace(src, dst):
+    real_replace(src, dst)
+    if dst.endswith("checkpoint.pt") and not fired:
+        fired.append(signal.raise_signal(signal.SIGTERM))
+os.replace = replace
+"""
+
+
+def test_a_signal_as_a_checkpoint_lands_names_that_checkpoint():
+    """A full-suite run caught it (a2c_paac.py: the line said iteration 3 of a file that held 4): between the save's
+    os.replace and `saved = ...` a signal named the checkpoint before (here, the first: none). signals_held() makes it
+    wait for both; the same text in every script (tests/test_repo.py)."""
+    flags = ["--no-cuda", "--save-model", "--save-every", "1", "--num-envs", "2", "--num-steps", "16", "--total-timesteps",
+             "320"]
+    run = subprocess.run([sys.executable, processes.driver(os.path.join(ROOT, "ppo.py"), SIGTERM_AS_A_CHECKPOINT_LANDS),
+                          *flags], capture_output=True, text=True, timeout=120)
+    (path,) = glob.glob("runs/*/checkpoint.pt")
+    assert torch.load(path, weights_only=False)["iteration"] == 1
+    assert run.returncode == 128 + signal.SIGTERM and [line for line in run.stderr.splitlines() if line.startswith("ppo.py")] \
+        == [f"ppo.py: interrupted; the last checkpoint is {path} (iteration 1); continue with: python ppo.py --resume {path}"], \
+        run.stderr[-3000:]
 
 
 # ---- tyro's parse errors are one line (issue 51.5) --------------------------------------------------------------
