@@ -559,6 +559,19 @@ class Check:
                   flush=True)
             self.write()
 
+    def peer_scripts(self, peer, folder, runnable, needs, path_of, names=None):
+        """{our script: the peer's file} of those that are in `folder` and whose packages import in the peer's env; the
+        others said in not_run. `names`: the peer's file name of each of ours (CleanRL's: the same)."""
+        if not folder:
+            return {}
+        side, name = peer.lower(), (names or {}).get
+        found = {s: path_of(folder, s) for s in runnable if s in needs}
+        for s in [s for s, path in found.items() if path is None]:
+            self.not_run[f"{peer}'s {name(s, s)}"] = f"no {side}/{name(s, s)} in {folder}"
+        usable = self.missing({s: needs[s] for s, path in found.items() if path}, getattr(self, f"{side}_env"),
+                              f"{peer}'s ")
+        return {s: found[s] for s in usable}
+
     def has_bf16(self, script):
         return self.has_flag(script, "bf16")
 
@@ -599,20 +612,9 @@ class Check:
                      "commit": git_commit(os.path.join(ROOT, "ppo.py")) or "unknown (no git checkout here)"}
         self.threads = max(1, (os.cpu_count() or 1) // self.args.workers)
         runnable = self.missing({s: CORE + NEEDS.get(s, ()) for s in self.args.scripts}, self.env)
-        if self.args.cleanrl_dir and not self.args.no_speed:
-            found = {s: reference_path(self.args.cleanrl_dir, s) for s in runnable if s in CLEANRL_NEEDS}
-            for s in [s for s, path in found.items() if path is None]:
-                self.not_run[f"CleanRL's {s}"] = f"no cleanrl/{s} in {self.args.cleanrl_dir}"
-            usable = self.missing({s: CLEANRL_NEEDS[s] for s, path in found.items() if path}, self.cleanrl_env,
-                                  "CleanRL's ")
-            self.cleanrl = {s: found[s] for s in usable}
-        if self.args.leanrl_dir and not self.args.no_speed:
-            found = {s: leanrl_path(self.args.leanrl_dir, s) for s in runnable if s in LEANRL}
-            for s in [s for s, path in found.items() if path is None]:
-                self.not_run[f"LeanRL's {LEANRL[s]}"] = f"no leanrl/{LEANRL[s]} in {self.args.leanrl_dir}"
-            usable = self.missing({s: LEANRL_NEEDS[s] for s, path in found.items() if path}, self.leanrl_env,
-                                  "LeanRL's ")
-            self.leanrl = {s: found[s] for s in usable}
+        if not self.args.no_speed:
+            self.cleanrl = self.peer_scripts("CleanRL", self.args.cleanrl_dir, runnable, CLEANRL_NEEDS, reference_path)
+            self.leanrl = self.peer_scripts("LeanRL", self.args.leanrl_dir, runnable, LEANRL_NEEDS, leanrl_path, LEANRL)
         self.write()
         if not self.args.no_correctness:
             with ThreadPoolExecutor(self.args.workers) as pool:
