@@ -1,14 +1,18 @@
-"""Process helpers: a script's command line run in this process (run_cli); and those of the torch.distributed tests
+"""Process helpers: a script's command line run in this process (run_cli), in a process forked from this one (Forked),
+or after its import in a fresh one (import_then_run); and those of the torch.distributed tests
 (ppo_atari_multigpu.py, impala_vtrace_distributed.py): ranks spawned with torchrun's environment on this host, a torchrun
 job stopped and the lines it printed, a rank started by hand that cannot start its process group, a script run after a
 prelude (a process group watched to the end), and the /proc checks that no process is left behind."""
 
+import atexit
 import codecs
 import contextlib
 import glob
 import io
 import locale
+import logging
 import multiprocessing as mp
+import multiprocessing.util
 import os
 import random
 import re
@@ -19,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import warnings
 
 import numpy as np
@@ -39,6 +44,23 @@ class _Pipe(io.StringIO):
                              ("utf-8" if sys.flags.utf8_mode else locale.getpreferredencoding(False))).name
 
 
+def fresh_warnings():
+    """The warning filters of a fresh interpreter, and warnings printed to sys.stderr (pytest records them otherwise)."""
+    warnings.resetwarnings()
+    for action, category, module in FRESH_FILTERS:
+        warnings.filterwarnings(action, category=category, module=module, append=True)
+    warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: sys.stderr.write(
+        warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def exit_status(e):
+    """The status the interpreter exits with on SystemExit `e`; a message (not an int) is printed to stderr, status 1."""
+    if e.code is None or isinstance(e.code, int):
+        return (e.code or 0) % 256
+    print(e.code, file=sys.stderr)
+    return 1
+
+
 class CliTimeout(Exception):
     """run_cli's `timeout` passed (subprocess.run's TimeoutExpired, in this process)."""
 
@@ -56,9 +78,10 @@ def run_cli(script, flags, timeout=None):
     added to stderr with a newline, as the interpreter prints it. Any other exception propagates: a test failure, as the
     traceback the process would print.
 
-    What it cannot see stays tested in real processes (each script's --help and `import <script>` test, the Ctrl-C and
-    SIGTERM tests, torchrun's): what the first import of its dependencies prints or does in a fresh interpreter, the
-    real entry point and the interpreter's exit, output C++ code writes to the file descriptors directly. Restored
+    What it cannot see stays tested in real processes (each script's --help and `import <script>` test in a fresh
+    interpreter, import_then_run; the Ctrl-C and SIGTERM tests in processes forked from this one, Forked; torchrun's):
+    what the first import of its dependencies prints or does in a fresh interpreter, real signals and the interpreter's
+    exit, output C++ code writes to the file descriptors directly. Restored
     afterwards: sys.argv, sys.path, the SIGTERM and SIGINT handlers, torch's thread count and cudnn.deterministic (train()
     sets them), the RNGs of random, numpy and torch, the warning filters and the working directory. `timeout` (seconds,
     in the main thread) raises CliTimeout by SIGALRM, as subprocess.run's raises TimeoutExpired."""
@@ -77,22 +100,14 @@ def run_cli(script, flags, timeout=None):
         signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            warnings.resetwarnings()
-            for action, category, module in FRESH_FILTERS:
-                warnings.filterwarnings(action, category=category, module=module, append=True)
-            warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: sys.stderr.write(
-                warnings.formatwarning(message, category, filename, lineno, line))
+            fresh_warnings()
             sys.argv = [path, *map(str, flags)]
             sys.path.insert(0, os.path.dirname(path))  # as python puts the script's directory first
             try:
                 runpy.run_path(path, run_name="__main__")
                 code = 0
             except SystemExit as e:
-                if e.code is None or isinstance(e.code, int):
-                    code = (e.code or 0) % 256
-                else:
-                    print(e.code, file=sys.stderr)
-                    code = 1
+                code = exit_status(e)
     finally:
         if alarm:
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -105,6 +120,120 @@ def run_cli(script, flags, timeout=None):
         torch.backends.cudnn.deterministic = deterministic
         random.setstate(rngs[0]), np.random.set_state(rngs[1]), torch.set_rng_state(rngs[2])
     return code, out.getvalue(), err.getvalue()
+
+
+def run_as_main_and_exit(script, flags):
+    """In a child just forked from this process: `python <ROOT>/<script> <flags>` as a fresh interpreter runs it, then its
+    exit (non-daemon threads joined, the exit functions run: the script's, multiprocessing's and logging's) with its
+    status. Never returns. What the fork saves is the start: the modules the script imports are imported already."""
+    code = 1
+    try:
+        sys.stdout = open(1, "w", closefd=False)  # line-buffered on a terminal, block-buffered on a pipe, as at a start
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
+        # this process's exit functions (pytest's, xdist's) and child processes are not the script's: multiprocessing's
+        # made new as in its own children, and those a fresh interpreter's imports register, in their order
+        mp.process._children = set()
+        mp.util._finalizer_registry.clear()
+        atexit._clear()
+        atexit.register(logging.shutdown), atexit.register(mp.util._exit_function)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a fresh interpreter's handlers
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        fresh_warnings()
+        path = os.path.join(ROOT, script)
+        sys.argv = [path, *map(str, flags)]
+        sys.path.insert(0, os.path.dirname(path))
+        runpy.run_path(path, run_name="__main__")
+        code = 0
+    except SystemExit as e:
+        code = exit_status(e)
+    except KeyboardInterrupt:  # uncaught, the interpreter ends by SIGINT
+        traceback.print_exc()
+        code = -signal.SIGINT
+    except BaseException:
+        traceback.print_exc()
+    try:
+        threading._shutdown()  # what the interpreter's exit does first: wait for the non-daemon threads
+        atexit._run_exitfuncs()
+        sys.stdout.flush(), sys.stderr.flush()
+    finally:
+        if code < 0:
+            signal.signal(-code, signal.SIG_DFL)
+            os.kill(os.getpid(), -code)
+        os._exit(code)
+
+
+class Forked:
+    """`python <ROOT>/<script> <flags>` in a child forked from this process (run_as_main_and_exit): a real process, sent
+    real signals, without the 3-4 s of CPU a fresh interpreter spends importing torch and the rest. Popen's pid, poll(),
+    communicate(timeout) (raises subprocess.TimeoutExpired), kill() and returncode (-N: ended by signal N); its stderr
+    read as text, its stdout too or sent to /dev/null; in a session of its own with `new_session`."""
+
+    def __init__(self, script, flags, stdout=True, new_session=False):
+        out, err = os.pipe(), os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            try:
+                if new_session:
+                    os.setsid()
+                os.dup2(out[1] if stdout else os.open(os.devnull, os.O_WRONLY), 1)
+                os.dup2(err[1], 2)
+                for fd in (*out, *err):
+                    os.close(fd)
+            except BaseException:
+                os._exit(1)
+            run_as_main_and_exit(script, flags)
+        os.close(out[1]), os.close(err[1])
+        self.returncode, self.args, self.text = None, [script, *flags], {1: [], 2: []}
+        self.readers = [threading.Thread(target=self._drain, args=(fd, self.text[n]), daemon=True)
+                        for n, fd in ((1, out[0]), (2, err[0]))]
+        for reader in self.readers:
+            reader.start()
+
+    @staticmethod
+    def _drain(fd, chunks):
+        with open(fd, "rb") as f:
+            for chunk in iter(lambda: f.read1(65536), b""):
+                chunks.append(chunk)
+
+    def poll(self):
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def communicate(self, timeout=None):
+        deadline = None if timeout is None else time.time() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.time() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.05)
+        for reader in self.readers:  # to the pipes' end: the children the script left (none, if it is right) hold them
+            reader.join(None if deadline is None else max(0.0, deadline - time.time()))
+            if reader.is_alive():
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        return tuple(b"".join(self.text[n]).decode(errors="replace") for n in (1, 2))
+
+    def kill(self):
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+            self.returncode = -signal.SIGKILL
+
+
+def import_then_run(script, flags, env=None):
+    """Two checks in one fresh interpreter (each start imports torch and the rest again, 3-4 s of CPU): `import <module>`
+    as a user's code would, then the file run as __main__ with `flags`, as `python <script> <flags>` runs it. (exit
+    status, what the import printed, what the command line printed, its stderr); a NUL written between the two parts
+    splits stdout."""
+    path = os.path.join(ROOT, script)
+    code = (f"import runpy, sys, {script[:-3]}; print('\\0', end='', flush=True); sys.argv = [{path!r}, *sys.argv[1:]]; "
+            "runpy.run_path(sys.argv[0], run_name='__main__')")
+    res = subprocess.run([sys.executable, "-c", code, *flags], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": ROOT, **(env or {})})
+    imported, marker, printed = res.stdout.partition("\0")
+    assert marker, f"`import {script[:-3]}` failed: {res.stderr[-2000:]}"
+    return res.returncode, imported, printed, res.stderr
 
 
 def free_port():
@@ -220,7 +349,8 @@ def stop_job(command, how):
 
 def assert_process_group_failure_is_one_line(script, case, flags=()):
     """Rank 0 of 2 started by hand (no torchrun) with MASTER_ADDR unset, or with MASTER_PORT taken by another program:
-    one line that names the cause and the fix, exit status 1, and no run directory."""
+    one line that names the cause and the fix, exit status 1, no run directory and no process group left; the command
+    line runs in this process (run_cli), under the environment such a rank has."""
     name = os.path.basename(script)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -228,10 +358,15 @@ def assert_process_group_failure_is_one_line(script, case, flags=()):
         env = rank_env(0, 2, taken.getsockname()[1])
         if case == "MASTER_ADDR unset":
             del env["MASTER_ADDR"]
-        proc = subprocess.run([sys.executable, script, "--no-cuda", *flags], env=env, capture_output=True, text=True,
-                              timeout=120)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr and not os.path.exists("runs"), proc.stderr[-2000:]
-    assert script_lines(proc.stderr, name) == [{
+        saved = dict(os.environ)
+        os.environ.clear(), os.environ.update(env)
+        try:  # in this process (run_cli), under that environment
+            code, _, stderr = run_cli(name, ["--no-cuda", *flags], timeout=120)
+        finally:
+            os.environ.clear(), os.environ.update(saved)
+    assert code == 1 and "Traceback" not in stderr and not os.path.exists("runs"), stderr[-2000:]
+    assert not torch.distributed.is_initialized()
+    assert script_lines(stderr, name) == [{
         "MASTER_ADDR unset": f"{name}: error: WORLD_SIZE 2 without MASTER_ADDR and MASTER_PORT: start the processes with "
                              "torchrun, or give every one both (rank 0's host, and a free port on it)",
         "port in use": f"{name}: error: rank 0 cannot start the process group at 127.0.0.1:{env['MASTER_PORT']} (The server "

@@ -16,6 +16,7 @@ from conftest import ROOT, interrupt_at_update, next_second, resume_elsewhere
 from hacks import (assert_added_layer_trains, assert_cleanrl_update_trains, assert_every_param_group_anneals,
                    assert_temperature_changes_rollout)
 from precision import bf16_tests
+from processes import run_cli
 from test_ppo import (
     assert_checkpoint_evaluates,
     assert_envs_of_another_version_refused,
@@ -607,7 +608,7 @@ def test_unwritable_directory_is_one_line(tmp_path):
     assert_unwritable_directory_is_one_line(paac, tiny(), tmp_path)
 
 
-def test_cli_error_help_and_import_without_side_effects():
+def test_cli_error_help_and_import_without_side_effects(monkeypatch):
     # one interpreter for two checks (each start imports torch and the ALE): import, then run as the CLI
     code = ("import sys, runpy, a2c_paac; sys.argv = ['a2c_paac.py', '--num-workers', '5', '--no-cuda']; "
             "runpy.run_module('a2c_paac', run_name='__main__')")
@@ -617,9 +618,9 @@ def test_cli_error_help_and_import_without_side_effects():
     assert res.stderr.strip().splitlines() == ["a2c_paac.py: error: --num-envs 32 is not divisible by "
                                                "--num-workers 5; each worker steps the same number of environments"]
     assert os.listdir(".") == []  # no runs/, no videos/
-    res = subprocess.run([sys.executable, os.path.join(ROOT, "a2c_paac.py"), "--help"], capture_output=True, text=True,
-                         env={**os.environ, "COLUMNS": "200"})
-    assert res.returncode == 0 and "n_w, the number of worker processes stepping the environments" in res.stdout
+    monkeypatch.setenv("COLUMNS", "200")  # one line for the help's phrase
+    code, out, _ = run_cli("a2c_paac.py", ["--help"])  # in this process: the fresh one above imported it
+    assert code == 0 and "n_w, the number of worker processes stepping the environments" in out
 
 
 def test_cuda_falls_back_with_notice(capsys):
@@ -644,4 +645,4 @@ def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(monkeypatch
 def test_sigterm_is_one_line_naming_the_checkpoint_and_how_to_resume():
     """Issue 51.4 (test_ppo.py's helper; test_ppo.py sends both signals)."""
     flags = ["--num-envs", "2", "--num-workers", "2", "--num-steps", "5"]
-    assert_stopped_in_one_line("a2c_paac.py", flags + ["--total-timesteps", "10000000"], signal.SIGTERM)
+    assert_stopped_in_one_line("a2c_paac.py", flags + ["--total-timesteps", "10000000"], signal.SIGTERM, forked=False)

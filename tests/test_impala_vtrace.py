@@ -600,4 +600,4 @@ def test_sigterm_is_one_line_naming_the_checkpoint_and_how_to_resume():
     """Issue 51.4 (test_ppo.py's helper; test_ppo.py sends both signals)."""
     flags = ["--num-actors", "2", "--batch-size", "2", "--unroll-length", "5"]
     assert_stopped_in_one_line("impala_vtrace.py", flags + ["--total-timesteps", "10000000"], signal.SIGTERM, key="update",
-                               infix="every actor has been stopped; ")
+                               infix="every actor has been stopped; ", forked=False)

@@ -109,11 +109,31 @@ def test_figure1_is_every_combination_of_four_switches_around_ppo():
     assert im.figure1_flags(set()) == im.SETTINGS["PPO", "Walker2d-v4"]
 
 
-def fake_run(tmp_path, monkeypatch, cell="PPO", env="Walker2d-v4", seed=2):
-    """A short real training run logged where the sweep's run of (cell, env, seed) would be, with run.py's summary."""
+def train_short():
+    return pca.train(pca.Args(env_id="Hopper-v4", cuda=False, num_steps=64, num_minibatches=2, update_epochs=2,
+                              total_timesteps=64 * 10))
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    """A short real training run on this python's MuJoCo, made once for the tests that store one (a run: ~1 s of CPU):
+    train()'s output, its run directory absolute."""
+    folder = tmp_path_factory.mktemp("short_run")
+    with pytest.MonkeyPatch.context() as m:
+        m.chdir(folder)
+        out = train_short()
+    return dict(out, run_dir=str(folder / out["run_dir"]))
+
+
+def fake_run(tmp_path, monkeypatch, run=None, cell="PPO", env="Walker2d-v4", seed=2):
+    """A short real training run logged where the sweep's run of (cell, env, seed) would be, with run.py's summary:
+    `run` (short_run) copied there, or, without it, one trained there."""
     monkeypatch.chdir(tmp_path)
-    out = pca.train(pca.Args(env_id="Hopper-v4", cuda=False, num_steps=64, num_minibatches=2, update_epochs=2,
-                             total_timesteps=64 * 10))
+    if run is None:
+        out = train_short()
+    else:
+        out = dict(run, run_dir=os.path.join("runs", os.path.basename(run["run_dir"])))
+        shutil.copytree(run["run_dir"], out["run_dir"])
     extra = im.extra_args(im.SETTINGS[cell, env])
     os.makedirs("runs/summaries", exist_ok=True)
     with open(f"runs/summaries/ppo_continuous_action__{env}__{seed}__{im.args_hash(extra)}.json", "w") as f:
@@ -123,8 +143,8 @@ def fake_run(tmp_path, monkeypatch, cell="PPO", env="Walker2d-v4", seed=2):
     return out
 
 
-def test_store_keeps_finished_runs_once_and_plan_skips_them(tmp_path, monkeypatch):
-    out = fake_run(tmp_path, monkeypatch)
+def test_store_keeps_finished_runs_once_and_plan_skips_them(tmp_path, monkeypatch, short_run):
+    out = fake_run(tmp_path, monkeypatch, short_run)
     store = tmp_path / "store"
     assert im.store_runs("runs", str(store)) == 1 and im.store_runs("runs", str(store)) == 0  # once
     (row,) = im.read_csv(store / "runs.csv")
@@ -155,8 +175,9 @@ def test_store_keeps_finished_runs_once_and_plan_skips_them(tmp_path, monkeypatc
     assert im.read_csv(store / "iterations.csv") == kept[:1] + curves[1:] + kept[1:]  # a value stored is kept
 
 
-def test_two_stores_at_once_store_a_run_once_and_a_stopped_store_leaves_no_curve_twice(tmp_path, monkeypatch):
-    fake_run(tmp_path, monkeypatch)
+def test_two_stores_at_once_store_a_run_once_and_a_stopped_store_leaves_no_curve_twice(tmp_path, monkeypatch,
+                                                                                        short_run):
+    fake_run(tmp_path, monkeypatch, short_run)
     store, read_run, both = str(tmp_path / "store"), im.read_run, threading.Barrier(2, timeout=3)
 
     def read_run_once_both_are_in(*args):  # each store reads its runs once the other got as far (locked: it cannot)
@@ -227,9 +248,33 @@ def synthetic_store(path, ppo=3300.0, ppo_m=2700.0, seeds=10, kl_rising=True, on
     im.append_rows(os.path.join(path, "iterations.csv"), curves)
 
 
+def make_report(store, draw=()):
+    """`implementation_matters.py report --store <store>` (im.main; its status), the figures named in `draw` drawn to
+    their files, the others made but neither laid out nor rendered (matplotlib's Figure.tight_layout and savefig: ~80%
+    of a report's CPU). Most checks read report.md alone; each figure is drawn, and its file checked, in one test:
+    figure1.png and figure2.png in test_report_reads_the_verdicts_off_the_stored_runs, figure1_critic.png in
+    test_figure1s_reward_scaling_is_split_by_value_clipping_with_the_critics_fit, mujoco-2.3.3.png in
+    test_the_report_sets_another_mujocos_runs_beside_the_tables (and test_a_smoke_sweep_... draws them all, in its
+    own process)."""
+    from matplotlib.figure import Figure
+
+    real_layout, real_save, layouts = Figure.tight_layout, Figure.savefig, {}
+
+    def save(fig, path, *args, **kwargs):
+        if os.path.basename(path) in draw:
+            if fig in layouts:  # laid out as the report asked, before it is rendered
+                real_layout(fig, **layouts[fig])
+            real_save(fig, path, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(Figure, "tight_layout", lambda fig, **kwargs: layouts.__setitem__(fig, kwargs))
+        m.setattr(Figure, "savefig", save)
+        return im.main(["report", "--store", str(store)])
+
+
 def test_report_reads_the_verdicts_off_the_stored_runs(tmp_path):
     synthetic_store(tmp_path / "a")
-    assert im.main(["report", "--store", str(tmp_path / "a")]) == 0
+    assert make_report(tmp_path / "a", draw=("figure1.png", "figure2.png")) == 0
     text = (tmp_path / "a" / "report.md").read_text()
     assert "| PPO | 3" in text and "10 | 3292 [3157, 3426]" in text  # ours beside the paper's row, 10 seeds
     claims = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| (")}
@@ -276,12 +321,12 @@ def test_report_reads_the_verdicts_off_the_stored_runs(tmp_path):
         "the last") == 2
     # the same means and a falling PPO-M KL: the verdicts turn
     synthetic_store(tmp_path / "b", ppo_m=3300.0, kl_rising=False)
-    im.main(["report", "--store", str(tmp_path / "b")])
+    make_report(tmp_path / "b")
     text = (tmp_path / "b" / "report.md").read_text()
     assert "| (a) PPO beats PPO-M | not shown" in text and text.count("PPO-M: no, 0.009 in the first tenth, 0.005") == 2
     # two seeds a cell: a bootstrap of two values is no interval, so no verdict, only the difference
     synthetic_store(tmp_path / "c", seeds=2)
-    im.main(["report", "--store", str(tmp_path / "c")])
+    make_report(tmp_path / "c")
     text = (tmp_path / "c" / "report.md").read_text()
     assert "| (a) PPO beats PPO-M | too few seeds for a verdict: +6" in text and "Interim: 10 of the 10 cells" in text
     assert "## Other stored runs" not in text
@@ -289,7 +334,7 @@ def test_report_reads_the_verdicts_off_the_stored_runs(tmp_path):
     rows = im.read_csv(tmp_path / "c" / "runs.csv")
     stale = dict(rows[0], seed="3", final_return="100.0", flags="--max-kl-final 9", args_hash="0bsolete")
     im.append_rows(str(tmp_path / "c" / "runs.csv"), [stale])
-    im.main(["report", "--store", str(tmp_path / "c")])
+    make_report(tmp_path / "c")
     after = (tmp_path / "c" / "report.md").read_text()
     tables = text.split("## The paper's claims")[0].replace(f"{len(rows)} stored runs", f"{len(rows) + 1} stored runs")
     assert after.split("## The paper's claims")[0] == tables  # the tables as before, the count of stored runs apart
@@ -298,7 +343,7 @@ def test_report_reads_the_verdicts_off_the_stored_runs(tmp_path):
     then = [dict(rows[0], cell=rows[0]["cell"] + ", joint clip", seed=str(seed), final_return=str(100.0 * seed),
                  flags="--grad-clip-scope both", args_hash="0ld") for seed in (2, 1)]
     im.append_rows(str(tmp_path / "c" / "runs.csv"), then)
-    im.main(["report", "--store", str(tmp_path / "c")])
+    make_report(tmp_path / "c")
     now = {int(r["seed"]): float(r["final_return"]) for r in rows if (r["cell"], r["env_id"]) == (rows[0]["cell"], rows[0]["env_id"])}
     assert sorted(now) == [1, 2]
     assert (f"| {rows[0]['cell']}, joint clip | {rows[0]['env_id']} | `--grad-clip-scope both` | 2 1 | 200, 100 | 150 | "
@@ -307,7 +352,7 @@ def test_report_reads_the_verdicts_off_the_stored_runs(tmp_path):
     rows = im.read_csv(tmp_path / "a" / "runs.csv")
     im.append_rows(str(tmp_path / "a" / "runs.csv"), [dict(r, cell=r["cell"] + ", joint clip", final_return=str(
         float(r["final_return"]) - 50), args_hash="0ld") for r in rows if r["cell"] == "PPO-M" and int(r["seed"]) <= 3])
-    im.main(["report", "--store", str(tmp_path / "a")])
+    make_report(tmp_path / "a")
     assert ", 3 | +50 [+50, +50] |" in (tmp_path / "a" / "report.md").read_text()
 
 
@@ -328,7 +373,7 @@ def test_a_cells_interval_moves_only_with_its_own_runs(tmp_path):
     shutil.copy(tmp_path / "all" / "iterations.csv", tmp_path / "fewer")
     tables = {}
     for name in ("all", "fewer"):
-        im.main(["report", "--store", str(tmp_path / name)])
+        make_report(tmp_path / name)
         text = (tmp_path / name / "report.md").read_text()
         tables[name] = {line.split(" | ")[0]: line for line in text.split("## Tables 2 and 3")[1].splitlines()[:14]
                         if line.startswith("| ")}
@@ -349,7 +394,7 @@ def test_figure1_reads_every_combination_at_the_seeds_all_have_and_gives_no_verd
     assert seeds == [1, 2] and len(groups) == 15 and all(len(returns) == 2 for _, returns in groups)
     assert groups[0][0] == set() and groups[0][1] == [float(r["final_return"]) for r in runs if r["cell"] == "PPO"
                                                       and r["env_id"] == "Walker2d-v4" and int(r["seed"]) <= 2]
-    im.main(["report", "--store", str(tmp_path)])
+    make_report(tmp_path)
     text = (tmp_path / "report.md").read_text()
     assert "Figure 1 (15 of 16 combinations stored, read at seeds 1, 2, the seeds all of them have" in text
     d = next(line for line in text.splitlines() if line.startswith("| (d)"))
@@ -372,7 +417,7 @@ def test_the_critics_early_fit_is_the_mean_of_its_stored_iterations_up_to_the_la
 
 def test_figure1s_reward_scaling_is_split_by_value_clipping_with_the_critics_fit(tmp_path):
     synthetic_store(tmp_path)
-    im.main(["report", "--store", str(tmp_path)])  # stored before the explained variance was: the split, no fit
+    make_report(tmp_path)  # stored before the explained variance was: the split, no fit
     text = (tmp_path / "report.md").read_text()
     assert "- value clipping on, reward scaling off: not stored" in text and "the critic fits worse" not in text
     assert "; 64 Figure 1 runs were stored without it):" in text  # 15 combinations and PPO's, 4 seeds each
@@ -388,8 +433,8 @@ def test_figure1s_reward_scaling_is_split_by_value_clipping_with_the_critics_fit
             c["explained_variance"] = ""
     im.write_rows(str(tmp_path / "runs.csv"), runs)
     im.write_rows(str(tmp_path / "iterations.csv"), curves)
-    os.remove(tmp_path / "figure1_critic.png")
-    im.main(["report", "--store", str(tmp_path)])
+    assert not (tmp_path / "figure1_critic.png").exists()  # the report above drew nothing
+    make_report(tmp_path, draw=("figure1_critic.png",))
     text = (tmp_path / "report.md").read_text()
     assert (tmp_path / "figure1_critic.png").exists()
     table = {line.split(" | ")[0]: line.split(" | ")[1:] for line in text.split("### Reward scaling")[1].splitlines()
@@ -416,7 +461,7 @@ def test_figure1s_reward_scaling_is_split_by_value_clipping_with_the_critics_fit
     # one lagging run that fits better than one run of another group: no group fits worse than all the others
     curves[[i for i, c in enumerate(curves) if c["args_hash"] in lagging][0]]["explained_variance"] = 50.0
     im.write_rows(str(tmp_path / "iterations.csv"), curves)
-    im.main(["report", "--store", str(tmp_path)])
+    make_report(tmp_path)
     assert "the critic fits worse" not in (tmp_path / "report.md").read_text()
     best = np.mean([float(r["final_return"]) for r in runs if r["cell"] == "fig1 off: ortho_init"])
     assert (f"the highest mean of the 16 at those seeds: ortho_init off, {best:.0f}, with reward_scaling, anneal_lr on "
@@ -460,7 +505,7 @@ def test_the_released_codes_runs_are_stored_and_set_beside_ours(tmp_path):
     rows = im.read_csv(store / "paper_code.csv")
     assert [(r["cell"], r["env_id"], r["seed"], r["final_return"], r["final_5"]) for r in rows] == [
         ("PPO-M", "Walker2d-v4", str(s), f"{v:.1f}", f"{v + 5:.1f}") for s, v in ((1, 3000), (2, 3100), (3, 3200))]
-    im.main(["report", "--store", str(store)])
+    make_report(store)
     (line,) = [x for x in (store / "report.md").read_text().splitlines() if x.startswith("| PPO-M | Walker2d-v4 | ")]
     ours = im.finals(im.read_csv(store / "runs.csv"), "PPO-M", "Walker2d-v4")
     diff = re.search(r"\| ([+-]\d+) \[([+-]\d+), ([+-]\d+)\] \|", line).groups()
@@ -471,7 +516,7 @@ def test_the_released_codes_runs_are_stored_and_set_beside_ours(tmp_path):
     # ours read the run.py way too: 100 above its last 100 episodes, in the table and the section on the late readings
     rows = im.read_csv(store / "runs.csv")
     im.write_rows(str(store / "runs.csv"), [dict(r, final_5=float(r["final_return"]) + 100) for r in rows])
-    im.main(["report", "--store", str(store)])
+    make_report(store)
     text = (store / "report.md").read_text()
     (line,) = [x for x in text.splitlines() if x.startswith("| PPO-M | Walker2d-v4 | ")]
     diff = re.search(r"\| ([+-]\d+) \[([+-]\d+), ([+-]\d+)\] \|$", line).groups()
@@ -489,8 +534,8 @@ def test_ppos_kl_must_fall_by_a_quarter_from_its_peak(last, verdict):
 
 
 @pytest.mark.parametrize("fixed", [True, False])
-def test_a_noclip_run_from_before_the_rewards_fix_is_not_stored(tmp_path, monkeypatch, fixed):
-    fake_run(tmp_path, monkeypatch, cell="PPO-NoClip", env="Hopper-v4", seed=1)
+def test_a_noclip_run_from_before_the_rewards_fix_is_not_stored(tmp_path, monkeypatch, fixed, short_run):
+    fake_run(tmp_path, monkeypatch, short_run, cell="PPO-NoClip", env="Hopper-v4", seed=1)
     asked = []
     monkeypatch.setattr(im, "descends", lambda commit, ancestor: asked.append((commit, ancestor)) or fixed)
     assert im.store_runs("runs", str(tmp_path / "store")) == int(fixed)
@@ -502,7 +547,7 @@ def test_descends_asks_git():
     assert not im.descends(None, im.REWARDS_FIX)  # a run made outside a git checkout
 
 
-def test_a_study_on_another_mujoco_is_planned_stored_and_reported_apart(tmp_path, monkeypatch, capsys):
+def test_a_study_on_another_mujoco_is_planned_stored_and_reported_apart(tmp_path, monkeypatch, capsys, short_run):
     import importlib.metadata
     store, lock = tmp_path / "store", im.lock_mujoco()
 
@@ -512,7 +557,7 @@ def test_a_study_on_another_mujoco_is_planned_stored_and_reported_apart(tmp_path
         return capsys.readouterr().out.splitlines()[0].split("\t")[:3]
 
     assert im.mujoco_dir() == ""  # the suite's MuJoCo is the lock's: the tables' runs go to the store itself
-    fake_run(tmp_path, monkeypatch)  # PPO, Walker2d-v4, seed 2, on the lock's MuJoCo
+    fake_run(tmp_path, monkeypatch, short_run)  # PPO, Walker2d-v4, seed 2, on the lock's MuJoCo
     assert im.store_runs("runs", str(store)) == 1
     real, _ = importlib.metadata.version, capsys.readouterr()
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.3.3" if name == "mujoco" else real(name))
@@ -528,7 +573,7 @@ def test_a_study_on_another_mujoco_is_planned_stored_and_reported_apart(tmp_path
     assert im.store_runs("runs", str(store)) == 0
     assert f"ran on MuJoCo {lock}, this python has 2.3.3" in capsys.readouterr().out
     assert first_planned() == ["PPO", "Walker2d-v4", "1 2"]
-    fake_run(tmp_path, monkeypatch)  # the same seed, run on "2.3.3": stored apart, the tables' file as it was
+    fake_run(tmp_path, monkeypatch)  # the same seed, trained on "2.3.3": stored apart, the tables' file as it was
     assert im.store_runs("runs", str(store)) == 1
     (row,) = im.read_csv(store / "mujoco-2.3.3" / "runs.csv")
     assert (row["cell"], row["seed"], row["mujoco"]) == ("PPO", "2", "2.3.3")
@@ -545,7 +590,7 @@ def test_the_report_sets_another_mujocos_runs_beside_the_tables(tmp_path):
         dict(cell="PPO", script="ppo_continuous_action.py", env_id="Hopper-v4", seed=s, flags=im.SETTINGS["PPO", "Hopper-v4"],
              args_hash=im.args_hash(im.extra_args(im.SETTINGS["PPO", "Hopper-v4"])), final_return=table[s - 1] + 300,
              final_5=3000, git_commit="abc1234", mujoco="2.3.3") for s in (1, 2, 3, 4)])
-    assert im.main(["report", "--store", str(tmp_path / "a")]) == 0
+    assert make_report(tmp_path / "a", draw=("mujoco-2.3.3.png",)) == 0
     text = (tmp_path / "a" / "report.md").read_text()
     (row,) = [line for line in text.splitlines() if line.startswith("| PPO | Hopper-v4 | 2513 |")]
     cells = row.split(" | ")
@@ -563,7 +608,7 @@ def test_the_report_sets_another_mujocos_runs_beside_the_tables(tmp_path):
         dict(cell="PPO-M", script="ppo_continuous_action.py", env_id="Hopper-v4", seed=s, flags=im.SETTINGS["PPO-M", "Hopper-v4"],
              args_hash=im.args_hash(im.extra_args(im.SETTINGS["PPO-M", "Hopper-v4"])), final_return=ppo_m[s - 1],
              git_commit="abc1234", mujoco="2.3.3") for s in (1, 2, 3)])
-    assert im.main(["report", "--store", str(tmp_path / "a")]) == 0
+    assert make_report(tmp_path / "a") == 0
     (claims,) = [line for line in (tmp_path / "a" / "report.md").read_text().splitlines()
                  if line.startswith("The claims on MuJoCo 2.3.3's runs alone: ")]
     assert claims.split(": ", 1)[1].startswith(f"(a) PPO beats PPO-M on Hopper-v4: yes: {x.mean() - ppo_m.mean():+.0f} [")

@@ -519,13 +519,14 @@ def test_evaluate_checkpoint_matches_live_agent(mod):
     assert_checkpoint_evaluates(mod, mod.train(tiny(mod, env_id="CartPole-v1", save_model=True)), episodes=3)
 
 
-# the shared trunk learns more slowly on classic control (seed 000): it gets a lower bar, still far
-# above a random policy's ~22
-LEARNING_BAR = {"ppo": 200, "ppo_shared": 50}
+# the best 20-game mean within 50k steps, seeds 1-4 on an AMD EPYC: ppo.py 224.6-272.6, ppo_shared.py 53.2-64.9 (the
+# shared trunk learns more slowly on classic control, seed 000); the bars leave room for another host's rounding and
+# stay well above a random policy's ~22 (the first windows: 20.4-26.3)
+LEARNING_BAR = {"ppo": 150, "ppo_shared": 40}
 
 
-def test_learns_cartpole_within_100k_steps(mod):
-    out = mod.train(mod.Args(cuda=False, total_timesteps=100_000, seed=1))
+def test_learns_cartpole_within_50k_steps(mod):
+    out = mod.train(mod.Args(cuda=False, total_timesteps=50_000, seed=1))
     returns = np.array(out["episodic_return"])
     rolling = np.convolve(returns, np.ones(20) / 20, mode="valid")
     assert rolling[:5].max() < 40  # it started from a near-random policy
@@ -675,12 +676,8 @@ def test_cli_error_is_one_line_without_traceback(mod):
 
 
 def test_cli_help_and_import_has_no_side_effects(mod):
-    script = os.path.join(ROOT, f"{mod.__name__}.py")
-    res = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True)
-    assert res.returncode == 0 and "the surrogate clipping coefficient" in res.stdout
-    res = subprocess.run([sys.executable, "-c", f"import {mod.__name__}"], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": ROOT})
-    assert res.returncode == 0 and res.stdout == ""
+    code, imported, printed, _ = processes.import_then_run(f"{mod.__name__}.py", ["--help"])
+    assert imported == "" and code == 0 and "the surrogate clipping coefficient" in printed
     assert os.listdir(".") == []  # no runs/, no videos/
 
 
@@ -812,7 +809,7 @@ def test_progress_plain_lines_in_a_pipe_and_one_updating_line_in_a_terminal(mod)
     assert re.fullmatch(r"step 384/384 SPS \d+ ETA 0:00:00 return\(last 20\) [\d.]+", lines[-1])
     pid, fd = pty.fork()
     if pid == 0:  # a terminal: the same line rewritten in place after every iteration
-        os.execv(sys.executable, [sys.executable, os.path.join(ROOT, f"{mod.__name__}.py"), *flags])
+        processes.run_as_main_and_exit(f"{mod.__name__}.py", flags)
     out = b""
     while True:
         try:
@@ -903,14 +900,17 @@ def test_a_diverging_learning_rate_is_one_line_exit_1_and_its_checkpoint_is_refu
 # ---- Ctrl-C and SIGTERM are one line (issue 51.4) ---------------------------------------------------------------
 
 
-def assert_stopped_in_one_line(script, flags, sig, key="iteration", infix=""):
+def assert_stopped_in_one_line(script, flags, sig, key="iteration", infix="", forked=True):
     """`python <script> <flags>` (a long run that saves every iteration), sent `sig` once it has a checkpoint (SIGINT to
     its process group, as a terminal's Ctrl-C; SIGTERM to it alone, as `kill`), ends with exit 128 + sig and one line
-    naming that checkpoint and the command that resumes it, no traceback. SIGINT is set to its default in the child,
-    which a shell that ran pytest in the background would have left ignored."""
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, script), "--no-cuda", "--save-model", "--save-every", "1",
-                             *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    naming that checkpoint and the command that resumes it, no traceback. The process is forked from this one
+    (processes.Forked: a fresh interpreter's start and exit around the script, without its 3-4 s of imports), or with
+    `forked=False` a fresh interpreter (the scripts that start processes of their own: their exit is multiprocessing's).
+    Its SIGINT handler is a fresh interpreter's, which a shell that ran pytest in the background would have left ignored."""
+    flags = ["--no-cuda", "--save-model", "--save-every", "1", *flags]
+    proc = processes.Forked(script, flags, stdout=False, new_session=True) if forked else subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, script), *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     stderr = "(still running 120 s after two signals)"
     try:
         deadline = time.time() + 120

@@ -21,7 +21,7 @@ import torch.distributed as dist
 import test_ppo_atari
 from conftest import ROOT
 from processes import (alive, assert_process_group_failure_is_one_line, descendants, free_port, group_watcher, rank_env,
-                       run_ranks, script_lines, stop_job, wait_for)
+                       run_cli, run_ranks, script_lines, stop_job, wait_for)
 from hacks import hack_safety_tests
 from precision import bf16_tests
 from test_ppo import (assert_cli_error_is_one_line, assert_memory_checked,
@@ -94,7 +94,7 @@ def update_as_rank(rank, world):
 
 
 def test_two_processes_make_the_update_of_one_with_all_envs(monkeypatch):
-    ranks = run_ranks(update_as_rank)
+    ranks = run_ranks(update_as_rank, method="fork")  # forked: a spawned rank imports torch again (~4 s of CPU)
     (built0, start0, after0), (built1, start1, after1) = ranks
     assert any(not torch.equal(built0[k], built1[k]) for k in built0)  # built differently ...
     assert all(torch.equal(start0[k], start1[k]) and torch.equal(start0[k], built0[k]) for k in start0)  # ... D2's broadcast
@@ -153,7 +153,7 @@ def train_as_rank(rank, world):
 
 
 def test_every_rank_games_are_logged_by_rank_0():
-    rank0, rank1 = run_ranks(train_as_rank)
+    rank0, rank1 = run_ranks(train_as_rank, method="fork")  # forked, as above: each patches its own AtariEnv.step
     assert rank0["games"] and rank1["games"]  # both ranks finished games
     assert sorted(rank0["logged"]) == sorted(rank0["returns"]) == sorted(rank0["games"] + rank1["games"])
     assert rank1["returns"] == rank0["returns"] and rank1["losses"] == rank0["losses"]  # one history
@@ -289,19 +289,22 @@ def test_a_hung_rank_stops_the_other_with_a_one_line_error():
 
 def test_bad_input_is_one_line_from_the_first_process_of_each_node(monkeypatch):
     """Issue 37.3: only rank 0 spoke, so a rank that could not read --resume (a file one node sees and another does
-    not) exited 1 in silence. The first process of each node (LOCAL_RANK 0) says what it found, naming its rank."""
+    not) exited 1 in silence. The first process of each node (LOCAL_RANK 0) says what it found, naming its rank. Each
+    command line runs in this process (processes.run_cli), under the environment torchrun gives that rank."""
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert_cli_error_is_one_line("ppo_atari_multigpu.py", ["--num-envs", "3"], (
         "ppo_atari_multigpu.py: error: --num-envs 3 does not split over 2 processes into 4 equal minibatch shares; "
         "choose a multiple of 2, and --num-minibatches dividing num_envs / 2 * num_steps"))
-    second_node = subprocess.run([sys.executable, SCRIPT, "--resume", "elsewhere.pt"], capture_output=True, text=True,
-                                 timeout=60, env={**os.environ, "RANK": "1", "LOCAL_RANK": "0"})
-    assert second_node.returncode == 1 and "Traceback" not in second_node.stderr
-    assert second_node.stderr.startswith("ppo_atari_multigpu.py: error: rank 1: checkpoint 'elsewhere.pt' could not be "
-                                         "read (FileNotFoundError: ") and second_node.stderr.count("\n") == 1
-    same_node = subprocess.run([sys.executable, SCRIPT, "--num-envs", "3"], capture_output=True, text=True, timeout=60,
-                               env={**os.environ, "RANK": "1", "LOCAL_RANK": "1"})
-    assert same_node.returncode == 1 and same_node.stderr == ""  # rank 0 says it on this node's output
+    with monkeypatch.context() as rank_1:
+        rank_1.setenv("RANK", "1")
+        rank_1.setenv("LOCAL_RANK", "0")  # the first process of the second node
+        code, _, stderr = run_cli("ppo_atari_multigpu.py", ["--resume", "elsewhere.pt"], timeout=60)
+        assert code == 1 and "Traceback" not in stderr
+        assert stderr.startswith("ppo_atari_multigpu.py: error: rank 1: checkpoint 'elsewhere.pt' could not be read "
+                                 "(FileNotFoundError: ") and stderr.count("\n") == 1
+        rank_1.setenv("LOCAL_RANK", "1")  # the second process of the first node
+        code, _, stderr = run_cli("ppo_atari_multigpu.py", ["--num-envs", "3"], timeout=60)
+        assert code == 1 and stderr == ""  # rank 0 says it on this node's output
     with pytest.raises(mg.ConfigError, match="does not split"):  # every rank checks before the process group starts
         mg.train(tiny(num_envs=2, num_steps=3))  # 1 env x 3 steps per process: not 2 equal minibatch shares
     assert not os.path.exists("runs")

@@ -5,7 +5,6 @@ import importlib.metadata
 import math
 import os
 import signal
-import subprocess
 import sys
 
 import gymnasium as gym
@@ -16,7 +15,7 @@ import torch.nn as nn
 from conftest import ROOT, resume_elsewhere
 from hacks import (CRITIC_LR, Scale, assert_added_layer_trains, assert_cleanrl_update_trains, assert_every_group_annealed,
                    edited_agent, recorded_rates)
-from processes import run_cli
+from processes import import_then_run, run_cli
 from test_ppo import (PPO_BAD_INPUT, assert_envs_of_another_version_refused, assert_foreign_and_corrupt_checkpoints_rejected,
                       assert_rejected_before_training, assert_resumed_log_reads_once, assert_resumes_with_fresh_episodes,
                       assert_memory_checked, assert_nonfinite_stops_and_keeps_the_last_checkpoint,
@@ -737,12 +736,8 @@ def test_cli_error_is_one_line_without_traceback():
 
 
 def test_cli_help_and_import_has_no_side_effects():
-    script = os.path.join(ROOT, "ppo_continuous_action.py")
-    res = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True)
-    assert res.returncode == 0 and "scaled rewards are clipped" in res.stdout and "HalfCheetah-v4" in res.stdout
-    res = subprocess.run([sys.executable, "-c", "import ppo_continuous_action"], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": ROOT})
-    assert res.returncode == 0 and res.stdout == ""
+    code, imported, printed, _ = import_then_run("ppo_continuous_action.py", ["--help"])
+    assert imported == "" and code == 0 and "scaled rewards are clipped" in printed and "HalfCheetah-v4" in printed
     assert os.listdir(".") == []
 
 

@@ -3,9 +3,13 @@ runs a test against both): detail M1, the network, the env (spaces, the blog's m
 autoreset), a real Gym-μRTS run, checkpoints, bad input and hack safety.
 
 The tests marked `needs_microrts` run the Java simulator (gym-microrts 0.2.0, the blog's env); they are skipped only
-when it or JPype is not installed at all (an installed but broken one, or a missing Java, fails them).
+when it or JPype is not installed at all (an installed but broken one, or a missing Java, fails them). One that makes
+envs starts a JVM in its forked child (~2.4 s of CPU), so the checks that need envs are grouped into three tests a
+script (the Ctrl-C test's JVM is in the script's own process), each check of a group run apart from the others
+(`separately`).
 """
 
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -19,10 +23,16 @@ import torch
 import torch.nn as nn
 from conftest import ROOT
 from hacks import Scale, assert_added_layer_trains, assert_cleanrl_update_trains, assert_every_param_group_anneals, edited_agent
+from processes import run_cli
 from test_ppo import (PPO_BAD_INPUT, assert_checkpoint_evaluates, assert_memory_checked,
                       assert_foreign_and_corrupt_checkpoints_rejected, assert_nonfinite_stops_and_keeps_the_last_checkpoint,
                       assert_rejected_before_training, assert_stopped_in_one_line,
                       assert_resumes_with_fresh_episodes, read_scalars)
+
+# what a process's first train() imports besides (torch._dynamo, which torch.optim imports, and tensorboard's writer:
+# ~2.4 s of CPU), imported in the test process once: the forked children, where the μRTS runs train, start with them
+import torch._dynamo  # noqa: E402, F401
+import torch.utils.tensorboard  # noqa: E402, F401
 
 _microrts_missing = pytest.mark.skipif(
     importlib.util.find_spec("gym_microrts020") is None or importlib.util.find_spec("jpype") is None,
@@ -34,6 +44,17 @@ def needs_microrts(test):
     """Runs the test in a forked child (pytest-forked): the JVM it starts cannot be stopped and restarted
     in one process, and a test worker hosting one crashes when a later test creates procgen envs."""
     return _microrts_missing(pytest.mark.forked(test))
+
+
+@contextlib.contextmanager
+def separately(monkeypatch, folder):
+    """One check of a `needs_microrts` test that makes several, so that they share its forked child's JVM (a start:
+    ~2.4 s of CPU): run in `folder` (made here), under a MonkeyPatch of its own (yielded), undone with the working
+    directory when the check ends; a failure's traceback names the check's line."""
+    folder.mkdir()
+    with monkeypatch.context() as m:
+        m.chdir(folder)
+        yield m
 
 
 NVEC = [100, 6, 4, 4, 4, 4, 7, 100]  # source cell, action type, 4 directions, unit type, attack target cell
@@ -133,8 +154,25 @@ def test_reference_defaults(mod):
 
 
 @needs_microrts
-def test_training_end_to_end(mod):
-    out = mod.train(tiny(mod, total_timesteps=2 * 16 * 3))
+def test_training_end_to_end_evaluates_resumes_with_fresh_episodes_and_stops_at_nonfinite_weights(mod, tmp_path, capfd,
+                                                                                                  monkeypatch):
+    """Real runs, sharing one JVM: a run end to end, what it logs, and its checkpoint evaluated; a run resumed from its
+    first checkpoint; a run whose weights go non-finite (issue 51.1, test_ppo.py's helper)."""
+    with separately(monkeypatch, tmp_path / "end_to_end"):
+        out = mod.train(tiny(mod, total_timesteps=2 * 16 * 3, save_model=True))
+        assert_trained_end_to_end(out)
+        assert_checkpoint_evaluates(mod, out)
+    with separately(monkeypatch, tmp_path / "resume") as m:
+        capfd.readouterr()  # what the check before printed
+        args = tiny(mod, save_model=True, save_every=1)
+        full, resumed = assert_resumes_with_fresh_episodes(mod, args, capfd, m)  # the JVM's games do not pickle
+        assert resumed["learning_rate"] == [0.0]  # the schedule continued to its end, not restarted
+    with separately(monkeypatch, tmp_path / "nonfinite") as m:
+        assert_nonfinite_stops_and_keeps_the_last_checkpoint(mod, tiny(mod, save_model=True, save_every=1), m)
+
+
+def assert_trained_end_to_end(out):
+    """A run of 3 iterations of 2 envs x 16 steps (train()'s output)."""
     # the 20-step limit ends every episode; returns count harvest and return actions, never negative
     assert out["episodic_length"] == [20] * (2 * 48 // 20)
     assert all(r >= 0 for r in out["episodic_return"])
@@ -160,7 +198,17 @@ def blog_mask(obs):
 
 
 @needs_microrts
-def test_env_spaces_mask_episode_length_and_ticks(mod):
+def test_env_spaces_mask_episode_length_ticks_same_step_autoreset_and_bootstrap_at_time_limits(mod, tmp_path,
+                                                                                                monkeypatch):
+    """The env and its time limit, sharing one JVM: one game's spaces, mask, episode length and ticks per step; the
+    vector env's autoreset; --bootstrap-truncated's final value, added where a game hit the limit."""
+    assert_env_spaces_mask_episode_length_and_ticks(mod)
+    assert_vector_env_autoresets_in_the_same_step(mod)
+    with separately(monkeypatch, tmp_path / "bootstrap") as m:
+        assert_bootstrap_truncated_adds_the_final_value_at_time_limits_only(mod, m)
+
+
+def assert_env_spaces_mask_episode_length_and_ticks(mod):
     env = mod.MicrortsEnv("MicrortsMining-v1", mod.Args().max_steps)
     assert env.observation_space == mod.gym.spaces.Box(0, 1, OBS, np.uint8)
     assert env.action_space.nvec.tolist() == NVEC
@@ -191,8 +239,7 @@ def test_env_spaces_mask_episode_length_and_ticks(mod):
     env.close(), twin.close()
 
 
-@needs_microrts
-def test_vector_env_autoresets_in_the_same_step(mod):
+def assert_vector_env_autoresets_in_the_same_step(mod):
     envs = mod.make_envs(tiny(mod), "x")
     assert isinstance(envs, mod.gym.vector.SyncVectorEnv) and envs.single_action_space.nvec.tolist() == NVEC
     obs, infos = envs.reset(seed=1)
@@ -206,8 +253,7 @@ def test_vector_env_autoresets_in_the_same_step(mod):
     envs.close()
 
 
-@needs_microrts
-def test_bootstrap_truncated_adds_the_final_value_at_time_limits_only(mod, monkeypatch):
+def assert_bootstrap_truncated_adds_the_final_value_at_time_limits_only(mod, monkeypatch):
     """--bootstrap-truncated: at the 20-step limit of both games (step 19 of the rollout), GAE's reward gains
     gamma * V(the final observation), V the rollout's agent, where the game was truncated and not terminated (env 0's
     end is made terminal too); every other reward is the env's own."""
@@ -252,18 +298,6 @@ def test_bootstrap_truncated_adds_the_final_value_at_time_limits_only(mod, monke
     assert values[19].abs().min() > 1e-4  # the added term is not vanishingly small
 
 
-@needs_microrts
-def test_evaluation_of_a_checkpoint(mod):
-    assert_checkpoint_evaluates(mod, mod.train(tiny(mod, save_model=True)))
-
-
-@needs_microrts
-def test_resume_continues_with_fresh_episodes(mod, capfd, monkeypatch):
-    args = tiny(mod, save_model=True, save_every=1)
-    full, resumed = assert_resumes_with_fresh_episodes(mod, args, capfd, monkeypatch)  # the JVM's games do not pickle
-    assert resumed["learning_rate"] == [0.0]  # the schedule continued to its end, not restarted
-
-
 # ---- bad input -----------------------------------------------------------------------------------
 
 
@@ -302,25 +336,39 @@ def test_foreign_checkpoint_rejected(mod):
     assert_foreign_and_corrupt_checkpoints_rejected(mod, "ppo_procgen.py")
 
 
-def test_cli_error_is_one_line_and_import_is_silent(mod):
-    name = mod.__name__
-    res = subprocess.run([sys.executable, os.path.join(ROOT, f"{name}.py"), "--max-steps", "0", "--no-cuda"],
-                         capture_output=True, text=True)
-    assert res.returncode != 0 and "Traceback" not in res.stderr
-    assert res.stderr.strip().splitlines() == [f"{name}.py: error: --max-steps must be a finite number >= 1, got 0"]
-    assert res.stdout == "" and os.listdir(".") == []  # loading the module printed and wrote nothing
+def test_cli_errors_are_one_line_and_imports_are_silent():
+    """Both scripts (they import the same modules): a fresh interpreter that imports them prints and writes nothing (one
+    interpreter for the two: a start imports torch and the rest again, ~3.3 s of CPU); `python <script> --max-steps 0`
+    (processes.run_cli, in this process) stops with exit 1 and one line, no traceback, and writes nothing."""
+    res = subprocess.run([sys.executable, "-c", "import ppo_multidiscrete, ppo_multidiscrete_mask"],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout == res.stderr == "" and os.listdir(".") == []  # loading the modules printed and wrote nothing
+    for name in ("ppo_multidiscrete", "ppo_multidiscrete_mask"):
+        code, stdout, stderr = run_cli(f"{name}.py", ["--max-steps", "0", "--no-cuda"])
+        assert code == 1 and "Traceback" not in stderr, stderr[-2000:]
+        assert stderr.strip().splitlines() == [f"{name}.py: error: --max-steps must be a finite number >= 1, got 0"]
+        assert stdout == "" and os.listdir(".") == [], name
 
 
 # ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
 
 
 @needs_microrts
-def test_hack_cleanrl_update_trains(mod, tmp_path, monkeypatch):
-    assert_cleanrl_update_trains(mod, tiny(mod), tmp_path, monkeypatch)
+def test_hack_safety_cleanrl_update_temperature_added_layer_and_param_groups(mod, tmp_path, monkeypatch):
+    """tests/hacks.py's four checks, sharing one JVM: (a) CleanRL's update step trains, (b) a temperature changes what
+    the rollout samples, (c) an added layer trains, (d) --anneal-lr anneals every param group."""
+    with separately(monkeypatch, tmp_path / "cleanrl_update") as m:
+        assert_cleanrl_update_trains(mod, tiny(mod), tmp_path / "cleanrl_update", m)
+    with separately(monkeypatch, tmp_path / "temperature") as m:
+        assert_temperature_changes_what_the_rollout_samples(mod, m)
+    with separately(monkeypatch, tmp_path / "added_layer") as m:
+        assert_added_layer_trains(mod, tiny(mod), m)
+    with separately(monkeypatch, tmp_path / "param_groups"):
+        assert_every_param_group_anneals(mod, tiny(mod), tmp_path / "param_groups")
 
 
-@needs_microrts
-def test_hack_temperature_changes_what_the_rollout_samples(mod, monkeypatch):
+def assert_temperature_changes_what_the_rollout_samples(mod, monkeypatch):
     """tests/hacks.py's check (b) for a MultiDiscrete head: the head fixed so that component 1 (the action type, which
     the mask script leaves unmasked) has logits (0, 1, 0, 0, 0, 0), a temperature dividing them in the policy head;
     the rollout's action types follow softmax(logits / temperature), not softmax(logits), and the update scores the
@@ -340,25 +388,9 @@ def test_hack_temperature_changes_what_the_rollout_samples(mod, monkeypatch):
     assert all(f["ratio_max_dev"] < 1e-5 for f in out["first_minibatch"])
 
 
-@needs_microrts
-def test_hack_added_layer_trains(mod, monkeypatch):
-    assert_added_layer_trains(mod, tiny(mod), monkeypatch)
-
-
-@needs_microrts
-def test_hack_every_param_group_anneals(mod, tmp_path):
-    assert_every_param_group_anneals(mod, tiny(mod), tmp_path)
-
-
 @_microrts_missing
 def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(mod, monkeypatch):
     assert_memory_checked(mod, monkeypatch, mod.Args(num_envs=10**9))
-
-
-@needs_microrts
-def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(mod, monkeypatch):
-    """Issue 51.1 (test_ppo.py's helper), in both μRTS scripts."""
-    assert_nonfinite_stops_and_keeps_the_last_checkpoint(mod, tiny(mod, save_model=True, save_every=1), monkeypatch)
 
 
 @needs_microrts

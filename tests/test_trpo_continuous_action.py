@@ -9,17 +9,14 @@ import math
 import os
 import re
 import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import test_ppo_continuous_action as parent
 import torch
 import torch.nn as nn
-from conftest import ROOT
 from hacks import CRITIC_LR, assert_added_layer_trains, assert_cleanrl_update_trains, assert_every_group_annealed, recorded_rates
-from processes import run_cli
+from processes import import_then_run, run_cli
 from test_ppo import (PPO_BAD_INPUT, assert_checkpoint_evaluates, assert_cli_error_is_one_line, assert_envs_of_another_version_refused,
                       assert_foreign_and_corrupt_checkpoints_rejected, assert_memory_checked,
                       assert_nonfinite_stops_and_keeps_the_last_checkpoint, assert_stopped_in_one_line,
@@ -369,12 +366,9 @@ def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
 def test_cli_error_is_one_line_and_help_names_the_flags():
     assert_cli_error_is_one_line("trpo_continuous_action.py", ["--max-kl", "0", "--no-cuda"],
                                  "trpo_continuous_action.py: error: --max-kl must be a finite number > 0, got 0.0")
-    res = subprocess.run([sys.executable, os.path.join(ROOT, "trpo_continuous_action.py"), "--help"], capture_output=True,
-                         text=True)
-    assert res.returncode == 0 and "delta, the bound on the mean KL" in res.stdout and "--max-kl-final" in res.stdout
-    res = subprocess.run([sys.executable, "-c", "import trpo_continuous_action"], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": ROOT})
-    assert res.returncode == 0 and res.stdout == "" and os.listdir(".") == []
+    code, imported, printed, _ = import_then_run("trpo_continuous_action.py", ["--help"])
+    assert imported == "" and code == 0 and "delta, the bound on the mean KL" in printed and "--max-kl-final" in printed
+    assert os.listdir(".") == []
 
 
 def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(monkeypatch):
