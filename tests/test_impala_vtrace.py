@@ -316,11 +316,14 @@ def test_actor_crash_stops_the_run_with_its_error(monkeypatch, capfd):
 
 
 def run_cli(*flags, prelude=None):
-    """The script as `python impala_vtrace.py` runs it; with `prelude`, that code runs first in the same process."""
+    """The script as `python impala_vtrace.py` runs it; with `prelude`, that code runs first in the same process. SIGINT
+    at its default, as a terminal's: a shell that ran pytest in the background leaves it ignored, which the process
+    would inherit (then its Ctrl-C tests wait 180 s for nothing)."""
     head = [sys.executable, SCRIPT] if prelude is None else [sys.executable, "-c", prelude + (
         "\nimport runpy\nsys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')"), SCRIPT]
     return subprocess.Popen([*head, "--no-cuda", "--num-actors", "2", *flags], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
                             env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
 
 
