@@ -673,12 +673,6 @@ def trpo_delta(env, algo="TRPO"):
 
 def report(store, out, steps=STEPS):
     """report.md and its figures into `out`, from the stored runs of `steps` steps (others: listed apart)."""
-    import matplotlib
-    import matplotlib.ticker
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from scipy import stats
-
     stored_runs, curves = read_store(store)
     if not stored_runs:
         raise ConfigError(f"no stored runs in {store}; run benchmark/implementation_matters.sh first")
@@ -686,6 +680,12 @@ def report(store, out, steps=STEPS):
     runs = [r for r in stored_runs if (r["script"], r["args_hash"]) in planned]  # others: settings changed since
     others = [r for r in stored_runs if (r["script"], r["args_hash"]) not in planned]
     writable(out, "--out")
+    import matplotlib  # after the checks: bad input is refused without their 2-3 s of imports
+    import matplotlib.ticker
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from scipy import stats
+
     envs, algos = ENVS, ALGOS
     lines = ["# Seed 004 reproduced: PPO, PPO-M, TRPO, TRPO+, PPO-NoClip (Engstrom et al. 2020)", "",
              f"`bash benchmark/implementation_matters.sh`, then `python benchmark/implementation_matters.py report "
