@@ -165,35 +165,32 @@ def run_as_main_and_exit(script, flags):
 class Forked:
     """`python <ROOT>/<script> <flags>` in a child forked from this process (run_as_main_and_exit): a real process, sent
     real signals, without the 3-4 s of CPU a fresh interpreter spends importing torch and the rest. Popen's pid, poll(),
-    communicate(timeout) (raises subprocess.TimeoutExpired), kill() and returncode (-N: ended by signal N); its stderr
-    read as text, its stdout too or sent to /dev/null; in a session of its own with `new_session`."""
+    communicate(timeout) (raises subprocess.TimeoutExpired), kill() and returncode (-N: ended by signal N), as with
+    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True; in a session of its own with `new_session`."""
 
-    def __init__(self, script, flags, stdout=True, new_session=False):
-        out, err = os.pipe(), os.pipe()
+    def __init__(self, script, flags, new_session=False):
+        read, write = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:
             try:
                 if new_session:
                     os.setsid()
-                os.dup2(out[1] if stdout else os.open(os.devnull, os.O_WRONLY), 1)
-                os.dup2(err[1], 2)
-                for fd in (*out, *err):
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, 1), os.dup2(write, 2)
+                for fd in (devnull, read, write):
                     os.close(fd)
             except BaseException:
                 os._exit(1)
             run_as_main_and_exit(script, flags)
-        os.close(out[1]), os.close(err[1])
-        self.returncode, self.args, self.text = None, [script, *flags], {1: [], 2: []}
-        self.readers = [threading.Thread(target=self._drain, args=(fd, self.text[n]), daemon=True)
-                        for n, fd in ((1, out[0]), (2, err[0]))]
-        for reader in self.readers:
-            reader.start()
+        os.close(write)
+        self.returncode, self.args, self.chunks = None, [script, *flags], []
+        self.reader = threading.Thread(target=self._drain, args=(read,), daemon=True)
+        self.reader.start()
 
-    @staticmethod
-    def _drain(fd, chunks):
+    def _drain(self, fd):
         with open(fd, "rb") as f:
             for chunk in iter(lambda: f.read1(65536), b""):
-                chunks.append(chunk)
+                self.chunks.append(chunk)
 
     def poll(self):
         if self.returncode is None:
@@ -208,11 +205,11 @@ class Forked:
             if deadline is not None and time.time() > deadline:
                 raise subprocess.TimeoutExpired(self.args, timeout)
             time.sleep(0.05)
-        for reader in self.readers:  # to the pipes' end: the children the script left (none, if it is right) hold them
-            reader.join(None if deadline is None else max(0.0, deadline - time.time()))
-            if reader.is_alive():
-                raise subprocess.TimeoutExpired(self.args, timeout)
-        return tuple(b"".join(self.text[n]).decode(errors="replace") for n in (1, 2))
+        # to the pipe's end: the children the script left (none, if it is right) hold it
+        self.reader.join(None if deadline is None else max(0.0, deadline - time.time()))
+        if self.reader.is_alive():
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return None, b"".join(self.chunks).decode(errors="replace")
 
     def kill(self):
         if self.poll() is None:
@@ -221,7 +218,7 @@ class Forked:
             self.returncode = -signal.SIGKILL
 
 
-def import_then_run(script, flags, env=None):
+def import_then_run(script, flags):
     """Two checks in one fresh interpreter (each start imports torch and the rest again, 3-4 s of CPU): `import <module>`
     as a user's code would, then the file run as __main__ with `flags`, as `python <script> <flags>` runs it. (exit
     status, what the import printed, what the command line printed, its stderr); a NUL written between the two parts
@@ -230,7 +227,7 @@ def import_then_run(script, flags, env=None):
     code = (f"import runpy, sys, {script[:-3]}; print('\\0', end='', flush=True); sys.argv = [{path!r}, *sys.argv[1:]]; "
             "runpy.run_path(sys.argv[0], run_name='__main__')")
     res = subprocess.run([sys.executable, "-c", code, *flags], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": ROOT, **(env or {})})
+                         env={**os.environ, "PYTHONPATH": ROOT})
     imported, marker, printed = res.stdout.partition("\0")
     assert marker, f"`import {script[:-3]}` failed: {res.stderr[-2000:]}"
     return res.returncode, imported, printed, res.stderr

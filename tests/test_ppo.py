@@ -908,7 +908,7 @@ def assert_stopped_in_one_line(script, flags, sig, key="iteration", infix="", fo
     `forked=False` a fresh interpreter (the scripts that start processes of their own: their exit is multiprocessing's).
     Its SIGINT handler is a fresh interpreter's, which a shell that ran pytest in the background would have left ignored."""
     flags = ["--no-cuda", "--save-model", "--save-every", "1", *flags]
-    proc = processes.Forked(script, flags, stdout=False, new_session=True) if forked else subprocess.Popen(
+    proc = processes.Forked(script, flags, new_session=True) if forked else subprocess.Popen(
         [sys.executable, os.path.join(ROOT, script), *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     stderr = "(still running 120 s after two signals)"
