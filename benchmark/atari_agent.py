@@ -22,7 +22,6 @@ import argparse
 import os
 import sys
 
-import numpy as np
 import torch
 from PIL import Image, ImageDraw
 

@@ -1,5 +1,5 @@
-"""Process helpers: a script's command line run in this process (run_cli), in a process forked from this one (Forked),
-or after its import in a fresh one (import_then_run); and those of the torch.distributed tests
+"""Process helpers: a script's command line run in this process (run_cli) or in a process forked from this one (Forked);
+and those of the torch.distributed tests
 (ppo_atari_multigpu.py, impala_vtrace_distributed.py): ranks spawned with torchrun's environment on this host, a torchrun
 job stopped and the lines it printed, a rank started by hand that cannot start its process group, a script run after a
 prelude (a process group watched to the end), and the /proc checks that no process is left behind."""
@@ -78,8 +78,8 @@ def run_cli(script, flags, timeout=None):
     added to stderr with a newline, as the interpreter prints it. Any other exception propagates: a test failure, as the
     traceback the process would print.
 
-    What it cannot see stays tested in real processes (each script's --help and `import <script>` test in a fresh
-    interpreter, import_then_run; the Ctrl-C and SIGTERM tests in processes forked from this one, Forked; torchrun's):
+    What it cannot see stays tested in real processes (`import <script>` of every script in a fresh interpreter,
+    test_repo.py's; the Ctrl-C and SIGTERM tests in processes forked from this one, Forked; torchrun's):
     what the first import of its dependencies prints or does in a fresh interpreter, real signals and the interpreter's
     exit, output C++ code writes to the file descriptors directly. Restored
     afterwards: sys.argv, sys.path, the SIGTERM and SIGINT handlers, torch's thread count and cudnn.deterministic (train()
@@ -216,21 +216,6 @@ class Forked:
             os.kill(self.pid, signal.SIGKILL)
             os.waitpid(self.pid, 0)
             self.returncode = -signal.SIGKILL
-
-
-def import_then_run(script, flags):
-    """Two checks in one fresh interpreter (each start imports torch and the rest again, 3-4 s of CPU): `import <module>`
-    as a user's code would, then the file run as __main__ with `flags`, as `python <script> <flags>` runs it. (exit
-    status, what the import printed, what the command line printed, its stderr); a NUL written between the two parts
-    splits stdout."""
-    path = os.path.join(ROOT, script)
-    code = (f"import runpy, sys, {script[:-3]}; print('\\0', end='', flush=True); sys.argv = [{path!r}, *sys.argv[1:]]; "
-            "runpy.run_path(sys.argv[0], run_name='__main__')")
-    res = subprocess.run([sys.executable, "-c", code, *flags], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": ROOT})
-    imported, marker, printed = res.stdout.partition("\0")
-    assert marker, f"`import {script[:-3]}` failed: {res.stderr[-2000:]}"
-    return res.returncode, imported, printed, res.stderr
 
 
 def free_port():

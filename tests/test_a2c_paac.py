@@ -608,18 +608,14 @@ def test_unwritable_directory_is_one_line(tmp_path):
     assert_unwritable_directory_is_one_line(paac, tiny(), tmp_path)
 
 
-def test_cli_error_help_and_import_without_side_effects(monkeypatch):
-    # one interpreter for two checks (each start imports torch and the ALE): import, then run as the CLI
-    code = ("import sys, runpy, a2c_paac; sys.argv = ['a2c_paac.py', '--num-workers', '5', '--no-cuda']; "
-            "runpy.run_module('a2c_paac', run_name='__main__')")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": ROOT})
-    assert res.returncode == 1 and res.stdout == ""
-    assert res.stderr.strip().splitlines() == ["a2c_paac.py: error: --num-envs 32 is not divisible by "
+def test_cli_error_and_help_write_nothing(monkeypatch):
+    code, stdout, stderr = run_cli("a2c_paac.py", ["--num-workers", "5", "--no-cuda"])
+    assert code == 1 and stdout == ""
+    assert stderr.strip().splitlines() == ["a2c_paac.py: error: --num-envs 32 is not divisible by "
                                                "--num-workers 5; each worker steps the same number of environments"]
     assert os.listdir(".") == []  # no runs/, no videos/
     monkeypatch.setenv("COLUMNS", "200")  # one line for the help's phrase
-    code, out, _ = run_cli("a2c_paac.py", ["--help"])  # in this process: the fresh one above imported it
+    code, out, _ = run_cli("a2c_paac.py", ["--help"])
     assert code == 0 and "n_w, the number of worker processes stepping the environments" in out
 
 

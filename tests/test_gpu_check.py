@@ -20,7 +20,7 @@ from test_benchmark import FAKE_SCRIPT
 sys.path.insert(0, os.path.join(ROOT, "benchmark"))
 import gpu_check  # noqa: E402
 
-DRY_RUN = ["ppo.py", "ppo_atari_multigpu.py", "ppo_atari_envpool.py"]
+DRY_RUN = ["ppo_continuous_action.py", "ppo_atari_multigpu.py", "ppo_atari_envpool.py"]
 
 
 def wheel(folder, name, files):
@@ -48,11 +48,27 @@ def left_behind(marker):
     return found
 
 
+FAKE_LEANRL = '''"""LeanRL's ppo_continuous_action_torchcompile.py as the check sees it: wandb.init, then wandb.log of its speed."""
+import os, sys
+import wandb
+
+shims = os.path.dirname(os.path.abspath(wandb.__file__))
+assert os.path.basename(shims) == "peer_shims", wandb.__file__  # the stand-in, not a real wandb
+fast = "--compile" in sys.argv and "--cudagraphs" in sys.argv
+steps = int(sys.argv[sys.argv.index("--total-timesteps") + 1])
+wandb.init(project="ppo_continuous_action", config={"batch_size": 2048, "compile": fast})
+wandb.log({"speed": 321.0 if fast else 111.0, "gn": 0.5}, step=steps)
+'''
+
+
 def test_dry_run_checks_trains_resumes_evaluates_times_and_reports(tmp_path):
-    """Two scripts through every part of the check on the CPU (one of them under torchrun, with --bf16), and one
-    left out for a package that does not import.
+    """One run through every part of the check on the CPU (one process: each part's processes import torch again):
+    ppo_continuous_action.py launched by python (the twin, ours --compile, CleanRL's and LeanRL's speed runs),
+    ppo_atari_multigpu.py under torchrun (with --bf16 where the host has bf16 kernels), and ppo_atari_envpool.py left out
+    for a package that does not import.
     The wheels: ours' folder holds a stand-in envpool that fails to import; CleanRL's folder a module that the fake
-    CleanRL scripts import, so they run only if CleanRL's processes see their own site."""
+    CleanRL script imports, so it runs only if CleanRL's processes see their own site; LeanRL's a stand-in tensordict
+    (what the check probes for) and a module only its processes may see."""
     wheel(tmp_path / "wheels" / "ours", "envpool", {"envpool/__init__.py": "raise ImportError('a stand-in')\n"})
     (tmp_path / "wheels" / "ours" / "lib").mkdir()
     (tmp_path / "wheels" / "ours" / "lib" / "libprobe.so.1").write_text("")
@@ -62,55 +78,81 @@ def test_dry_run_checks_trains_resumes_evaluates_times_and_reports(tmp_path):
     fake = FAKE_SCRIPT.replace("import argparse,", "import cleanrl_probe, argparse,", 1)
     assert fake != FAKE_SCRIPT
     (tmp_path / "cleanrl" / "cleanrl").mkdir(parents=True)
-    (tmp_path / "cleanrl" / "cleanrl" / "ppo.py").write_text(fake)
+    (tmp_path / "cleanrl" / "cleanrl" / "ppo_continuous_action.py").write_text(fake)
+    wheel(tmp_path / "wheels" / "leanrl", "tensordict", {"tensordict/__init__.py": "", "tensordict_probe.py": ""})
+    (tmp_path / "leanrl" / "leanrl").mkdir(parents=True)
+    (tmp_path / "leanrl" / "leanrl" / "ppo_continuous_action_torchcompile.py").write_text(FAKE_LEANRL.replace(
+        "import wandb", "import tensordict_probe, wandb", 1))
     out = tmp_path / "out"
     # paths relative to the working directory, as the device's command gives them (.gpu/...)
     cmd = [sys.executable, os.path.join(ROOT, "benchmark", "gpu_check.py"), "--no-cuda", "--tiny", "--scripts", *DRY_RUN,
-           "--install", "wheels/ours", "wheels/cleanrl", "--site", "site", "--cleanrl-dir", "cleanrl", "--out", "out",
-           "--workers", "2"]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, TMPDIR=str(tmp_path)))
+           "--install", "wheels/ours", "wheels/cleanrl", "wheels/leanrl", "--site", "site", "--cleanrl-dir", "cleanrl",
+           "--leanrl-dir", "leanrl", "--out", "out", "--workers", "2"]
+    # TORCH_COMPILE_DISABLE: ours' --compile run goes through the check's every step but runs eagerly, as inductor's
+    # kernels for it take 40 s of CPU from a cold cache (tests/test_compile.py compiles; this tests the check)
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, TMPDIR=str(tmp_path), TORCH_COMPILE_DISABLE="1"))
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads((out / "gpu_check.json").read_text())
     checks, speed = report["checks"], report["speed"]
+    cont, multi = "ppo_continuous_action.py", "ppo_atari_multigpu.py"
 
     assert report["not_run"]["ppo_atari_envpool.py"].startswith("needs envpool, which does not import here "
                                                                 "(ImportError: a stand-in)")
-    assert sorted(checks) == ["ppo.py", "ppo_atari_multigpu.py"]
-    assert [checks[s]["launch"] for s in sorted(checks)] == ["python", "torchrun x1"]
+    assert set(checks) == {cont, multi}
+    assert [checks[s]["launch"] for s in (cont, multi)] == ["python", "torchrun x1"]
     bf16 = report["meta"]["bf16"]
     for script, c in checks.items():
         raw = c["raw"]
         assert c["failed"] == [], (script, c["cells"])
         assert raw["train"]["global_step"] == 128 and raw["resume"]["global_step"] == 192
         assert raw["train"]["ratio"] < 1e-5 and len(raw["eval"]["cpu"]) == len(raw["eval"]["device"]) == 1
-        assert ("bf16" in raw) == (bf16 and script != "ppo.py")
+        assert ("bf16" in raw) == (bf16 and script == multi)  # ppo_continuous_action.py has no --bf16
     # both sides of the twin ran on the CPU here: the same update, the same losses; the multi-GPU script has none
-    assert checks["ppo.py"]["raw"]["twin"]["cpu"] == checks["ppo.py"]["raw"]["twin"]["device"]
-    assert "twin" not in checks["ppo_atari_multigpu.py"]["raw"]
-    # 2 iterations of 32 steps; ppo.py: 2 epochs x 2 minibatches each, the Atari script 1 x 2; no sync on a CPU
-    syncs = [checks[s]["raw"]["train"]["syncs"] for s in ("ppo.py", "ppo_atari_multigpu.py")]
-    assert [(s["rollout"]["calls"], s["update"]["calls"], s["counted"]) for s in syncs] == [(64, 8, False),
+    assert checks[cont]["raw"]["twin"]["cpu"] == checks[cont]["raw"]["twin"]["device"]
+    assert "twin" not in checks[multi]["raw"]
+    # 2 iterations of 32 steps (ppo_continuous_action.py: and after each update, its policy on the batch without grad,
+    # seed 004's Figure 2); 2 epochs x 2 minibatches each, the Atari script 1 x 2; no sync on a CPU
+    syncs = [checks[s]["raw"]["train"]["syncs"] for s in (cont, multi)]
+    assert [(s["rollout"]["calls"], s["update"]["calls"], s["counted"]) for s in syncs] == [(64 + 2, 8, False),
                                                                                           (64, 4, False)]
 
-    assert list(speed) == ["ppo.py", "ppo_atari_multigpu.py"]  # the CleanRL pair first
+    assert list(speed) == [cont, multi]  # the CleanRL pair first
     assert all(row["ours"]["sps"] > 0 and row["ours"]["global_step"] == 128 for row in speed.values())
-    assert speed["ppo.py"]["cleanrl"].get("sps") == 123.0, speed["ppo.py"]["cleanrl"]  # the fake's value
-    assert "cleanrl" not in speed["ppo_atari_multigpu.py"]
-    assert ("bf16" in speed["ppo_atari_multigpu.py"]) == bf16
-    assert set(speed["ppo_atari_multigpu.py"]["ours"]["seconds"]) >= {"env", "inference", "update"}
+    assert list(speed[cont]) == ["ours", "compile", "cleanrl", "leanrl", "leanrl_eager"]  # no --bf16 in this script
+    ours = speed[cont]["ours"]
+    assert set(ours["losses"]) == set(gpu_check.LOSSES) and set(speed[cont]["compile"]["losses"]) == set(gpu_check.LOSSES)
+    assert speed[cont]["compile"]["sps"] > 0  # the flag's run, its first losses
+    assert speed[cont]["cleanrl"]["sps"] == 123.0 and speed[cont]["cleanrl"]["window"] is None  # the fake's one SPS
+    assert (speed[cont]["leanrl"]["sps"], speed[cont]["leanrl_eager"]["sps"]) == (321.0, 111.0)
+    assert speed[cont]["leanrl"]["losses"] is None and speed[cont]["leanrl"]["global_step"] == 128
+    assert "cleanrl" not in speed[multi] and ("bf16" in speed[multi]) == bf16
+    assert set(speed[multi]["ours"]["seconds"]) >= {"env", "inference", "update"}
 
     md = (out / "gpu_check.md").read_text()
-    assert f"| ppo.py | CartPole-v1 | 128 | {speed['ppo.py']['ours']['sps']:.0f} | — | 123 | " \
-           f"{speed['ppo.py']['ours']['sps'] / 123:.2f} |" in md
-    assert "| ppo_atari_multigpu.py | torchrun x1 | 128 steps | 192 steps |" in md and "FAIL" not in md
+    assert f"| {cont} | HalfCheetah-v4 | 128 | {ours['sps']:.0f} | — | 123 | {ours['sps'] / 123:.2f} |" in md
+    assert f"| {multi} | torchrun x1 | 128 steps | 192 steps |" in md and "FAIL" not in md
     assert "— (its update all-reduces over the ranks" in md
-    assert "envpool-1.0" in md and "cleanrl_probe-1.0" in md  # the installed wheels, named
-    # the log: the correctness launches (ppo.py 1, torchrun 2 and --bf16's), the speed runs (ours 2 and --bf16's,
-    # CleanRL's 1); a host without bf16 kernels (an AVX2-only CPU) runs no --bf16 and says so
-    assert (out / "gpu_check.log").read_text().count("$ ") == 6 + 2 * bf16
+    assert "envpool-1.0" in md and "cleanrl_probe-1.0" in md and "tensordict-1.0" in md  # the installed wheels, named
+    assert "## Against CleanRL and LeanRL (issue 53)" in md
+    assert f"| {cont} | LeanRL --compile --cudagraphs | 321 | 321 | — | 1.00 | not logged |" in md
+    assert f"| {cont} | ours --compile | not run" not in md
+    # the log: the correctness launches (ppo_continuous_action.py 1, torchrun 2 and --bf16's), the speed runs (ours 2
+    # and --bf16's, CleanRL's 1, LeanRL's 2); a host without bf16 kernels (an AVX2-only CPU) runs no --bf16 and says so
+    log = (out / "gpu_check.log").read_text()
+    assert log.count("$ ") == 9 + 2 * bf16
+    assert "ppo_continuous_action_torchcompile.py --env-id HalfCheetah-v4 --seed 1 --total-timesteps 128 --compile " \
+           "--cudagraphs  # leanrl's" in log
     assert ("--bf16: a third run, its ratio and its first losses against fp32's." in md) == bf16
     assert ("not run: this device has no bfloat16 kernels" in md) != bf16
     assert not left_behind(str(tmp_path)) and not glob.glob(str(tmp_path / "gpu_check-*"))
+
+
+def test_a_script_without_compile_gets_a_row_that_says_so():
+    assert gpu_check.Check.has_flag(None, "ppo_continuous_action.py", "compile")
+    assert not gpu_check.Check.has_flag(None, "ppo_atari_lstm.py", "compile")
+    assert gpu_check.peer_lines("ppo_atari_lstm.py", {"compile": {"not_run": "ppo_atari_lstm.py has no --compile"}}) == [
+        "| ppo_atari_lstm.py | ours --compile | not run: ppo_atari_lstm.py has no --compile | — | — | — | — | 0 |"]
 
 
 def good_run(**kw):
@@ -296,63 +338,6 @@ def test_install_with_a_python_that_does_not_run_says_so_and_makes_no_venv(tmp_p
     assert run.returncode == 2 and run.stderr == (f"install.sh: error: PYTHON {python} does not run{found}; give one that "
                                                   f"does: PYTHON={example} bash scripts/install.sh {target}\n")
     assert sorted(os.listdir(tmp_path)) == ["requirements", "scripts"]
-
-
-FAKE_LEANRL = '''"""LeanRL's ppo_continuous_action_torchcompile.py as the check sees it: wandb.init, then wandb.log of its speed."""
-import os, sys
-import wandb
-
-shims = os.path.dirname(os.path.abspath(wandb.__file__))
-assert os.path.basename(shims) == "peer_shims", wandb.__file__  # the stand-in, not a real wandb
-fast = "--compile" in sys.argv and "--cudagraphs" in sys.argv
-steps = int(sys.argv[sys.argv.index("--total-timesteps") + 1])
-wandb.init(project="ppo_continuous_action", config={"batch_size": 2048, "compile": fast})
-wandb.log({"speed": 321.0 if fast else 111.0, "gn": 0.5}, step=steps)
-'''
-
-
-def test_dry_run_speed_runs_ours_compiled_and_leanrl(tmp_path):
-    """--no-correctness: ppo_continuous_action.py's speed runs alone, with a fake CleanRL and a fake LeanRL script:
-    ours eager, ours --compile (or a row that says the script has none), CleanRL's, LeanRL's --compile --cudagraphs
-    and, among the extras, LeanRL's eager; LeanRL's steps/s read from the wandb stand-in's lines, and the report's
-    issue-53 table."""
-    (tmp_path / "cleanrl" / "cleanrl").mkdir(parents=True)
-    (tmp_path / "cleanrl" / "cleanrl" / "ppo_continuous_action.py").write_text(FAKE_SCRIPT)
-    (tmp_path / "leanrl" / "leanrl").mkdir(parents=True)
-    (tmp_path / "leanrl" / "leanrl" / "ppo_continuous_action_torchcompile.py").write_text(FAKE_LEANRL.replace(
-        "import wandb", "import tensordict_probe, wandb", 1))
-    # LeanRL's site: a stand-in tensordict (what the check probes for) and a module only its processes may see
-    wheel(tmp_path / "wheels" / "leanrl", "tensordict", {"tensordict/__init__.py": "", "tensordict_probe.py": ""})
-    cmd = [sys.executable, os.path.join(ROOT, "benchmark", "gpu_check.py"), "--no-cuda", "--tiny", "--no-correctness",
-           "--scripts", "ppo_continuous_action.py", "--install", "wheels/leanrl", "--site", "site", "--cleanrl-dir",
-           "cleanrl", "--leanrl-dir", "leanrl", "--out", "out"]
-    # TORCH_COMPILE_DISABLE: ours' --compile run goes through the check's every step but runs eagerly, as inductor's
-    # kernels for it take 40 s of CPU from a cold cache (tests/test_compile.py compiles; this tests the check)
-    run = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, TMPDIR=str(tmp_path), TORCH_COMPILE_DISABLE="1"))
-    assert run.returncode == 0, run.stdout + run.stderr
-    report = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
-    assert report["checks"] == {}
-    row = report["speed"]["ppo_continuous_action.py"]
-    assert list(row) == ["ours", "compile", "cleanrl", "leanrl", "leanrl_eager"]  # no --bf16 in this script
-    ours = row["ours"]
-    assert ours["sps"] > 0 and ours["global_step"] == 128 and set(ours["losses"]) == set(gpu_check.LOSSES)
-    assert gpu_check.Check.has_flag(None, "ppo_continuous_action.py", "compile")  # the flag's run, its first losses
-    assert row["compile"]["sps"] > 0 and set(row["compile"]["losses"]) == set(gpu_check.LOSSES)
-    assert not gpu_check.Check.has_flag(None, "ppo_atari_lstm.py", "compile")  # a script without it gets the row:
-    assert gpu_check.peer_lines("ppo_atari_lstm.py", {"compile": {"not_run": "ppo_atari_lstm.py has no --compile"}}) == [
-        "| ppo_atari_lstm.py | ours --compile | not run: ppo_atari_lstm.py has no --compile | — | — | — | — | 0 |"]
-    assert row["cleanrl"]["sps"] == 123.0 and row["cleanrl"]["window"] is None  # one charts/SPS: no window
-    assert (row["leanrl"]["sps"], row["leanrl_eager"]["sps"]) == (321.0, 111.0)
-    assert row["leanrl"]["losses"] is None and row["leanrl"]["global_step"] == 128
-    md = (tmp_path / "out" / "gpu_check.md").read_text()
-    assert "## Against CleanRL and LeanRL (issue 53)" in md
-    assert "| ppo_continuous_action.py | LeanRL --compile --cudagraphs | 321 | 321 | — | 1.00 | not logged |" in md
-    assert "| ppo_continuous_action.py | ours --compile | not run" not in md
-    log = (tmp_path / "out" / "gpu_check.log").read_text()
-    assert "ppo_continuous_action_torchcompile.py --env-id HalfCheetah-v4 --seed 1 --total-timesteps 128 --compile " \
-           "--cudagraphs  # leanrl's" in log
-    assert not left_behind(str(tmp_path))
 
 
 def test_window_steps_per_second_leaves_out_the_first_two_iterations():

@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn as nn
 from conftest import ROOT, next_second, resume_elsewhere
+import processes
 from hacks import Scale, assert_cleanrl_update_trains, assert_every_param_group_anneals, edited_agent
 from precision import bf16_tests
 from test_ppo import (
@@ -540,11 +541,10 @@ def test_foreign_checkpoint_rejected():
     assert_foreign_and_corrupt_checkpoints_rejected(iv, "ppo.py")
 
 
-def test_cli_error_is_one_line_and_import_has_no_side_effects():
-    # one fresh interpreter runs the whole module top level: nothing printed, no files, one error line
-    res = subprocess.run([sys.executable, SCRIPT, "--env-id", "CartPole-v1", "--no-cuda"], capture_output=True, text=True)
-    assert res.returncode != 0 and res.stdout == "" and os.listdir(".") == []
-    assert res.stderr.strip().splitlines() == [
+def test_cli_error_is_one_line_and_writes_nothing():
+    code, stdout, stderr = processes.run_cli("impala_vtrace.py", ["--env-id", "CartPole-v1", "--no-cuda"])
+    assert code != 0 and stdout == "" and os.listdir(".") == []
+    assert stderr.strip().splitlines() == [
         "impala_vtrace.py: error: 'CartPole-v1' is not an Atari NoFrameskip id such as BreakoutNoFrameskip-v4; "
         "impala_vtrace.py handles Atari only, without sticky actions, and repeats each action itself (detail 9)"]
 

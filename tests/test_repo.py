@@ -35,6 +35,21 @@ def test_scripts_import_nothing_from_the_project():
         assert not pattern.search(open(os.path.join(ROOT, f"{name}.py")).read()), name
 
 
+def test_importing_every_script_prints_and_writes_nothing():
+    """`import <script>` as a user's code would, every script in one fresh interpreter (each start imports torch and the
+    rest again, 3-4 s of CPU): nothing printed on either stream, no file written. A NUL and the name written before each
+    import says whose output is whose. The scripts' own tests run their command lines in-process (processes.run_cli)."""
+    names = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "*.py")))
+    code = ("import importlib, sys\nfor name in sys.argv[1:]:\n    print(f'\\0{name}', flush=True)\n"
+            "    print(f'\\0{name}', file=sys.stderr, flush=True)\n    importlib.import_module(name)\n")
+    res = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert res.returncode == 0, res.stderr[-3000:]
+    silent = "".join(f"\0{name}\n" for name in names)
+    assert (res.stdout, res.stderr) == (silent, silent)  # the text after a name is what its import printed
+    assert os.listdir(".") == []  # no runs/, no videos/
+
+
 def lock_pins(path):
     """{normalised name: [(version, marker or None)]} of a hash-pinned requirements file, every pin checked
     to carry at least one hash."""
