@@ -16,7 +16,8 @@ largest relative difference (relative to the larger of |CleanRL's value| and its
 then the first game whose return differs. Identical through an iteration means the same observations, actions,
 returns and update up to float rounding, which the chaotic MuJoCo dynamics later amplify. Exits 1 when the first
 iteration already differs by more than --tolerance (the two cannot be the same algorithm then), 2 on bad input (and
-when the two runs logged other values of a flag, env id and seed included: not a pair to compare).
+when the flags after `--` give another value of a flag than the CleanRL run logged, env id and seed included: not a pair
+to compare; found by our script's own parser before it runs).
 The discrete scripts sample by inverse CDF where CleanRL's Categorical calls torch.multinomial: in them the copy
 samples as CleanRL does too (ppo.py: python benchmark/lockstep.py --script ppo.py --cleanrl-run <its CartPole run> --
 --seed 1). Measured on seed 1 (benchmark/results/): ppo.py on CartPole is identical to CleanRL's run through 8 of 8
@@ -34,6 +35,7 @@ on 2.3.3: identical through iteration 1 of 5 (2e-6), the first 188 games equal (
 """
 
 import argparse
+import dataclasses
 import importlib.metadata
 import importlib.util
 import os
@@ -71,6 +73,8 @@ NOT_COMPARED = {"exp_name", "cuda", "torch_deterministic", "track", "wandb_proje
 # its first contacts (step 8). Walker2d agrees to 1e-12 under all three; HalfCheetah's rounding differences (1e-14)
 # grow past 1e-9 by step 49 between any two of them, as its dynamics amplify them
 CHANGED_IN_MUJOCO_4 = {"Humanoid", "HumanoidStandup", "Ant", "Hopper"}
+# the Args that train() computes from the others (0 until then), as CleanRL's scripts compute them
+DERIVED = {"batch_size", "minibatch_size", "num_iterations"}
 
 
 def mujoco_check(env_id, ours, theirs):
@@ -121,6 +125,26 @@ def cleanrl_shuffle(order):  # lockstep: CleanRL's draw of an epoch's order, np.
 
 
 SCRIPT = """, 1)
+
+
+def parsed_flags(script, flags):
+    """The Args `script` runs with given `flags` (its own parse_args, in this process; nothing runs), as its
+    TensorBoard table logs them: {name: str(value)}. Its one-line error for a flag it cannot read is a ConfigError."""
+    spec = importlib.util.spec_from_file_location("lockstep_flags", script)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # where tyro reads the Args' docstrings from (its help and its errors)
+    saved, sys.argv = sys.argv, [script, *flags]
+    try:
+        spec.loader.exec_module(module)
+        args = module.parse_args()
+    except SystemExit as e:
+        if not e.code:  # --help, printed
+            raise
+        raise ConfigError(f"the flags after --: {str(e.code).split(': error: ', 1)[-1]}") from None
+    finally:
+        sys.argv = saved
+        del sys.modules[spec.name]
+    return {k: str(v) for k, v in dataclasses.asdict(args).items()}
 
 
 def side_by_side(ours_dir, ref_dir, iterations, tolerance):
@@ -188,6 +212,12 @@ def main(argv=None):
         copy = os.path.join(work, "lockstep_" + os.path.basename(script))
         with open(copy, "w") as f:
             f.write(text)
+        ours = parsed_flags(copy, ["--no-cuda", *ours_flags])
+        differ = [f"{k} {ours[k]} (CleanRL's run {theirs[k]})"
+                  for k in sorted(set(ours) & set(theirs) - NOT_COMPARED - DERIVED) if ours[k] != theirs[k]]
+        if differ:
+            raise ConfigError(f"the flags after -- give {', '.join(differ)}: not the CleanRL run's flags; give its flags "
+                              "after --")
         before = set(os.listdir(os.path.join(work, "runs"))) if os.path.isdir(os.path.join(work, "runs")) else set()
         path = [os.path.dirname(os.path.abspath(script)), *filter(None, [os.environ.get("PYTHONPATH")])]
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(path))
@@ -197,10 +227,6 @@ def main(argv=None):
             raise ConfigError(f"our patched script failed (its error above); it ran as {copy}")
         new = sorted(set(os.listdir(os.path.join(work, "runs"))) - before)
         ours = read_run(os.path.join(work, "runs", new[-1]))["hparams"]
-        differ = [f"{k} {ours[k]} (CleanRL's run {theirs[k]})" for k in sorted(set(ours) & set(theirs) - NOT_COMPARED)
-                  if ours[k] != theirs[k]]
-        if differ:
-            raise ConfigError(f"ours ran with {', '.join(differ)}: not the CleanRL run's flags; give its flags after --")
         lines, same = side_by_side(os.path.join(work, "runs", new[-1]), args.cleanrl_run, args.iterations,
                                    args.tolerance)
     except ConfigError as e:

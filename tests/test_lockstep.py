@@ -104,13 +104,20 @@ def test_same_flags_run_in_lockstep_and_another_learning_rate_differs_from_itera
                                      num_minibatches=4, update_epochs=3, cuda=False, learning_rate=1e-3))
     lines, same = lockstep.side_by_side(other["run_dir"], ref_dir, 2, 1e-4)
     assert same == 0 and lines[-1] == "identical (relative difference <= 0.0001) through iteration 0 of 2"
-    # issue 37.9: runs of other flags or another env were compared as if they were a pair; now refused, named
+    # issue 37.9: runs of other flags or another env were compared as if they were a pair; now refused, named, by our
+    # script's own parser before anything runs (nothing is printed of a run, no run directory is made)
+    runs, _ = sorted(os.listdir(tmp_path / "w" / "runs")), capsys.readouterr()
     assert lockstep.main(base + ["--"] + TINY + ["--learning-rate", "1e-3"]) == 2
-    assert capsys.readouterr().err == ("lockstep.py: ours ran with learning_rate 0.001 (CleanRL's run 0.0003): not the "
-                                       "CleanRL run's flags; give its flags after --\n")
+    refused = capsys.readouterr()
+    assert refused.err == ("lockstep.py: the flags after -- give learning_rate 0.001 (CleanRL's run 0.0003): not the "
+                           "CleanRL run's flags; give its flags after --\n") and refused.out == ""
     assert lockstep.main(base + ["--"] + TINY[2:] + ["--env-id", "MountainCarContinuous-v0"]) == 2
-    assert capsys.readouterr().err.startswith("lockstep.py: ours ran with env_id MountainCarContinuous-v0 (CleanRL's run "
-                                              "Pendulum-v1)")
+    assert capsys.readouterr().err.startswith("lockstep.py: the flags after -- give env_id MountainCarContinuous-v0 "
+                                              "(CleanRL's run Pendulum-v1)")
+    assert lockstep.main(base + ["--"] + TINY + ["--learning-rate", "fast"]) == 2  # one it cannot read: its own line
+    assert capsys.readouterr().err == ("lockstep.py: the flags after --: Error parsing --learning-rate: could not convert "
+                                       "string to float: 'fast'\n")
+    assert sorted(os.listdir(tmp_path / "w" / "runs")) == runs
 
 
 def test_an_env_whose_physics_mujoco_4_changed_is_refused_on_either_side_of_it_before_ours_runs(tmp_path, capsys):
