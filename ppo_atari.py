@@ -631,7 +631,7 @@ def parse_args() -> Args:
         except SystemExit as e:
             if not e.code:  # --help
                 raise
-    text = box.getvalue().split("\n", 1)[-1].split("──")[0]  # inside the box, down to its first rule
+    text = box.getvalue().split("\n", 1)[-1].replace("-" * 8, "──").strip(" │─-\n").split("──")[0]  # ASCII if not utf-8
     sys.exit(f"{SCRIPT}: error: {' '.join(text.replace('│', ' ').split())}")
 
 
