@@ -6,6 +6,7 @@ import glob
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import types
@@ -153,6 +154,21 @@ def test_a_script_without_compile_gets_a_row_that_says_so():
     assert not gpu_check.Check.has_flag(None, "ppo_atari_lstm.py", "compile")
     assert gpu_check.peer_lines("ppo_atari_lstm.py", {"compile": {"not_run": "ppo_atari_lstm.py has no --compile"}}) == [
         "| ppo_atari_lstm.py | ours --compile | not run: ppo_atari_lstm.py has no --compile | — | — | — | — | 0 |"]
+
+
+@pytest.mark.parametrize("flag, parts", [("--no-correctness", ["speeds", "extras"]), ("--no-speed", ["check"])])
+def test_no_correctness_and_no_speed_leave_out_their_part(tmp_path, monkeypatch, flag, parts):
+    """The dry run above runs both parts; each flag leaves its part out (the runs recorded, not made)."""
+    ran = []
+    monkeypatch.setattr(gpu_check.Check, "missing", lambda self, needs, env, prefix="": list(needs))  # all import
+    monkeypatch.setattr(gpu_check.Check, "check", lambda self, script: ran.append("check"))
+    monkeypatch.setattr(gpu_check.Check, "speeds", lambda self, script, extras=False: ran.append(
+        "extras" if extras else "speeds"))
+    args = gpu_check.parse(["--no-cuda", "--scripts", "ppo.py", "--out", str(tmp_path / "out"), flag])
+    check = gpu_check.Check(args, [])
+    check.run()
+    shutil.rmtree(check.work)
+    assert ran == parts
 
 
 def good_run(**kw):
