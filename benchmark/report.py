@@ -1,6 +1,6 @@
 """Our seed sweeps beside the published results: a markdown table, per-seed CSV and learning curves.
 
-Run:   python benchmark/report.py runs/ [--out <dir>] [--compare-as ppo_shared.py=ppo.py]
+Run:   python benchmark/report.py runs/ [--out <dir>] [--compare-as ppo_shared.py=ppo.py] [--curves]
 
 The final return is defined as the published CleanRL numbers define it (reference_results.csv notes:
 openrlbenchmark's rlops.py, metric_last_n_average_window=100): per seed, the mean of the last 100
@@ -12,7 +12,10 @@ published mean +- std, above, below, or is not comparable (budget differs, or no
 Writes into the out dir (default: report-<date>/ in the current directory, so that a sweep run elsewhere
 leaves the clone as it was): report.md (command, date, machine, the MuJoCo the runs logged, the table), per_seed.csv
 (the raw per-seed values) and one <env>.png per env (each seed thin, the mean thick, the published band).
-A corrupt summary, a missing --reference or a runs dir without runs stops it with one line (exit status 2).
+With --curves, also curves.csv (the report's one script and env: its return per tenth of the steps, each seed's mean
+in it, their mean, min and max; the verdict) for benchmark/summary.py's figure, which draws it as a panel beside the
+published number. A corrupt summary, a missing --reference, a runs dir without runs, or --curves over more than one
+script and env stops it with one line (exit status 2).
 """
 
 import argparse
@@ -243,6 +246,23 @@ def build_table(groups, rows, compare_as):
     return lines, sources, results
 
 
+def curves(res, tag, windows=10):
+    """curves.csv's rows of one result: the return per window of 0..the last step, over the seeds that logged in it."""
+    from compare import curve_row, window_means  # compare.py imports this module
+
+    recs = res["records"]
+    edges = np.linspace(0, max(r["last_step"] for r in recs), windows + 1)
+    means = np.array([window_means(r["steps"], r["returns"], edges) for r in recs])  # [seed, window]
+    v = res["verdict"] + (" the published mean ± std" if res["verdict"] in ("within", "above", "below") else "")
+    rows = []
+    for w in range(windows):
+        col = means[:, w][~np.isnan(means[:, w])]
+        stats = (col.mean(), col.min(), col.max()) if len(col) else None
+        rows.append(curve_row(tag, w + 1, edges[w], edges[w + 1], "ours", [r["run_dir"] for r in recs], len(col),
+                              stats, col, v))
+    return rows
+
+
 def running_mean(values, window=FINAL_WINDOW):
     """At each episode, the mean of the last `window` returns: its last value is the seed's final return."""
     c = np.cumsum(np.insert(np.asarray(values, dtype=np.float64), 0, 0.0))
@@ -314,6 +334,8 @@ def make_report(argv):
     p.add_argument("--scripts", nargs="*", default=[], help="only these scripts (default: all)")
     p.add_argument("--steps", nargs="*", type=int, default=[], help="only runs with these --total-timesteps (default: all)")
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--curves", action="store_true", help="also curves.csv, a panel of benchmark/summary.py's figure "
+                                                         "(one script and env)")
     args = p.parse_args(argv)
     fix = "give the runs/ directory that the scripts or benchmark/run.py logged into"
     if not os.path.isdir(args.runs_dir):
@@ -332,6 +354,11 @@ def make_report(argv):
         steps = " ".join(map(str, args.steps)) or "(any)"
         raise ConfigError(f"none of the {len(found)} runs under {args.runs_dir!r} is of --scripts "
                           f"{' '.join(args.scripts) or '(any)'} with --steps {steps}; widen those filters")
+    kinds = sorted({(r["script"], r["env_id"], r["exp_name"]) for r in records})
+    if args.curves and len(kinds) > 1:
+        raise ConfigError(f"--curves draws one panel, and the runs are of {len(kinds)} scripts, envs or flags "
+                          f"({', '.join(f'{s} {e}' for s, e, _ in kinds[:3])}{', ...' if len(kinds) > 3 else ''}); "
+                          "leave one with --scripts and --steps")
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     out = args.out or "report-" + time.strftime("%Y%m%d-%H%M", time.gmtime())
     make_out_dir(out)
@@ -358,6 +385,10 @@ def make_report(argv):
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     write_csv(records, os.path.join(out, "per_seed.csv"))
+    if args.curves:
+        from compare import write_curves
+
+        write_curves(os.path.join(out, "curves.csv"), curves(results[0], args.tag))
     if not args.no_plots:
         by_env = defaultdict(list)
         for res in results:
@@ -365,7 +396,8 @@ def make_report(argv):
         for env_id, res in by_env.items():
             plot_env(env_id, res, os.path.join(out, env_id.replace("/", "-") + ".png"))
     print("\n".join(md))
-    print(f"\nreport.py: wrote {out}/report.md, per_seed.csv" + ("" if args.no_plots else " and the plots"))
+    print(f"\nreport.py: wrote {out}/report.md, per_seed.csv" + (", curves.csv" if args.curves else "")
+          + ("" if args.no_plots else " and the plots"))
     return 0
 
 

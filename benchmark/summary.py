@@ -5,7 +5,9 @@ Run:   python benchmark/summary.py [--results benchmark/results] [--out benchmar
 
 Each comparison is a curves.csv beside its report (benchmark/compare.py writes it; --from-report rebuilds it from a
 compare.py report.md whose runs are gone: its tables hold each group's mean, min and max over seeds per window, to four
-digits, and no per-seed values). One panel per file: the return (charts/episodic_return) of both groups per window,
+digits, and no per-seed values); benchmark/report.py --curves writes one of our runs alone, beside the published number
+(a run no peer's runs here match: Breakout at 10M). One panel per file: the return (charts/episodic_return) of each group
+per window,
 each group's mean over seeds and its min-max band on one step axis; the published final number (mean ± std from
 benchmark/reference_results.csv) as a marker where one exists for that script, env and budget; titled with the script,
 env, budget, seeds and compare.py's verdict, and labelled with the report's folder. A file that does not read as
@@ -82,7 +84,7 @@ def curves_from_report(report_dir):
 
 
 def read_curves(path):
-    """The return's windows of one curves.csv: {"groups": [(label, script, env_id)] x 2, "windows": [(start, end)],
+    """The return's windows of one curves.csv: {"groups": [(label, script, env_id)] x 1 or 2, "windows": [(start, end)],
     "seeds", "mean", "min", "max": arrays [group, window] (nan where a group has no data), "verdict"}."""
     name = os.path.relpath(path)
     try:
@@ -96,9 +98,9 @@ def read_curves(path):
         raise ConfigError(f"{name} has no {missing[0]!r} column; {FIX}")
     rows = [r for r in rows if r["tag"] == RETURN_TAG]
     labels = list(dict.fromkeys(r["group"] for r in rows))
-    if len(labels) != 2:
+    if len(labels) not in (1, 2):
         raise ConfigError(f"{name} holds {len(labels)} groups of {RETURN_TAG} rows ({', '.join(labels) or 'none'}), not "
-                          f"2; {FIX}")
+                          f"1 or 2; {FIX}")
     try:
         windows = sorted({(int(r["window"]), float(r["start"]), float(r["end"])) for r in rows})
         table = {(r["group"], int(r["window"])): (int(r["seeds"]), *(float(r[k] or "nan") for k in ("mean", "min", "max")))
@@ -106,7 +108,7 @@ def read_curves(path):
     except (ValueError, TypeError) as e:
         raise ConfigError(f"{name}: a {RETURN_TAG} row holds a value that is not a number ({e}); {FIX}") from None
     if [w for w, _, _ in windows] != list(range(1, len(windows) + 1)) or len(windows) < 2 \
-            or len(table) != len(rows) or len(rows) != 2 * len(windows) or any(start >= end for _, start, end in windows):
+            or len(table) != len(rows) or len(rows) != len(labels) * len(windows) or any(start >= end for _, start, end in windows):
         raise ConfigError(f"{name}: the {RETURN_TAG} windows are not 1..n (n >= 2) with one row per group and a start "
                           f"below each end; {FIX}")
     stats = np.array([[table[label, w] for w, _, _ in windows] for label in labels])  # [group, window, 4]
@@ -164,10 +166,11 @@ def draw(panels, reference, results, out):
         if mark:
             ax.errorbar([mark[0]], [mark[1]], yerr=[mark[2]], fmt="D", color="black", ms=5, capsize=3,
                         label=f"published {mark[1]:.0f} ± {mark[2]:.0f}")
-        (la, script, env_id), (lb, _, _), (na, nb) = *curves["groups"], curves["seeds"]
+        (la, script, env_id), seeds = curves["groups"][0], curves["seeds"]
+        sides = f"{la} vs {curves['groups'][1][0]}, {seeds[0]} vs {seeds[1]}" if len(seeds) == 2 else f"{la}, {seeds[0]}"
         verdict = short_verdict(curves["verdict"])
-        ax.set_title(f"{script} · {env_id} · {steps_str(curves['windows'][-1][1])}\n{la} vs {lb}, {na} vs {nb} "
-                     f"seeds:\n{verdict}", fontsize=10, color="black" if verdict == "same" else "darkred")
+        ax.set_title(f"{script} · {env_id} · {steps_str(curves['windows'][-1][1])}\n{sides} seeds:\n{verdict}",
+                     fontsize=10, color="black" if verdict == "same" or verdict.startswith("within") else "darkred")
         ax.xaxis.set_major_locator(MaxNLocator(5, steps=[1, 2, 2.5, 5, 10]))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1e6:g}M" if x else "0"))
         ax.set_xlabel(os.path.relpath(os.path.dirname(curves["path"]), results), fontsize=7.5, color="dimgray")  # its report
@@ -181,7 +184,8 @@ def draw(panels, reference, results, out):
         ax.set_ylabel("episodic return (raw score)", fontsize=9)
     fig.suptitle("The return per window of the steps, each group's mean over seeds (line) and min-max (band); "
                  "benchmark/compare.py's verdict:\n\"same\" when no window differs (Welch's t-test, Holm-adjusted "
-                 "p < 0.05) and each last-window mean lies within the other group's seed range", fontsize=10.5)
+                 "p < 0.05) and each last-window mean lies within the other group's seed range;\nalone (one group): "
+                 "benchmark/report.py's, its final return beside the published mean ± std", fontsize=10.5)
     fig.tight_layout(rect=(0, 0, 1, 0.96))
     fig.savefig(out, dpi=110)
     plt.close(fig)

@@ -385,6 +385,39 @@ def test_report_writes_markdown_csv_and_one_plot_per_env(write_tb, tmp_path):
         ("ppo.py", "Acrobot-v1", -80.0), ("ppo.py", "CartPole-v1", 400.0), ("ppo_shared.py", "CartPole-v1", 495.0)]
 
 
+def test_report_curves_are_a_panel_of_the_figure_beside_the_published_number(write_tb, tmp_path, capsys):
+    """Issue 50's panel: our 10M Breakout runs alone (no peer's runs of that budget here). report.py --curves writes the
+    return per tenth of the steps over the seeds; summary.py draws it as one group beside the published 414.66 ± 28.09."""
+    import summary
+
+    for seed, level in [(1, 380.0), (2, 400.0), (3, 420.0)]:  # a rise to `level`, then `level` for the last 100 games
+        returns = np.concatenate([np.linspace(0.0, level, 100), np.full(100, level)])
+        write_run(write_tb, "BreakoutNoFrameskip-v4", "ppo_atari-1a2b3c4d", seed, returns, 10_000_000, last_step=9_999_360)
+    out = tmp_path / "results" / "breakout_10m"
+    assert report.main(["runs", "--out", str(out), "--curves", "--no-plots"]) == 0
+    with open(out / "curves.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["window"] for r in rows] == [str(w) for w in range(1, 11)] and {r["group"] for r in rows} == {"ours"}
+    assert {(r["script"], r["env_id"], r["seeds"], r["verdict"]) for r in rows} == {
+        ("ppo_atari.py", "BreakoutNoFrameskip-v4", "3", "within the published mean ± std")}
+    last = rows[-1]
+    assert (last["start"], last["end"], last["per_seed"]) == ("8999424", "9999360", "380 400 420")
+    assert [float(last[k]) for k in ("mean", "min", "max")] == [400.0, 380.0, 420.0]
+    steps = np.linspace(1, 9_999_360, 200).astype(int)  # write_run's; window 1 is (0, 999936]
+    first = np.linspace(0.0, 380.0, 100)[steps[:100] <= 999_936].mean()
+    assert float(rows[0]["min"]) == pytest.approx(first)
+
+    (panel,) = summary.summarize(str(tmp_path / "results"), str(tmp_path / "summary.png"))
+    assert panel["title"] == ("ppo_atari.py · BreakoutNoFrameskip-v4 · 10M\nours, 3 seeds:\n"
+                              "within the published mean ± std")
+    assert panel["published"] == (1e7, 414.66, 28.09)
+
+    write_run(write_tb, "Pong-v5", "ppo_atari_envpool", 1, [20.0] * 150, 10_000_000)  # a second script and env
+    assert report.main(["runs", "--out", str(tmp_path / "two"), "--curves"]) == 2
+    assert capsys.readouterr().err.startswith("report.py: error: --curves draws one panel, and the runs are of 2 ")
+    assert not (tmp_path / "two").exists()
+
+
 def test_the_mujoco_a_run_logged_is_in_its_summary_and_the_reports_table_and_csv(fake, write_tb, tmp_path):
     """Issue 38: MuJoCo's version decides the physics of some envs (Humanoid's and Hopper's changed in MuJoCo 4)."""
     extra = ["--total-timesteps", "1000"]

@@ -105,10 +105,10 @@ def malformed(rows, case):
 
 @pytest.mark.parametrize("case, message", [
     ("not a number", "a charts/episodic_return row holds a value that is not a number"),
-    ("three groups", "holds 3 groups of charts/episodic_return rows (ours, cleanrl, third), not 2"),
+    ("three groups", "holds 3 groups of charts/episodic_return rows (ours, cleanrl, third), not 1 or 2"),
     ("min above mean", "a charts/episodic_return row is not min <= mean <= max over its seeds"),
     ("a window missing", "the charts/episodic_return windows are not 1..n (n >= 2) with one row per group"),
-    ("no return rows", "holds 0 groups of charts/episodic_return rows (none), not 2"),
+    ("no return rows", "holds 0 groups of charts/episodic_return rows (none), not 1 or 2"),
     ("no max column", "has no 'max' column"),
     ("not a CSV", "cannot be read ('utf-8' codec can't decode byte 0x89"),
 ])
