@@ -612,7 +612,7 @@ def test_cli_error_and_help_write_nothing(monkeypatch):
     code, stdout, stderr = run_cli("a2c_paac.py", ["--num-workers", "5", "--no-cuda"])
     assert code == 1 and stdout == ""
     assert stderr.strip().splitlines() == ["a2c_paac.py: error: --num-envs 32 is not divisible by "
-                                               "--num-workers 5; each worker steps the same number of environments"]
+                                           "--num-workers 5; each worker steps the same number of environments"]
     assert os.listdir(".") == []  # no runs/, no videos/
     monkeypatch.setenv("COLUMNS", "200")  # one line for the help's phrase
     code, out, _ = run_cli("a2c_paac.py", ["--help"])

@@ -15,9 +15,9 @@ import pytest
 import torch
 import torch.nn as nn
 from conftest import ROOT, next_second, resume_elsewhere
-import processes
 from hacks import Scale, assert_cleanrl_update_trains, assert_every_param_group_anneals, edited_agent
 from precision import bf16_tests
+import processes
 from test_ppo import (
     assert_foreign_and_corrupt_checkpoints_rejected,
     assert_memory_checked,
