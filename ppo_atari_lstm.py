@@ -27,9 +27,9 @@ charts/episodic_return is a whole game's raw score (before any reward clipping o
 To hack: the rollout and the update both call Agent.get_action_and_value, the optimizer holds agent.parameters()
 and update() is CleanRL's loop, so an edit to the network, a head or the loop applies everywhere.
 Deliberate choices (reference behaviour stays the default): --bootstrap-truncated (off); --torch-threads 0 (one per
-core); --channels-last (on, same math, faster CPU convolutions); --resume starts new games (ALE cannot be pickled)
-and zero LSTM states; the LSTM runs once per stretch of steps without an episode start (the reference: once per
-step), the same recursion in fewer calls.
+core); --channels-last (on, same math, faster CPU convolutions); --resume continues the same games and LSTM states
+(the emulators' state is saved beside their wrappers); the LSTM runs once per stretch of steps without an episode
+start (the reference: once per step), the same recursion in fewer calls.
 """
 
 import contextlib
@@ -38,6 +38,7 @@ import importlib.util
 import io
 import math
 import os
+import pickle
 import random
 import signal
 import sys
@@ -212,6 +213,11 @@ class FireReset(gym.Wrapper):
         return obs, info
 
 
+def gray_84x84(frame):
+    """Detail A5: 210x160 RGB -> 84x84 grayscale. A named function, not a lambda: a checkpoint pickles the envs."""
+    return cv2.resize(cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY), (84, 84), interpolation=cv2.INTER_AREA)
+
+
 def make_env(env_id, video_dir=None, frame_stack=1):
     """One game in the Atari wrappers, innermost first; with `video_dir`, its games are recorded there."""
     env = gym.make(env_id, **({"render_mode": "rgb_array"} if video_dir else {}))
@@ -219,17 +225,31 @@ def make_env(env_id, video_dir=None, frame_stack=1):
     env = EpisodicLife(MaxAndSkip(NoopReset(env)))  # the statistics inside: a whole game's raw score and frames
     if "FIRE" in env.unwrapped.get_action_meanings():
         env = FireReset(env)
-    env = gym.wrappers.TransformReward(env, lambda r: float(np.sign(r)))  # detail A6: one scale for all games
-    env = gym.wrappers.TransformObservation(env, lambda o: cv2.resize(  # detail A5
-        cv2.cvtColor(o, cv2.COLOR_RGB2GRAY), (84, 84), interpolation=cv2.INTER_AREA), gym.spaces.Box(0, 255, (84, 84), np.uint8))
+    env = gym.wrappers.TransformReward(env, np.sign)  # detail A6: one scale for all games
+    env = gym.wrappers.TransformObservation(env, gray_84x84, gym.spaces.Box(0, 255, (84, 84), np.uint8))
     return gym.wrappers.FrameStackObservation(env, frame_stack)  # detail A7
 
 
-def make_envs(args, run_name):
+def make_envs(args, run_name, restored=None):
+    def thunk(i):
+        if restored is not None:  # sub-envs unpickled from a checkpoint continue their games
+            return lambda: set_game(*restored[i])
+        return lambda: make_env(args.env_id, f"videos/{run_name}" if args.capture_video and i == 0 else None)
+
     # detail 1: SAME_STEP autoreset, as in the reference's gym (with A3, a life's autoreset continues the game);
-    return gym.vector.SyncVectorEnv(
-        [lambda i=i: make_env(args.env_id, f"videos/{run_name}" if args.capture_video and i == 0 else None)
-         for i in range(args.num_envs)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    return gym.vector.SyncVectorEnv([thunk(i) for i in range(args.num_envs)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+
+
+def get_game(env):
+    """A game's emulator state (its RNG included) and the env's random generator (A1's no-ops), which its pickle lacks:
+    an AtariEnv pickles only its constructor's arguments, and comes back at frame 0."""
+    return env.unwrapped.clone_state(include_rng=True), env.unwrapped.np_random
+
+
+def set_game(env, saved):
+    env.unwrapped.restore_state(saved[0])
+    env.unwrapped.np_random = saved[1]
+    return env
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -504,12 +524,22 @@ def train(args: Args, given=None):
                "seconds": {"env": 0.0, "inference": 0.0, "update": 0.0}}  # where the wall time goes
     seconds, start_iteration, global_step = history["seconds"], 1, 0
     next_obs, _ = envs.reset(seed=args.seed)
-    lstm_state = agent.initial_state(N, device)  # detail L2 (also on resume: the games are new)
+    lstm_state = agent.initial_state(N, device)  # detail L2 (also on a resume whose games are new)
     if ckpt:
         agent.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
-        print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
+        if ckpt["envs"] is not None:  # continue the very same games
+            envs.close()
+            try:  # pickled by the version of this file that saved them, which may have had other wrappers
+                envs = make_envs(args, run_name, pickle.loads(ckpt["envs"]))
+            except Exception as e:
+                raise ConfigError(f"the envs in {args.resume} do not fit this version of {SCRIPT} ({type(e).__name__}: "
+                                  f"{e}); resume it with the version that wrote it, or start a new run") from None
+            next_obs, dones[-1] = ckpt["next_obs"], ckpt["next_done"]  # the next rollout's first starts (L3)
+            lstm_state = tuple(s.to(device) for s in ckpt["lstm_state"])
+        else:  # keep the fresh games' first observations: the saved ones belong to other games
+            print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
         random.setstate(ckpt["rng"]["python"])
         np.random.set_state(ckpt["rng"]["numpy"])
         torch.set_rng_state(ckpt["rng"]["torch"])
@@ -588,13 +618,17 @@ def train(args: Args, given=None):
 
         check_finite(iteration, losses, agent, optimizer, saved)
         if args.save_model and (iteration % args.save_every == 0 or iteration == args.num_iterations):
+            try:
+                env_state = pickle.dumps([(env, get_game(env)) for env in envs.envs])  # the same games, resumed
+            except Exception:  # e.g. a video recorder
+                env_state = None
             rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
                    **({"cuda": torch.cuda.get_rng_state_all()} if device.type == "cuda" else {})}
             with signals_held():  # a signal in between would name the checkpoint before this one
                 save_checkpoint(f"{run_dir}/checkpoint.pt", {
                     "script": SCRIPT, "args": asdict(args), "run_name": run_name, "iteration": iteration,
                     "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng,
-                    "envs": None})  # a pickled ALE emulator comes back at frame 0: a resumed run starts new games
+                    "next_obs": next_obs, "next_done": dones[-1], "lstm_state": lstm_state, "envs": env_state})
                 saved = (f"{run_dir}/checkpoint.pt", iteration)
 
     envs.close()

@@ -28,7 +28,8 @@ charts/episodic_return is a whole game's raw score (before any reward clipping o
 To hack: the rollout and the update both call Agent.get_action_and_value, the optimizer holds agent.parameters()
 and update() is CleanRL's loop (D2 is in backward), so an edit to the network, a head or the loop applies everywhere.
 Deliberate choices (reference behaviour stays the default): --bootstrap-truncated (off); --torch-threads 0 (one per
-core); --channels-last (on, same math, faster CPU convolutions); --resume starts new games (ALE cannot be pickled).
+core); --channels-last (on, same math, faster CPU convolutions); --resume continues the same games (the emulators'
+state is saved beside their wrappers).
 """
 
 import contextlib
@@ -37,6 +38,7 @@ import importlib.util
 import io
 import math
 import os
+import pickle
 import random
 import signal
 import sys
@@ -214,6 +216,11 @@ class FireReset(gym.Wrapper):
         return obs, info
 
 
+def gray_84x84(frame):
+    """Detail A5: 210x160 RGB -> 84x84 grayscale. A named function, not a lambda: a checkpoint pickles the envs."""
+    return cv2.resize(cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY), (84, 84), interpolation=cv2.INTER_AREA)
+
+
 def make_env(env_id, video_dir=None, frame_stack=4):
     """One game in the Atari wrappers, innermost first; with `video_dir`, its games are recorded there."""
     env = gym.make(env_id, **({"render_mode": "rgb_array"} if video_dir else {}))
@@ -221,17 +228,32 @@ def make_env(env_id, video_dir=None, frame_stack=4):
     env = EpisodicLife(MaxAndSkip(NoopReset(env)))  # the statistics inside: a whole game's raw score and frames
     if "FIRE" in env.unwrapped.get_action_meanings():
         env = FireReset(env)
-    env = gym.wrappers.TransformReward(env, lambda r: float(np.sign(r)))  # detail A6: one scale for all games
-    env = gym.wrappers.TransformObservation(env, lambda o: cv2.resize(  # detail A5
-        cv2.cvtColor(o, cv2.COLOR_RGB2GRAY), (84, 84), interpolation=cv2.INTER_AREA), gym.spaces.Box(0, 255, (84, 84), np.uint8))
+    env = gym.wrappers.TransformReward(env, np.sign)  # detail A6: one scale for all games
+    env = gym.wrappers.TransformObservation(env, gray_84x84, gym.spaces.Box(0, 255, (84, 84), np.uint8))
     return gym.wrappers.FrameStackObservation(env, frame_stack)  # detail A7
 
 
-def make_envs(args, run_name, rank=0):
+def make_envs(args, run_name, rank=0, restored=None):
+    def thunk(i):
+        if restored is not None:  # sub-envs unpickled from a checkpoint continue their games
+            return lambda: set_game(*restored[i])
+        return lambda: make_env(args.env_id, f"videos/{run_name}" if args.capture_video and rank == i == 0 else None)
+
     # detail 1: SAME_STEP autoreset, as in the reference's gym (with A3, a life's autoreset continues the game);
-    return gym.vector.SyncVectorEnv(
-        [lambda i=i: make_env(args.env_id, f"videos/{run_name}" if args.capture_video and rank == i == 0 else None)
-         for i in range(args.local_num_envs)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    return gym.vector.SyncVectorEnv([thunk(i) for i in range(args.local_num_envs)],
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+
+
+def get_game(env):
+    """A game's emulator state (its RNG included) and the env's random generator (A1's no-ops), which its pickle lacks:
+    an AtariEnv pickles only its constructor's arguments, and comes back at frame 0."""
+    return env.unwrapped.clone_state(include_rng=True), env.unwrapped.np_random
+
+
+def set_game(env, saved):
+    env.unwrapped.restore_state(saved[0])
+    env.unwrapped.np_random = saved[1]
+    return env
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -556,7 +578,15 @@ def train(args: Args, given=None):
         agent.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
-        if rank == 0:
+        if ckpt["envs"] is not None:  # continue the very same games
+            envs.close()
+            try:  # pickled by the version of this file that saved them, which may have had other wrappers
+                envs = make_envs(args, run_name, rank, [pickle.loads(env) for env in ckpt["envs"][rank * N:(rank + 1) * N]])
+            except Exception as e:
+                raise ConfigError(f"the envs in {args.resume} do not fit this version of {SCRIPT} ({type(e).__name__}: "
+                                  f"{e}); resume it with the version that wrote it, or start a new run") from None
+            next_obs = ckpt["next_obs"][rank * N:(rank + 1) * N]
+        elif rank == 0:  # keep the fresh games' first observations: the saved ones belong to other games
             print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
         random.setstate(ckpt["rng"]["python"])
         np.random.set_state(ckpt["rng"]["numpy"])
@@ -564,7 +594,11 @@ def train(args: Args, given=None):
         if device.type == "cuda" and "cuda" in ckpt["rng"]:
             torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
 
-    if rank:  # D1: the other ranks sample with their own streams (rank 0's is ppo_atari.py's, and the checkpoint's)
+    if rank and ckpt and len(ckpt.get("rngs", ())) == world:  # resumed on as many processes: each rank's streams go on
+        torch.set_rng_state(ckpt["rngs"][rank]["torch"])
+        if device.type == "cuda" and "cuda" in ckpt["rngs"][rank]:
+            torch.cuda.set_rng_state_all(ckpt["rngs"][rank]["cuda"])
+    elif rank:  # D1: the other ranks sample with their own streams (rank 0's is ppo_atari.py's, and the checkpoint's)
         torch.manual_seed(args.seed + rank + world * start_iteration)
     data_parallel(agent)
     saved = (args.resume, ckpt["iteration"]) if ckpt else None  # the last finite checkpoint (check_finite)
@@ -638,14 +672,22 @@ def train(args: Args, given=None):
             print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
 
         check_finite(iteration, losses, agent, optimizer, saved)  # on every rank: mean losses, equal weights: all stop
-        if args.save_model and rank == 0 and (iteration % args.save_every == 0 or iteration == args.num_iterations):
+        if args.save_model and (iteration % args.save_every == 0 or iteration == args.num_iterations):
+            try:  # one pickle an env: a resume on another number of processes unpickles its share (D1)
+                env_state = [pickle.dumps((env, get_game(env))) for env in envs.envs]  # the same games, resumed
+            except Exception:  # e.g. a video recorder
+                env_state = None
             rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
                    **({"cuda": torch.cuda.get_rng_state_all()} if device.type == "cuda" else {})}
+            env_states, ranks_obs, rngs = zip(*world_gather((env_state, next_obs, rng)))  # D3: every rank's, in env order
+            if rank:  # D3: rank 0 saves
+                continue
+            env_state = None if None in env_states else sum(env_states, [])  # one rank's unsaveable envs: fresh games
             with signals_held():  # a signal in between would name the checkpoint before this one
                 save_checkpoint(f"{run_dir}/checkpoint.pt", {
                     "script": SCRIPT, "args": asdict(args), "run_name": run_name, "iteration": iteration,
                     "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng,
-                    "envs": None})  # a pickled ALE emulator comes back at frame 0: a resumed run starts new games
+                    "next_obs": np.concatenate(ranks_obs), "envs": env_state, "rngs": rngs})
                 saved = (f"{run_dir}/checkpoint.pt", iteration)
 
     envs.close()

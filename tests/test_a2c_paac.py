@@ -25,13 +25,11 @@ from test_ppo import (
     assert_nonfinite_stops_and_keeps_the_last_checkpoint,
     assert_stopped_in_one_line,
     assert_rejected_before_training,
-    assert_resumed_log_reads_once,
+    assert_resume_matches_uninterrupted_run,
     assert_resumes_with_fresh_episodes,
     assert_runs_in_one_second_get_their_own_directories,
     assert_unwritable_directory_is_one_line,
-    keep_checkpoint,
     read_scalars,
-    resume_later,
 )
 from test_ppo_atari import assert_channels_last_is_the_same_math, assert_samples_the_softmax_and_scores_it
 
@@ -487,15 +485,10 @@ def test_preprocessed_observation_and_frame_stack():
 
 
 def test_resume_matches_uninterrupted_run_and_evaluate(monkeypatch):
-    keep_checkpoint(paac, monkeypatch, kept := "iteration2.pt")
-    full = paac.train(tiny(total_timesteps=60, save_model=True, save_every=2, anneal_lr=False, learning_rate=0.01))
-    assert full["learning_rate"] == [0.01] * 6  # --no-anneal-lr keeps the rate constant
-    resumed = resume_later(paac, kept)
-    assert resumed["global_step"] == 60 and len(resumed["losses"]) == 4
-    assert resumed["losses"] == full["losses"][2:]  # the same episodes, parameters and RMSProp state
-    n_before = len(full["episodic_return"]) - len(resumed["episodic_return"])
-    assert resumed["episodic_return"] == full["episodic_return"][n_before:]
-    assert_resumed_log_reads_once(full, returns=False)  # no Breakout game ends in 60 steps
+    # the same episodes, parameters and RMSProp state; no Breakout game ends in 60 steps
+    args = tiny(total_timesteps=60, save_model=True, save_every=2, anneal_lr=False, learning_rate=0.01)
+    full, resumed = assert_resume_matches_uninterrupted_run(paac, args, monkeypatch, returns=False)
+    assert full["learning_rate"] == [0.01] * 6 and resumed["global_step"] == 60  # --no-anneal-lr keeps the rate constant
 
     assert_checkpoint_evaluates(paac, full, episodes=1)  # one Breakout game: a long one
 

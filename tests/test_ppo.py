@@ -452,16 +452,24 @@ def assert_resumes_with_fresh_episodes(mod, args, capture, monkeypatch):
     return full, resumed
 
 
-def test_resume_matches_uninterrupted_run(mod, monkeypatch):
-    keep_checkpoint(mod, monkeypatch, kept := "iteration2.pt")
-    full = mod.train(tiny(mod, env_id="CartPole-v1", total_timesteps=2 * 16 * 6, save_model=True, save_every=2))
+def assert_resume_matches_uninterrupted_run(mod, args, monkeypatch, at=2, returns=True):
+    """Train `args` (its checkpoint at iteration `at` kept), then resume that checkpoint: the resumed run must be the
+    rest of the uninterrupted one, its losses, final step and game scores (a game that spanned the checkpoint
+    included: its envs were saved), and the log must read once. Returns both runs."""
+    keep_checkpoint(mod, monkeypatch, kept := f"iteration{at}.pt", at=at)
+    full = mod.train(args)
     resumed = resume_later(mod, kept)
-    assert len(resumed["losses"]) == 4
-    assert resumed["losses"] == full["losses"][2:]
+    assert len(full["losses"]) > at and resumed["losses"] == full["losses"][at:]
     assert resumed["global_step"] == full["global_step"]
     n_before = len(full["episodic_return"]) - len(resumed["episodic_return"])
     assert resumed["episodic_return"] == full["episodic_return"][n_before:]
-    assert_resumed_log_reads_once(full)
+    assert_resumed_log_reads_once(full, returns)
+    return full, resumed
+
+
+def test_resume_matches_uninterrupted_run(mod, monkeypatch):
+    assert_resume_matches_uninterrupted_run(
+        mod, tiny(mod, env_id="CartPole-v1", total_timesteps=2 * 16 * 6, save_model=True, save_every=2), monkeypatch)
 
 
 def test_interrupted_run_keeps_its_last_checkpoint(mod, monkeypatch):

@@ -12,10 +12,11 @@ import pytest
 import torch
 from hacks import hack_safety_tests
 from precision import bf16_tests
-from test_ppo import (PPO_BAD_INPUT, assert_cli_error_is_one_line, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
-                      assert_memory_checked, assert_nonfinite_stops_and_keeps_the_last_checkpoint,
-                      assert_stopped_in_one_line,
-                      assert_resumes_with_fresh_episodes, read_scalars)
+from test_ppo import (PPO_BAD_INPUT, assert_cli_error_is_one_line, assert_envs_of_another_version_refused,
+                      assert_foreign_and_corrupt_checkpoints_rejected, assert_memory_checked,
+                      assert_nonfinite_stops_and_keeps_the_last_checkpoint, assert_rejected_before_training,
+                      assert_resume_matches_uninterrupted_run, assert_resumes_with_fresh_episodes,
+                      assert_stopped_in_one_line, read_scalars)
 
 import ppo_atari
 
@@ -285,14 +286,26 @@ def test_reference_defaults():
     assert (a.clip_coef, a.ent_coef, a.learning_rate, a.anneal_lr, a.total_timesteps) == (0.1, 0.01, 2.5e-4, True, 10_000_000)
 
 
-def test_resume_continues_from_checkpoint_and_evaluate(capsys, monkeypatch):
-    args = tiny(total_timesteps=2 * 32 * 2, save_model=True, save_every=1)
-    full, resumed = assert_resumes_with_fresh_episodes(ppo_atari, args, capsys, monkeypatch)  # ALE does not pickle
-    assert resumed["learning_rate"] == [0.0]  # the schedule continued to its end, not restarted
+def test_resume_matches_uninterrupted_run_and_evaluate(monkeypatch):
+    # Asterix's games (~190 steps) span the checkpoint at step 2 * 64 of each env and end after it
+    args = tiny(num_steps=64, total_timesteps=2 * 64 * 5, save_model=True, save_every=2)
+    full, resumed = assert_resume_matches_uninterrupted_run(ppo_atari, args, monkeypatch)
+    assert resumed["episodic_return"] and resumed["learning_rate"][-1] == 0.0  # the schedule continued to its end
     scores = ppo_atari.evaluate(full["checkpoint"], eval_episodes=1, seed=0)
     assert scores == ppo_atari.evaluate(full["checkpoint"], eval_episodes=1, seed=0)  # seeded: repeatable
     assert len(scores) == 1 and scores[0] % 50 == 0  # whole-game Asterix scores
 
+
+
+def test_resume_without_env_state_continues_with_fresh_games_and_another_versions_envs_refused(monkeypatch, capsys):
+    def unsaveable(env):  # as a video recorder's
+        raise TypeError("cannot pickle this env")
+
+    with monkeypatch.context() as m:
+        m.setattr(ppo_atari, "get_game", unsaveable)
+        assert_resumes_with_fresh_episodes(ppo_atari, tiny(save_model=True, save_every=1), capsys, monkeypatch)
+    saved = ppo_atari.train(tiny(save_model=True, total_timesteps=2 * 32))
+    assert_envs_of_another_version_refused(ppo_atari, saved, lambda envs, wrapper: wrapper)
 
 # the bad input every script on the NoFrameskip-v4 games refuses (test_ppo_atari_lstm.py adds its own to these)
 ATARI_BAD_INPUT = [

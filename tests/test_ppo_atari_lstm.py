@@ -11,10 +11,10 @@ import pytest
 import torch
 from hacks import hack_safety_tests
 from precision import bf16_tests
-from test_ppo import (assert_cli_error_is_one_line, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
-                      assert_memory_checked, assert_nonfinite_stops_and_keeps_the_last_checkpoint,
-                      assert_stopped_in_one_line,
-                      assert_resumes_with_fresh_episodes)
+from test_ppo import (assert_cli_error_is_one_line, assert_foreign_and_corrupt_checkpoints_rejected, assert_memory_checked,
+                      assert_nonfinite_stops_and_keeps_the_last_checkpoint, assert_rejected_before_training,
+                      assert_resume_matches_uninterrupted_run, assert_resumes_with_fresh_episodes,
+                      assert_stopped_in_one_line)
 from test_ppo_atari import ATARI_BAD_INPUT, assert_channels_last_is_the_same_math
 
 import ppo_atari_lstm as lstm_mod
@@ -257,10 +257,11 @@ def test_reference_defaults_and_one_frame():
     assert obs.shape == (1, 84, 84) and obs.dtype == np.uint8  # detail A7: no frame stack
 
 
-def test_resume_continues_from_checkpoint_and_evaluate(capsys, monkeypatch):
-    args = tiny(total_timesteps=2 * 16 * 2, save_model=True, save_every=1)
-    full, resumed = assert_resumes_with_fresh_episodes(lstm_mod, args, capsys, monkeypatch)  # ALE does not pickle
-    assert resumed["learning_rate"] == [0.0]  # the schedule continued to its end, not restarted
+def test_resume_matches_uninterrupted_run_and_evaluate(monkeypatch):
+    # Asterix's games (~190 steps) span the checkpoint at step 2 * 64 of each env; the LSTM states are carried over it
+    args = tiny(num_steps=64, total_timesteps=2 * 64 * 5, save_model=True, save_every=2)
+    full, resumed = assert_resume_matches_uninterrupted_run(lstm_mod, args, monkeypatch)
+    assert resumed["episodic_return"] and resumed["learning_rate"][-1] == 0.0  # the schedule continued to its end
     ckpt, _ = lstm_mod.load_checkpoint(full["checkpoint"])
     assert all(torch.equal(ckpt["model"][k], v) for k, v in full["agent"].state_dict().items())
     scores = lstm_mod.evaluate(full["checkpoint"], eval_episodes=1, seed=0)
@@ -288,6 +289,15 @@ def test_bad_input_rejected_before_training(kw, message):
 
 def test_foreign_checkpoint_rejected():
     assert_foreign_and_corrupt_checkpoints_rejected(lstm_mod, "ppo_atari.py")
+
+
+def test_resume_without_env_state_continues_with_fresh_games(monkeypatch, capsys):
+    def unsaveable(env):  # as a video recorder's
+        raise TypeError("cannot pickle this env")
+
+    monkeypatch.setattr(lstm_mod, "get_game", unsaveable)
+    assert_resumes_with_fresh_episodes(lstm_mod, tiny(total_timesteps=2 * 16 * 2, save_model=True, save_every=1),
+                                       capsys, monkeypatch)
 
 
 # ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------

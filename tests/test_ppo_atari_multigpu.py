@@ -1,5 +1,5 @@
 """Tests of ppo_atari_multigpu.py on CPU (gloo): two processes make the update of one process with all the envs,
-every rank's games reach rank 0's log, torchrun runs, checkpoints and resumes, and a lost process stops the job.
+every rank's games reach rank 0's log, torchrun runs, checkpoints and resumes exactly, and a lost process stops the job.
 In a world of one (no torchrun) it is ppo_atari.py, which test_ppo_atari.py tests; here only what differs.
 """
 
@@ -14,18 +14,20 @@ import time
 from datetime import timedelta
 
 import ale_py
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
 import test_ppo_atari
 from conftest import ROOT
-from processes import (alive, assert_process_group_failure_is_one_line, descendants, free_port, group_watcher, rank_env,
-                       run_cli, run_ranks, script_lines, stop_job, wait_for)
+from processes import (alive, assert_process_group_failure_is_one_line, descendants, driver, free_port, group_watcher,
+                       rank_env, run_cli, run_ranks, script_lines, stop_job, wait_for)
 from hacks import hack_safety_tests
 from precision import bf16_tests
-from test_ppo import (assert_cli_error_is_one_line, assert_memory_checked,
-                      assert_nonfinite_stops_and_keeps_the_last_checkpoint, read_scalars)
+from test_ppo import (assert_cli_error_is_one_line, assert_envs_of_another_version_refused, assert_memory_checked,
+                      assert_nonfinite_stops_and_keeps_the_last_checkpoint, assert_resumes_with_fresh_episodes,
+                      read_scalars)
 
 import ppo_atari
 import ppo_atari_multigpu as mg
@@ -193,6 +195,19 @@ def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(monkeypatch
     assert_nonfinite_stops_and_keeps_the_last_checkpoint(mg, tiny(save_model=True, save_every=1), monkeypatch)
 
 
+def test_resume_without_env_state_continues_with_fresh_games_and_another_versions_envs_refused(monkeypatch, capsys):
+    """In a world of one (test_ppo.py's helpers): envs that cannot be pickled (a video recorder) leave the checkpoint
+    without them, and a resume starts new games; envs another version of the file pickled are refused in one line."""
+    def unsaveable(env):
+        raise TypeError("cannot pickle this env")
+
+    with monkeypatch.context() as m:
+        m.setattr(mg, "get_game", unsaveable)
+        assert_resumes_with_fresh_episodes(mg, tiny(save_model=True, save_every=1), capsys, monkeypatch)
+    saved = mg.train(tiny(save_model=True, total_timesteps=2 * 32))
+    assert_envs_of_another_version_refused(mg, saved, lambda envs, wrapper: [wrapper] * len(envs))  # one pickle an env
+
+
 # ---- torchrun --------------------------------------------------------------------------------------------------------
 
 
@@ -200,29 +215,65 @@ def torchrun(args, nproc=2, script=SCRIPT):
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", script, *flags(args)]
 
 
-def test_torchrun_trains_checkpoints_and_resumes_and_the_process_group_is_gone_before_the_exit():
-    """The group: CI's abort at the end of a torchrun job (rank 1 "terminate called without an active exception"): the
+KEEP_ITERATION_2 = """import torch
+real_save = torch.save
+def save(obj, f, *a, **kw):  # save_checkpoint's: iteration 2's checkpoint kept, as a run stopped after it leaves it
+    real_save(obj, f, *a, **kw)
+    if isinstance(obj, dict) and obj.get("iteration") == 2:
+        real_save(obj, "iteration2.pt")
+torch.save = save
+"""
+
+
+def test_torchrun_trains_checkpoints_and_resumes_exactly_and_the_process_group_is_gone_before_the_exit(monkeypatch):
+    """A run of 3 iterations, then its checkpoint of iteration 2 resumed: the log reads as the uninterrupted run's, every
+    loss and game of iteration 3 the same (both ranks' games and sampling streams were saved), and so does the final
+    checkpoint (the weights, and Adam's moments, which took iteration 3's gradients at its learning rate of 0). One
+    process resumes the two ranks' games too (D1: the envs split over any world that splits them).
+    The group: CI's abort at the end of a torchrun job (rank 1 "terminate called without an active exception"): the
     first optimizer imports torch.distributed.nn, whose functions' defaults then hold the group, so
     destroy_process_group left it and its gloo threads running into the exit (processes.group_watcher)."""
-    args = tiny(num_steps=128, total_timesteps=2 * 128 * 2, save_model=True, save_every=1)
-    run = subprocess.run(torchrun(args, script=group_watcher(SCRIPT)), capture_output=True, text=True, timeout=120)
+    args = tiny(num_steps=128, total_timesteps=2 * 128 * 3, save_model=True, save_every=1)
+    run = subprocess.run(torchrun(args, script=driver(SCRIPT, KEEP_ITERATION_2)), capture_output=True, text=True,
+                         timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.count("the group is gone") == 2, run.stdout
     progress = [line for line in run.stdout.splitlines() if line.startswith("step ")]
-    assert len(progress) == 1 and progress[0].startswith("step 512/512 ")  # from rank 0 alone
+    assert len(progress) == 1 and progress[0].startswith("step 768/768 ")  # from rank 0 alone
     (ckpt,) = glob.glob("runs/*/checkpoint.pt")
-    state = torch.load(ckpt, weights_only=False)
+    state = torch.load("iteration2.pt", weights_only=False)
     assert state["iteration"] == 2 and state["script"] == "ppo_atari_multigpu.py" and state["args"]["local_num_envs"] == 1
-    assert read_scalars(os.path.dirname(ckpt), "charts/episodic_return")  # whose: test_every_rank_games_are_logged_by_rank_0
+    assert len(state["envs"]) == len(state["next_obs"]) == len(state["rngs"]) == 2  # both ranks' games and streams
+    run_dir, tags = os.path.dirname(ckpt), ["charts/episodic_return", "charts/learning_rate", "losses/value_loss",
+                                            "losses/policy_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac"]
+    full, final = {tag: read_scalars(run_dir, tag) for tag in tags}, torch.load(ckpt, weights_only=False)
+    assert full["charts/episodic_return"]  # whose: test_every_rank_games_are_logged_by_rank_0
 
-    resume = subprocess.run(torchrun(mg.Args(resume=ckpt, total_timesteps=2 * 128 * 3)), capture_output=True, text=True, timeout=120)
+    resume = subprocess.run(torchrun(mg.Args(resume="iteration2.pt"), script=group_watcher(SCRIPT)), capture_output=True,
+                            text=True, timeout=120)
     assert resume.returncode == 0, resume.stderr[-3000:]
+    assert resume.stdout.count("the group is gone") == 2, resume.stdout
     assert "step 768/768 " in resume.stdout
-    # issue 37.10: its notices once, from rank 0, not once per rank
-    assert resume.stderr.count(": resuming ") == 1 and resume.stderr.count("holds no env state") == 1
-    assert torch.load(ckpt, weights_only=False)["iteration"] == 3
-    # iterations 1, 2, then the resumed 3 (its schedule ends at 3, ppo_atari.py's as well), each logged once
-    assert read_scalars(os.path.dirname(ckpt), "charts/learning_rate") == pytest.approx([2.5e-4, 0.0, 0.0])
+    # issue 37.10: its notice once, from rank 0, not once per rank
+    assert resume.stderr.count(": resuming ") == 1 and "holds no env state" not in resume.stderr
+    # iterations 1, 2, then the resumed 3, each logged once, each value the uninterrupted run's
+    assert full["charts/learning_rate"] == pytest.approx([2.5e-4, 1.25e-4, 0.0])
+    assert {tag: read_scalars(run_dir, tag) for tag in tags} == full
+    resumed = torch.load(ckpt, weights_only=False)
+    assert resumed["iteration"] == 3
+    torch.testing.assert_close(resumed["model"], final["model"], rtol=0, atol=0)
+    torch.testing.assert_close(resumed["optimizer"]["state"], final["optimizer"]["state"], rtol=0, atol=0)
+
+    frames, init = [], gym.vector.SyncVectorEnv.__init__
+
+    def init_and_record(self, *a, **kw):  # the frame each emulator is at as its envs are made
+        init(self, *a, **kw)
+        frames.append([env.unwrapped.ale.getEpisodeFrameNumber() for env in self.envs])
+
+    monkeypatch.setattr(gym.vector.SyncVectorEnv, "__init__", init_and_record)
+    # one process, in this one (run_cli: the script as __main__, the module whose names the torchrun ranks pickled)
+    code, _, stderr = run_cli("ppo_atari_multigpu.py", ["--resume", "iteration2.pt"], timeout=120)
+    assert code == 0 and "holds no env state" not in stderr, stderr[-3000:]
+    assert frames[0] == [0, 0] and min(frames[1]) > 0  # the new games, then both ranks' saved ones, mid-play
 
 
 # ---- a lost process stops the job ------------------------------------------------------------------------------------
