@@ -385,6 +385,26 @@ def test_report_writes_markdown_csv_and_one_plot_per_env(write_tb, tmp_path):
         ("ppo.py", "Acrobot-v1", -80.0), ("ppo.py", "CartPole-v1", 400.0), ("ppo_shared.py", "CartPole-v1", 495.0)]
 
 
+def test_report_gives_each_seeds_hours_its_parts_summed_without_the_gap_between(write_tb, tmp_path):
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    write_run(write_tb, "CartPole-v1", "ppo", 1, [400.0] * 150, 500000)  # written within a second
+    run_dir = "runs/CartPole-v1__ppo__1__1"
+    # two more parts: an hour, then 50 hours down, then half an hour after its resume
+    for name, times in (("2", [1e9, 1e9 + 1800, 1e9 + 3600]), ("3", [1e9 + 54 * 3600, 1e9 + 54.5 * 3600])):
+        with open(f"{run_dir}/events.out.tfevents.{name}", "wb") as f:
+            for t in times:
+                RecordWriter(f).write(event_pb2.Event(wall_time=t, step=1).SerializeToString())
+    (record,) = report.collect("runs")
+    assert record["hours"] == pytest.approx(1.5, abs=0.01)
+    assert report.main(["runs", "--out", str(tmp_path / "out"), "--no-plots"]) == 0
+    assert "- hours per seed (the runs' processes, each part from its start or resume to its last log, summed): " \
+           "ppo.py CartPole-v1: 1.5\n" in (tmp_path / "out" / "report.md").read_text()
+    with open(tmp_path / "out" / "per_seed.csv") as f:
+        assert [row["hours"] for row in csv.DictReader(f)] == ["1.5"]
+
+
 def test_report_curves_are_a_panel_of_the_figure_beside_the_published_number(write_tb, tmp_path, capsys):
     """Issue 50's panel: our 10M Breakout runs alone (no peer's runs of that budget here). report.py --curves writes the
     return per tenth of the steps over the seeds; summary.py draws it as one group beside the published 414.66 ± 28.09."""
