@@ -259,7 +259,7 @@ def test_reference_defaults_and_one_frame():
 
 def test_resume_matches_uninterrupted_run_and_evaluate(monkeypatch):
     # Asterix's games (~190 steps) span the checkpoint at step 2 * 64 of each env; the LSTM states are carried over it
-    args = tiny(num_steps=64, total_timesteps=2 * 64 * 5, save_model=True, save_every=2)
+    args = tiny(num_steps=64, total_timesteps=2 * 64 * 4, save_model=True, save_every=2)
     full, resumed = assert_resume_matches_uninterrupted_run(lstm_mod, args, monkeypatch)
     assert resumed["episodic_return"] and resumed["learning_rate"][-1] == 0.0  # the schedule continued to its end
     ckpt, _ = lstm_mod.load_checkpoint(full["checkpoint"])
