@@ -190,6 +190,13 @@ def make_env(env_id, video_dir=None):
     return gym.wrappers.FrameStackObservation(env, 4)
 
 
+class Unpickler(pickle.Unpickler):
+    """Finds this file's classes whether `python <file>` pickled them (as __main__'s) or an import of the file did."""
+    def find_class(self, module, name):
+        mine = module in ("__main__", SCRIPT[:-3]) and hasattr(sys.modules[__name__], name)  # run as __main__ or imported
+        return getattr(sys.modules[__name__], name) if mine else super().find_class(module, name)
+
+
 def env_worker(learner_end, conn, args, run_name, first, count, restored, shared_obs):
     """Detail 1: a worker steps envs first..first+count-1 on each message; observations go into shared memory."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle; it closes the workers
@@ -197,7 +204,7 @@ def env_worker(learner_end, conn, args, run_name, first, count, restored, shared
     learner_end.close()  # only the learner holds it now: if the learner goes away, recv() here fails, not waits
     thunks = [lambda i=first + i: make_env(args.env_id, f"videos/{run_name}" if args.capture_video and i == 0 else None)
               for i in range(count)]
-    for i, (env, ale_state, np_random) in enumerate(map(pickle.loads, restored or [])):
+    for i, (env, ale_state, np_random) in enumerate(Unpickler(io.BytesIO(env)).load() for env in restored or []):
         env.unwrapped.restore_state(ale_state)  # an AtariEnv pickles only its arguments: the emulator comes beside it
         env.unwrapped.np_random = np_random
         thunks[i] = lambda env=env: env
@@ -466,7 +473,7 @@ def train(args: Args, given=None):
         run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
         fresh = "; the checkpoint holds no env state; resuming with fresh episodes" if ckpt["envs"] is None else ""
         try:  # the workers unpickle them: pickled by the version of this file that saved them, maybe with other wrappers
-            [pickle.loads(env) for env in ckpt["envs"] or []]
+            [Unpickler(io.BytesIO(env)).load() for env in ckpt["envs"] or []]
         except Exception as e:
             raise ConfigError(f"the envs in {args.resume} do not fit this version of {SCRIPT} ({type(e).__name__}: "
                               f"{e}); resume it with the version that wrote it, or start a new run") from None

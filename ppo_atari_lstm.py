@@ -252,6 +252,13 @@ def set_game(env, saved):
     return env
 
 
+class Unpickler(pickle.Unpickler):
+    """Finds this file's classes whether `python <file>` pickled them (as __main__'s) or an import of the file did."""
+    def find_class(self, module, name):
+        mine = module in ("__main__", SCRIPT[:-3]) and hasattr(sys.modules[__name__], name)  # run as __main__ or imported
+        return getattr(sys.modules[__name__], name) if mine else super().find_class(module, name)
+
+
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
     # detail 2: orthogonal weights, constant biases
     torch.nn.init.orthogonal_(layer.weight, std)
@@ -532,7 +539,7 @@ def train(args: Args, given=None):
         if ckpt["envs"] is not None:  # continue the very same games
             envs.close()
             try:  # pickled by the version of this file that saved them, which may have had other wrappers
-                envs = make_envs(args, run_name, pickle.loads(ckpt["envs"]))
+                envs = make_envs(args, run_name, Unpickler(io.BytesIO(ckpt["envs"])).load())
             except Exception as e:
                 raise ConfigError(f"the envs in {args.resume} do not fit this version of {SCRIPT} ({type(e).__name__}: "
                                   f"{e}); resume it with the version that wrote it, or start a new run") from None

@@ -19,6 +19,7 @@ from precision import bf16_tests
 from processes import run_cli
 from test_ppo import (
     assert_checkpoint_evaluates,
+    assert_command_line_checkpoint_resumes_in_python,
     assert_envs_of_another_version_refused,
     assert_foreign_and_corrupt_checkpoints_rejected,
     assert_memory_checked,
@@ -491,6 +492,10 @@ def test_resume_matches_uninterrupted_run_and_evaluate(monkeypatch):
     assert full["learning_rate"] == [0.01] * 6 and resumed["global_step"] == 60  # --no-anneal-lr keeps the rate constant
 
     assert_checkpoint_evaluates(paac, full, episodes=1)  # one Breakout game: a long one
+
+
+def test_a_command_line_checkpoint_resumes_in_python_with_its_games():
+    assert_command_line_checkpoint_resumes_in_python(paac, tiny(total_timesteps=2 * 5))
 
 
 def test_resumes_with_fresh_episodes_when_the_envs_cannot_be_saved(monkeypatch, capsys):

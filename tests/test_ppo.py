@@ -435,6 +435,27 @@ def assert_resumed_log_reads_once(full, returns=True):
                                    rtol=1e-6)
 
 
+def cli_flags(args):
+    """The command-line flags that give `args` (those that differ from its Args' defaults)."""
+    out, default = [], dataclasses.asdict(type(args)())
+    for k, v in dataclasses.asdict(args).items():
+        if v != default[k]:
+            name = k.replace("_", "-")
+            out += ([f"--{name}"] if v else [f"--no-{name}"]) if isinstance(v, bool) else [f"--{name}", str(v)]
+    return out
+
+
+def assert_command_line_checkpoint_resumes_in_python(mod, args):
+    """A checkpoint of `python <script>` (its own wrappers pickled as __main__'s) resumes by train() in Python, games and
+    all, not with the line that the envs do not fit: the script's Unpickler finds them in the module."""
+    code, _, stderr = run_cli(f"{mod.__name__}.py", cli_flags(dataclasses.replace(args, save_model=True)))
+    assert code == 0, stderr[-3000:]
+    (ckpt,) = glob.glob("runs/*/checkpoint.pt")
+    assert mod.load_checkpoint(ckpt)[0]["envs"] is not None
+    next_second()
+    assert mod.train(mod.Args(resume=ckpt, total_timesteps=2 * args.total_timesteps))["global_step"] == 2 * args.total_timesteps
+
+
 def assert_resumes_with_fresh_episodes(mod, args, capture, monkeypatch):
     """For the scripts whose games cannot be saved (ALE, μRTS's JVM): train `args` (2 iterations, a checkpoint
     after each), resume from the first one, and check that the run continues with fresh episodes to the same

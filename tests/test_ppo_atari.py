@@ -12,8 +12,9 @@ import pytest
 import torch
 from hacks import hack_safety_tests
 from precision import bf16_tests
-from test_ppo import (PPO_BAD_INPUT, assert_cli_error_is_one_line, assert_envs_of_another_version_refused,
-                      assert_foreign_and_corrupt_checkpoints_rejected, assert_memory_checked,
+from test_ppo import (PPO_BAD_INPUT, assert_cli_error_is_one_line, assert_command_line_checkpoint_resumes_in_python,
+                      assert_envs_of_another_version_refused, assert_foreign_and_corrupt_checkpoints_rejected,
+                      assert_memory_checked,
                       assert_nonfinite_stops_and_keeps_the_last_checkpoint, assert_rejected_before_training,
                       assert_resume_matches_uninterrupted_run, assert_resumes_with_fresh_episodes,
                       assert_stopped_in_one_line, read_scalars)
@@ -295,6 +296,10 @@ def test_resume_matches_uninterrupted_run_and_evaluate(monkeypatch):
     assert scores == ppo_atari.evaluate(full["checkpoint"], eval_episodes=1, seed=0)  # seeded: repeatable
     assert len(scores) == 1 and scores[0] % 50 == 0  # whole-game Asterix scores
 
+
+
+def test_a_command_line_checkpoint_resumes_in_python_with_its_games():
+    assert_command_line_checkpoint_resumes_in_python(ppo_atari, tiny(total_timesteps=2 * 32))
 
 
 def test_resume_without_env_state_continues_with_fresh_games_and_another_versions_envs_refused(monkeypatch, capsys):

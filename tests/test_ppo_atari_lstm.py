@@ -11,7 +11,8 @@ import pytest
 import torch
 from hacks import hack_safety_tests
 from precision import bf16_tests
-from test_ppo import (assert_cli_error_is_one_line, assert_foreign_and_corrupt_checkpoints_rejected, assert_memory_checked,
+from test_ppo import (assert_cli_error_is_one_line, assert_command_line_checkpoint_resumes_in_python,
+                      assert_foreign_and_corrupt_checkpoints_rejected, assert_memory_checked,
                       assert_nonfinite_stops_and_keeps_the_last_checkpoint, assert_rejected_before_training,
                       assert_resume_matches_uninterrupted_run, assert_resumes_with_fresh_episodes,
                       assert_stopped_in_one_line)
@@ -289,6 +290,10 @@ def test_bad_input_rejected_before_training(kw, message):
 
 def test_foreign_checkpoint_rejected():
     assert_foreign_and_corrupt_checkpoints_rejected(lstm_mod, "ppo_atari.py")
+
+
+def test_a_command_line_checkpoint_resumes_in_python_with_its_games():
+    assert_command_line_checkpoint_resumes_in_python(lstm_mod, tiny(total_timesteps=2 * 16))
 
 
 def test_resume_without_env_state_continues_with_fresh_games(monkeypatch, capsys):

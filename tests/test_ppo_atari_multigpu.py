@@ -25,8 +25,9 @@ from processes import (alive, assert_process_group_failure_is_one_line, descenda
                        rank_env, run_cli, run_ranks, script_lines, stop_job, wait_for)
 from hacks import hack_safety_tests
 from precision import bf16_tests
-from test_ppo import (assert_cli_error_is_one_line, assert_envs_of_another_version_refused, assert_memory_checked,
-                      assert_nonfinite_stops_and_keeps_the_last_checkpoint, assert_resumes_with_fresh_episodes,
+from test_ppo import (assert_cli_error_is_one_line, assert_command_line_checkpoint_resumes_in_python,
+                      assert_envs_of_another_version_refused, assert_memory_checked,
+                      assert_nonfinite_stops_and_keeps_the_last_checkpoint, assert_resumes_with_fresh_episodes, cli_flags,
                       read_scalars)
 
 import ppo_atari
@@ -39,16 +40,6 @@ def tiny(**kw):
     """test_ppo_atari's tiny run, as this script's Args."""
     fields = {k: v for k, v in dataclasses.asdict(test_ppo_atari.tiny()).items() if k in mg.Args.__dataclass_fields__}
     return dataclasses.replace(mg.Args(**{**fields, "exp_name": mg.Args.exp_name}), **kw)
-
-
-def flags(args):
-    """The command-line flags that give `args` (those that differ from the defaults)."""
-    out, default = [], dataclasses.asdict(mg.Args())
-    for k, v in dataclasses.asdict(args).items():
-        if v != default[k]:
-            name = k.replace("_", "-")
-            out += ([f"--{name}"] if v else [f"--no-{name}"]) if isinstance(v, bool) else [f"--{name}", str(v)]
-    return out
 
 
 def parameters(agent):
@@ -208,11 +199,15 @@ def test_resume_without_env_state_continues_with_fresh_games_and_another_version
     assert_envs_of_another_version_refused(mg, saved, lambda envs, wrapper: [wrapper] * len(envs))  # one pickle an env
 
 
+
+def test_a_command_line_checkpoint_resumes_in_python_with_its_games():
+    assert_command_line_checkpoint_resumes_in_python(mg, tiny(total_timesteps=2 * 32))
+
 # ---- torchrun --------------------------------------------------------------------------------------------------------
 
 
 def torchrun(args, nproc=2, script=SCRIPT):
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", script, *flags(args)]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", script, *cli_flags(args)]
 
 
 KEEP_ITERATION_2 = """import torch
@@ -317,7 +312,7 @@ def test_a_hung_rank_stops_the_other_with_a_one_line_error():
     --dist-timeout with one line."""
     args = tiny(num_steps=128, total_timesteps=2 * 128 * 1000, save_model=True, save_every=1, dist_timeout=5)
     port = free_port()
-    ranks = [subprocess.Popen([sys.executable, SCRIPT, *flags(args)], env=rank_env(rank, 2, port), stdout=subprocess.PIPE,
+    ranks = [subprocess.Popen([sys.executable, SCRIPT, *cli_flags(args)], env=rank_env(rank, 2, port), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for rank in range(2)]
     try:
         assert wait_for(lambda: glob.glob("runs/*/checkpoint.pt"), 90), "no iteration finished"
