@@ -453,19 +453,28 @@ def assert_command_line_checkpoint_resumes_in_python(mod, args):
     (ckpt,) = glob.glob("runs/*/checkpoint.pt")
     assert mod.load_checkpoint(ckpt)[0]["envs"] is not None
     next_second()
-    assert mod.train(mod.Args(resume=ckpt, total_timesteps=2 * args.total_timesteps))["global_step"] == 2 * args.total_timesteps
+    resumed = mod.train(mod.Args(resume=ckpt, total_timesteps=2 * args.total_timesteps))
+    assert resumed["global_step"] == 2 * args.total_timesteps
 
 
-def assert_resumes_with_fresh_episodes(mod, args, capture, monkeypatch):
-    """For the scripts whose games cannot be saved (ALE, μRTS's JVM): train `args` (2 iterations, a checkpoint
-    after each), resume from the first one, and check that the run continues with fresh episodes to the same
-    final step, the learning-rate schedule where it was, and a log that reads once. Returns both runs."""
+def assert_resumes_with_fresh_episodes(mod, args, capture, monkeypatch, unsaveable=None):
+    """For the scripts whose games cannot be saved (envpool, μRTS's JVM), or, with `unsaveable` (the name of the
+    function that reads an env's state beside its pickle, made to raise as a video recorder's pickle does), for envs
+    that cannot be saved this time: train `args` (2 iterations, a checkpoint after each), resume from the first one,
+    and check that the run continues with fresh episodes to the same final step, the learning-rate schedule where it
+    was, and a log that reads once. Returns both runs."""
+    def raises(env):
+        raise TypeError("cannot pickle this env")
+
     keep_checkpoint(mod, monkeypatch, kept := "iteration1.pt", at=1)
-    full = mod.train(args)
-    final, _ = mod.load_checkpoint(full["checkpoint"])  # read before the resumed run writes over it
-    assert final["script"] == f"{mod.__name__}.py" and final["iteration"] == 2
-    assert mod.load_checkpoint(kept)[0]["envs"] is None
-    resumed = resume_later(mod, kept)
+    with monkeypatch.context() as m:
+        if unsaveable:
+            m.setattr(mod, unsaveable, raises)
+        full = mod.train(args)
+        final, _ = mod.load_checkpoint(full["checkpoint"])  # read before the resumed run writes over it
+        assert final["script"] == f"{mod.__name__}.py" and final["iteration"] == 2
+        assert mod.load_checkpoint(kept)[0]["envs"] is None
+        resumed = resume_later(mod, kept)
     assert "resuming with fresh episodes" in capture.readouterr().err
     assert resumed["global_step"] == full["global_step"] == 2 * args.num_envs * args.num_steps
     assert len(resumed["losses"]) == 1 and resumed["learning_rate"] == full["learning_rate"][1:]

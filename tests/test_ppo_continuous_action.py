@@ -608,12 +608,8 @@ def test_resume_matches_uninterrupted_run(monkeypatch):
 
 
 def test_resume_without_env_state_continues_with_fresh_episodes(monkeypatch, capsys):
-    def unsaveable(env):
-        raise TypeError("cannot pickle this env")
-
-    monkeypatch.setattr(pca, "get_physics", unsaveable)
     full, resumed = assert_resumes_with_fresh_episodes(pca, tiny(save_model=True, save_every=1, total_timesteps=128),
-                                                       capsys, monkeypatch)
+                                                       capsys, monkeypatch, unsaveable="get_physics")
     # the statistics went on from the checkpoint's, plus the first observations of the 2 fresh episodes
     assert resumed["obs_rms"][2] == pytest.approx(full["obs_rms"][2] + 2)
 
