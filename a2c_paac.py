@@ -204,7 +204,7 @@ def env_worker(learner_end, conn, args, run_name, first, count, restored, shared
     learner_end.close()  # only the learner holds it now: if the learner goes away, recv() here fails, not waits
     thunks = [lambda i=first + i: make_env(args.env_id, f"videos/{run_name}" if args.capture_video and i == 0 else None)
               for i in range(count)]
-    for i, (env, ale_state, np_random) in enumerate(Unpickler(io.BytesIO(env)).load() for env in restored or []):
+    for i, (env, ale_state, np_random) in enumerate(Unpickler(io.BytesIO(saved)).load() for saved in restored or []):
         env.unwrapped.restore_state(ale_state)  # an AtariEnv pickles only its arguments: the emulator comes beside it
         env.unwrapped.np_random = np_random
         thunks[i] = lambda env=env: env
