@@ -10,9 +10,9 @@ budget, preferring CleanRL's own implementation; the verdict says whether our me
 published mean +- std, above, below, or is not comparable (budget differs, or nothing published).
 
 Writes into the out dir (default: report-<date>/ in the current directory, so that a sweep run elsewhere
-leaves the clone as it was): report.md (command, date, machine, the MuJoCo the runs logged, each seed's hours, the
-table), per_seed.csv (the raw per-seed values) and one <env>.png per env (each seed thin, the mean thick, the published
-band).
+leaves the clone as it was): report.md (command, date, machine, the MuJoCo the runs logged, each seed's hours and
+threads, the table), per_seed.csv (the raw per-seed values) and one <env>.png per env (each seed thin, the mean thick,
+the published band).
 With --curves, also curves.csv (the report's one script and env: its return per tenth of the steps, each seed's mean
 in it, their mean, min and max; the verdict) for benchmark/summary.py's figure, which draws it as a panel beside the
 published number. A corrupt summary, a missing --reference, a runs dir without runs, or --curves over more than one
@@ -152,6 +152,12 @@ def run_hours(run_dir):
     return total / 3600
 
 
+def hours_str(record):
+    """"5.2" or, for a run of benchmark/run.py, "5.2 (2 threads)": a run's hours depend on the cores it was given."""
+    threads = record["threads"]
+    return f"{record['hours']:.1f}" + (f" ({threads} thread{'s' * (threads != 1)})" if threads else "")
+
+
 def find_run_dirs(runs_dir):
     found = []
     for root, dirs, files in os.walk(runs_dir):
@@ -189,7 +195,7 @@ def collect(runs_dir, tag=RETURN_TAG):
         rec = {"script": script, "env_id": env_id, "exp_name": exp_name, "seed": seed, "budget": budget,
                "last_step": data["last_step"], "episodes": len(data["returns"]),
                "final_return": final_return(data["returns"]), "steps": data["steps"], "returns": data["returns"],
-               "hours": round(run_hours(d), 2),
+               "hours": round(run_hours(d), 2), "threads": summary.get("threads") if summary else None,
                "run_dir": d, "git_commit": summary.get("git_commit") if summary else None,
                "extra_args": " ".join(summary["args"]) if summary else "", "from_runner": summary is not None,
                "machine": machine_str(summary["machine"]) if summary else None, "mujoco": hp.get("mujoco"),
@@ -322,7 +328,7 @@ def plot_env(env_id, results, path):
 
 def write_csv(records, path):
     cols = ["script", "env_id", "exp_name", "extra_args", "seed", "budget", "last_step", "episodes",
-            "final_return", "hours", "git_commit", "machine", "mujoco", "run_dir"]
+            "final_return", "hours", "threads", "git_commit", "machine", "mujoco", "run_dir"]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
@@ -391,8 +397,9 @@ def make_report(argv):
           "mean ± std across seeds with np.std (ddof=0), as the published numbers",
           "- verdict: our mean within the published mean ± std, above, below; not comparable when the steps budget differs",
           "- raw per-seed values: per_seed.csv; learning curves (mean of the last 100 episodes): <env>.png",
-          "- hours per seed (the runs' processes, each part from its start or resume to its last log, summed): "
-          + "; ".join(f"{res['script']} {res['env_id']}: " + ", ".join(f"{r['hours']:.1f}" for r in res["records"])
+          "- hours per seed (the runs' processes, each part from its start or resume to its last log, summed; the "
+          "runner's threads a run): "
+          + "; ".join(f"{res['script']} {res['env_id']}: " + ", ".join(hours_str(r) for r in res["records"])
                       for res in results),
           "", *table, ""]
     if compare_as:

@@ -396,13 +396,19 @@ def test_report_gives_each_seeds_hours_its_parts_summed_without_the_gap_between(
         with open(f"{run_dir}/events.out.tfevents.{name}", "wb") as f:
             for t in times:
                 RecordWriter(f).write(event_pb2.Event(wall_time=t, step=1).SerializeToString())
-    (record,) = report.collect("runs")
-    assert record["hours"] == pytest.approx(1.5, abs=0.01)
+    write_run(write_tb, "CartPole-v1", "ppo", 2, [400.0] * 150, 500000)  # seed 2: the runner's, on 2 threads
+    os.makedirs("runs/summaries")
+    with open("runs/summaries/ppo__CartPole-v1__2__x.json", "w") as f:
+        json.dump({"script": "ppo.py", "args": [], "ok": True, "tb_dir": "CartPole-v1__ppo__2__1", "threads": 2,
+                   "machine": {"cores": 2, "cpu": "AMD EPYC"}}, f)
+    records = report.collect("runs")
+    assert [(r["seed"], r["threads"]) for r in records] == [(1, None), (2, 2)]
+    assert records[0]["hours"] == pytest.approx(1.5, abs=0.01)
     assert report.main(["runs", "--out", str(tmp_path / "out"), "--no-plots"]) == 0
-    assert "- hours per seed (the runs' processes, each part from its start or resume to its last log, summed): " \
-           "ppo.py CartPole-v1: 1.5\n" in (tmp_path / "out" / "report.md").read_text()
+    assert "- hours per seed (the runs' processes, each part from its start or resume to its last log, summed; the " \
+           "runner's threads a run): ppo.py CartPole-v1: 1.5, 0.0 (2 threads)\n" in (tmp_path / "out" / "report.md").read_text()
     with open(tmp_path / "out" / "per_seed.csv") as f:
-        assert [row["hours"] for row in csv.DictReader(f)] == ["1.5"]
+        assert [(row["hours"], row["threads"]) for row in csv.DictReader(f)] == [("1.5", ""), ("0.0", "2")]
 
 
 def test_report_curves_are_a_panel_of_the_figure_beside_the_published_number(write_tb, tmp_path, capsys):
