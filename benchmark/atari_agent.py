@@ -2,7 +2,7 @@
 
 Run:   python benchmark/atari_agent.py weights runs/<run name>/checkpoint.pt agent.pt
        python ppo_atari.py --eval-checkpoint agent.pt --eval-episodes 10
-       python benchmark/atari_agent.py gif agent.pt agent.gif [--seed 0] [--every 2] [--max-frames 1500]
+       python benchmark/atari_agent.py gif agent.pt agent.gif [--seed 1] [--every 2] [--max-frames 1500]
 
 weights: a run's checkpoint.pt holds, beside the network, Adam's two moments (twice the network again), the emulators'
 states, the RNGs and the rollout's last observations; this writes the network's weights alone, with what names them
@@ -41,7 +41,7 @@ def write_weights(checkpoint, out):
     return os.path.getsize(out)
 
 
-def play(weights, seed=0, every=2, max_frames=1500):
+def play(weights, seed=1, every=2, max_frames=1500):
     """One whole game of the agent in `weights`, played as ppo_atari.evaluate plays its first with this seed:
     (score, agent steps, the screens kept as RGB arrays, the score shown on each)."""
     ckpt, args = ppo_atari.load_checkpoint(weights)
@@ -97,7 +97,8 @@ def main(argv=None):
     g = sub.add_parser("gif", help="one game of the agent as an animated GIF")
     g.add_argument("weights")
     g.add_argument("out")
-    g.add_argument("--seed", type=int, default=0, help="the game's seed (--eval-checkpoint's first game: 0)")
+    g.add_argument("--seed", type=int, default=ppo_atari.Args.seed,
+                   help="the game's seed (default: ppo_atari.py's --seed, whose first game --eval-checkpoint plays)")
     g.add_argument("--every", type=int, default=2, help="draw every n-th step of the agent")
     g.add_argument("--max-frames", type=int, default=1500, help="draw at most this many pictures")
     args = parser.parse_args(argv)

@@ -78,12 +78,13 @@ def test_truncated_or_foreign_weights_are_one_line(trained, tmp_path):
 
 def test_gif_shows_the_game_eval_checkpoint_plays_first(trained, tmp_path, capsys):
     _, weights = trained
-    score, steps, screens, shown = atari_agent.play(weights, seed=0, every=3, max_frames=40)
-    assert score == ppo_atari.evaluate(weights, eval_episodes=1, seed=0)[0]  # the same game, the same score
+    seed = ppo_atari.Args().seed  # `python ppo_atari.py --eval-checkpoint agent.pt` evaluates with its --seed
+    score, steps, screens, shown = atari_agent.play(weights, seed=seed, every=3, max_frames=40)
+    assert score == ppo_atari.evaluate(weights, eval_episodes=1, seed=seed)[0]  # the same game, the same score
     assert len(screens) == min(40, -(-steps // 3)) and screens[0].shape == (210, 160, 3)
     assert shown[0] == 0 and shown == sorted(shown) and shown[-1] <= score  # the score so far, never falling
     out = tmp_path / "agent.gif"
-    atari_agent.main(["gif", weights, str(out), "--every", "3", "--max-frames", "40"])
+    atari_agent.main(["gif", weights, str(out), "--every", "3", "--max-frames", "40"])  # its --seed by default
     assert f"score {score:.0f} in {steps} steps of the agent, {len(screens)} pictures" in capsys.readouterr().out
     gif, durations = Image.open(out), []
     assert gif.format == "GIF" and gif.size == (160, 210)
