@@ -2,6 +2,7 @@
 resumed, and the GIF shows the very game --eval-checkpoint's first is."""
 
 import contextlib
+import csv
 import io
 import os
 import subprocess
@@ -94,3 +95,29 @@ def test_gif_shows_the_game_eval_checkpoint_plays_first(trained, tmp_path, capsy
     assert sum(durations) == len(screens) * atari_agent.PICTURE_MS and len(durations) <= len(screens)
     last = gif.convert("RGB")
     assert last.getpixel((80, 150)) == tuple(screens[-1][150, 80])  # the screen itself, away from the score
+
+
+def test_the_10m_sweep_reports_then_ships_evaluates_and_shows_its_median_seed(tmp_path):
+    """benchmark/breakout_10m.sh on a tiny budget, two seeds: the report beside the published number, then the median
+    seed's (the lower middle one) network alone, its --eval-checkpoint line and its GIF of that line's first game."""
+    flags = "--total-timesteps 1024 --num-envs 4 --num-steps 128 --num-minibatches 4 --update-epochs 1"
+    out = tmp_path / "out"
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"], "OUT": str(out),
+           "STEPS": "1024", "SEEDS": "1 2", "EVAL_EPISODES": "1", "ARGS": flags}
+    res = subprocess.run(["bash", os.path.join(ROOT, "benchmark", "breakout_10m.sh")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "| 414.66 ± 28.09 |" in (out / "report.md").read_text() and (out / "curves.csv").is_file()
+    with open(out / "per_seed.csv") as f:
+        rows = sorted(csv.DictReader(f), key=lambda row: float(row["final_return"]))
+    median = rows[0]
+    said = (out / "eval.txt").read_text().splitlines()
+    assert said[:2] == [f"median seed {median['seed']} (final return {median['final_return']}, the mean of its last 100 "
+                        f"training games): {median['run_dir']}",
+                        "$ python ppo_atari.py --eval-checkpoint agent.pt --eval-episodes 1"]
+    weights = torch.load(out / "agent.pt", weights_only=False)["model"]
+    trained = torch.load(tmp_path / median["run_dir"] / "checkpoint.pt", weights_only=False)["model"]
+    assert weights.keys() == trained.keys() and all(torch.equal(weights[k], trained[k]) for k in weights)
+    (score,) = ppo_atari.evaluate(str(out / "agent.pt"), eval_episodes=1, seed=ppo_atari.Args().seed)
+    assert said[2] == f"mean return over 1 episodes: {score:.2f} +- 0.00"
+    assert f"agent.gif: score {score:.0f} in " in res.stdout and Image.open(out / "agent.gif").format == "GIF"

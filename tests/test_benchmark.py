@@ -756,6 +756,7 @@ def sweep_copy(tmp_path, *names):
     ("trpo_vs_sb3.sh", "SEEDS", "2 2", 'whole numbers from 0, each once (e.g. SEEDS="1 2")'),
     ("trpo_vs_sb3.sh", "STEPS", "1e6", "a whole number from 1 (e.g. STEPS=2)"),
     ("implementation_matters.sh", "STEPS", "-5", "a whole number from 1 (e.g. STEPS=2)"),
+    ("breakout_10m.sh", "EVAL_EPISODES", "0", "a whole number from 1 (e.g. EVAL_EPISODES=2)"),
 ])
 def test_a_sweep_checks_its_settings_before_any_run(tmp_path, script, name, value, want):
     bench, env = sweep_copy(tmp_path, script)

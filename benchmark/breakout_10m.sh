@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Seed 000's rule of thumb, "Check if your PPO could obtain 400 episodic return in Breakout", at the published 10M steps
+# (issue 50): the README's command, `python ppo_atari.py --env-id BreakoutNoFrameskip-v4`, for seeds 1 2 3 through
+# run.py, checkpointed every 50 iterations so that running this again resumes each seed exactly where it stopped
+# (and skips the finished ones); then, into OUT:
+#   report.md, per_seed.csv, curves.csv, *.png  the final returns beside CleanRL's 414.66 ± 28.09 (report.py --curves;
+#                                               benchmark/summary.py then draws curves.csv as a panel of the figure)
+#   agent.pt   the network alone of the median seed's final checkpoint (atari_agent.py weights, ~6.4 MiB)
+#   eval.txt   which seed that is, and its score over EVAL_EPISODES whole games (ppo_atari.py --eval-checkpoint)
+#   agent.gif  the first of those games (atari_agent.py gif)
+#
+#   bash benchmark/breakout_10m.sh      # ~5 h a seed on 2 Intel cores, ~12 h on 2 AMD EPYC cores
+#
+# OUT (default results/ppo_atari_breakout_10m_<date>), SEEDS (default "1 2 3"), WORKERS (default 1: each run already
+# steps 8 envs; WORKERS=2 on 2 cores gives each run one thread), EVAL_EPISODES (default 10), STEPS (the budget the
+# report expects, default 10000000) and ARGS (more flags for every run: another experiment, e.g. a shorter one).
+# Logs go to runs/ of the current directory; the report reads every ppo_atari.py run of STEPS steps there.
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+STEPS="${STEPS:-10000000}"; SEEDS="${SEEDS:-1 2 3}"; WORKERS="${WORKERS:-1}"; EVAL_EPISODES="${EVAL_EPISODES:-10}"
+OUT="${OUT:-$BENCH/results/ppo_atari_breakout_10m_$(date +%F)}"
+settings STEPS SEEDS WORKERS EVAL_EPISODES
+
+# shellcheck disable=SC2086  # SEEDS and ARGS are split into words on purpose
+python "$BENCH/run.py" --script "$REPO/ppo_atari.py" --env-ids BreakoutNoFrameskip-v4 --seeds $SEEDS \
+    --workers "$WORKERS" -- --save-model --save-every 50 ${ARGS:-}
+code=$?
+[ $code -eq 0 ] || exit $code  # a seed failed or was stopped: run.py said which; running this again resumes it
+python "$BENCH/report.py" runs/ --scripts ppo_atari.py --steps "$STEPS" --curves \
+    --out "$OUT" || exit 1
+
+# the seed whose final return is the median (the lower of the two middle ones for an even count)
+median="$(python - "$OUT/per_seed.csv" <<'EOF'
+import csv, sys
+rows = sorted(csv.DictReader(open(sys.argv[1])), key=lambda row: float(row["final_return"]))
+row = rows[(len(rows) - 1) // 2]
+print(row["seed"], row["final_return"], row["run_dir"])
+EOF
+)" || exit 1
+read -r seed final run_dir <<< "$median"
+python "$BENCH/atari_agent.py" weights "$run_dir/checkpoint.pt" "$OUT/agent.pt" || exit 1
+{
+    echo "median seed $seed (final return $final, the mean of its last 100 training games): $run_dir"
+    echo "\$ python ppo_atari.py --eval-checkpoint agent.pt --eval-episodes $EVAL_EPISODES"
+    python "$REPO/ppo_atari.py" --eval-checkpoint "$OUT/agent.pt" --eval-episodes "$EVAL_EPISODES"
+} > "$OUT/eval.txt" || exit 1
+python "$BENCH/atari_agent.py" gif "$OUT/agent.pt" "$OUT/agent.gif" || exit 1
+cat "$OUT/eval.txt"
