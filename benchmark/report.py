@@ -7,7 +7,9 @@ openrlbenchmark's rlops.py, metric_last_n_average_window=100): per seed, the mea
 logged values of charts/episodic_return (training episodes of the stochastic policy); then the mean
 and np.std (ddof=0) across seeds. The published row for (script, env) is the one with the same steps
 budget, preferring CleanRL's own implementation; the verdict says whether our mean lies within the
-published mean +- std, above, below, or is not comparable (budget differs, or nothing published).
+published mean +- std, above, below, or is not comparable (budget differs, or nothing published). The other published
+rows of the same script, env and budget (Breakout at 10M: openai/baselines' too) follow the table, with ours judged
+against each.
 
 Writes into the out dir (default: report-<date>/ in the current directory, so that a sweep run elsewhere
 leaves the clone as it was): report.md (command, date, machine, the MuJoCo the runs logged, each seed's hours and
@@ -236,6 +238,14 @@ def steps_str(n):
     return f"{n // 1_000_000}M" if n % 1_000_000 == 0 else f"{n // 1000}k" if n % 1000 == 0 else str(n)
 
 
+def source_number(row, sources):
+    """"[n]": the row's source among the report's numbered sources (added when new)."""
+    text = f"{row['source']}; {row['notes']}"
+    if text not in sources:
+        sources.append(text)
+    return f"[{sources.index(text) + 1}]"
+
+
 def build_table(groups, rows, compare_as):
     lines = ["| script | env | steps | seeds | ours (mean ± std) | per seed | published (mean ± std) "
              "| published steps | verdict | ref |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -248,12 +258,12 @@ def build_table(groups, rows, compare_as):
         ref_script = compare_as.get(script, script)
         ref = pick_reference(rows, ref_script, env_id, budget)
         v = verdict(mean, budget, ref) if len(budgets) == 1 else "not comparable: seeds differ in budget"
-        ref_n = ""
-        if ref is not None:
-            text = f"{ref['source']}; {ref['notes']}"
-            if text not in sources:
-                sources.append(text)
-            ref_n = f"[{sources.index(text) + 1}]"
+        ref_n = source_number(ref, sources) if ref is not None else ""
+        # the other published rows of this script, env and budget (issue 50: CleanRL's and openai/baselines' Breakout)
+        same = ref is not None and len(budgets) == 1 and _num(ref["total_timesteps"]) == budget
+        also = [(r, verdict(mean, budget, r), source_number(r, sources)) for r in rows if same and r is not ref
+                and (r["script"], r["env_id"], r["metric"]) == (ref["script"], ref["env_id"], COMPARABLE_METRIC)
+                and _num(r["total_timesteps"]) == budget and _num(r["mean"]) is not None]
         other_args = recs[0]["extra_args"].replace(f"--total-timesteps {budget}", "").strip()  # in its own column
         label = script + (f" `{other_args}`" if other_args else "")
         pub = "—"
@@ -263,7 +273,7 @@ def build_table(groups, rows, compare_as):
                      f"{', '.join(f'{x:.1f}' for x in finals)} | {pub} | "
                      f"{steps_str(_num(ref['total_timesteps'])) if ref else '—'} | {v} | {ref_n} |")
         results.append({"script": script, "env_id": env_id, "exp_name": exp_name, "budget": budget, "mean": mean,
-                        "std": std, "ref": ref, "ref_script": ref_script, "verdict": v, "records": recs})
+                        "std": std, "ref": ref, "ref_script": ref_script, "verdict": v, "records": recs, "also": also})
     return lines, sources, results
 
 
@@ -402,6 +412,11 @@ def make_report(argv):
           + "; ".join(f"{res['script']} {res['env_id']}: " + ", ".join(hours_str(r) for r in res["records"])
                       for res in results),
           "", *table, ""]
+    also = [f"- {res['script']} {res['env_id']} {steps_str(res['budget'])}: "
+            + ", ".join(f"{fmt(_num(r['mean']), _num(r['std']))} {n} ({v})" for r, v, n in res["also"])
+            for res in results if res["also"]]
+    if also:
+        md += ["Also published for the same script, env and budget (ours against each):", "", *also, ""]
     if compare_as:
         md.append("Compared with another script's published rows: "
                   + ", ".join(f"{k} with {v}" for k, v in compare_as.items()) + " (they publish none of their own).")

@@ -429,6 +429,11 @@ def test_report_curves_are_a_panel_of_the_figure_beside_the_published_number(wri
     last = rows[-1]
     assert (last["start"], last["end"], last["per_seed"]) == ("8999424", "9999360", "380 400 420")
     assert [float(last[k]) for k in ("mean", "min", "max")] == [400.0, 380.0, 420.0]
+    md = (out / "report.md").read_text()  # beside CleanRL's, then the other rows of 10M: openai/baselines', CleanRL's older
+    assert "| 400.00 ± 16.33 | 380.0, 400.0, 420.0 | 414.66 ± 28.09 | 10M | within | [1] |" in md
+    assert ("Also published for the same script, env and budget (ours against each):\n\n- ppo_atari.py "
+            "BreakoutNoFrameskip-v4 10M: 406.57 ± 31.55 [2] (within), 416.31 ± 43.92 [3] (within)\n") in md
+    assert "\n2. CleanRL docs rl-algorithms/ppo.md, column 'openai/baselines PPO (Huang et al., 2022)'" in md
     steps = np.linspace(1, 9_999_360, 200).astype(int)  # write_run's; window 1 is (0, 999936]
     first = np.linspace(0.0, 380.0, 100)[steps[:100] <= 999_936].mean()
     assert float(rows[0]["min"]) == pytest.approx(first)
