@@ -41,7 +41,7 @@ def write_weights(checkpoint, out):
     return os.path.getsize(out)
 
 
-def play(weights, seed=1, every=2, max_frames=1500):
+def play(weights, seed=ppo_atari.Args.seed, every=2, max_frames=1500):
     """One whole game of the agent in `weights`, played as ppo_atari.evaluate plays its first with this seed:
     (score, agent steps, the screens kept as RGB arrays, the score shown on each)."""
     ckpt, args = ppo_atari.load_checkpoint(weights)

@@ -13,30 +13,28 @@
 #
 # OUT (default results/ppo_atari_breakout_10m_<date>), SEEDS (default "1 2 3"), WORKERS (default 1, so that seed 1 ends
 # first; WORKERS=2 on 2 cores gives each run one thread: 143 + 158 steps/s together against 235 for one run of two
-# threads, measured on an AMD EPYC host on 2026-11-29), EVAL_EPISODES (default 10), STEPS (the budget the report
-# expects, default 10000000) and ARGS (more flags for every run: another experiment, e.g. a shorter one).
-# Logs go to runs/ of the current directory; the report reads every ppo_atari.py run of STEPS steps there.
+# threads, measured on an AMD EPYC host on 2026-11-29), THREADS (run.py --threads), EVAL_EPISODES (default 10) and ARGS
+# (more flags for every run: another experiment, e.g. `ARGS="--total-timesteps 1000000"`, with its own runs).
+# Logs go to runs/ of the current directory. The report reads every finished run of this experiment there (its flags:
+# run.py's <script>-<args hash> name), seeds outside SEEDS too: run seeds apart, then report them together.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-STEPS="${STEPS:-10000000}"; SEEDS="${SEEDS:-1 2 3}"; WORKERS="${WORKERS:-1}"; EVAL_EPISODES="${EVAL_EPISODES:-10}"
+SEEDS="${SEEDS:-1 2 3}"; WORKERS="${WORKERS:-1}"; EVAL_EPISODES="${EVAL_EPISODES:-10}"
 OUT="${OUT:-$BENCH/results/ppo_atari_breakout_10m_$(date +%F)}"
-settings STEPS SEEDS WORKERS EVAL_EPISODES
+settings SEEDS WORKERS EVAL_EPISODES
+read -r -a extra <<< "--save-model --save-every 50 ${ARGS:-}"
 
-# shellcheck disable=SC2086  # SEEDS and ARGS are split into words on purpose
+# shellcheck disable=SC2086  # SEEDS is split into words on purpose
 python "$BENCH/run.py" --script "$REPO/ppo_atari.py" --env-ids BreakoutNoFrameskip-v4 --seeds $SEEDS \
-    --workers "$WORKERS" -- --save-model --save-every 50 ${ARGS:-}
+    --workers "$WORKERS" ${THREADS:+--threads "$THREADS"} -- "${extra[@]}"
 code=$?
 [ $code -eq 0 ] || exit $code  # a seed failed or was stopped: run.py said which; running this again resumes it
-python "$BENCH/report.py" runs/ --scripts ppo_atari.py --steps "$STEPS" --curves \
-    --out "$OUT" || exit 1
+exp_name="$(python -c 'import sys; sys.path.insert(0, sys.argv[1]); from run import exp_name_for
+print(exp_name_for("ppo_atari.py", sys.argv[2:]))' "$BENCH" "${extra[@]}")" || exit 1
+python "$BENCH/report.py" runs/ --scripts ppo_atari.py --exp-names "$exp_name" --curves --out "$OUT" || exit 1
 
-# the seed whose final return is the median (the lower of the two middle ones for an even count)
-median="$(python - "$OUT/per_seed.csv" <<'EOF'
-import csv, sys
-rows = sorted(csv.DictReader(open(sys.argv[1])), key=lambda row: float(row["final_return"]))
-row = rows[(len(rows) - 1) // 2]
-print(row["seed"], row["final_return"], row["run_dir"])
-EOF
-)" || exit 1
+median="$(python -c 'import sys; sys.path.insert(0, sys.argv[1]); from report import median_seed
+row = median_seed(sys.argv[2]); print(row["seed"], row["final_return"], row["run_dir"])' "$BENCH" "$OUT/per_seed.csv")" \
+    || exit 1
 read -r seed final run_dir <<< "$median"
 python "$BENCH/atari_agent.py" weights "$run_dir/checkpoint.pt" "$OUT/agent.pt" || exit 1
 {

@@ -8,8 +8,8 @@ logged values of charts/episodic_return (training episodes of the stochastic pol
 and np.std (ddof=0) across seeds. The published row for (script, env) is the one with the same steps
 budget, preferring CleanRL's own implementation; the verdict says whether our mean lies within the
 published mean +- std, above, below, or is not comparable (budget differs, or nothing published). The other published
-rows of the same script, env and budget (Breakout at 10M: openai/baselines' too) follow the table, with ours judged
-against each.
+final returns of the same script, env and budget (Breakout at 10M: openai/baselines' too) follow the table, with ours
+judged against each. --exp-names keeps one experiment's runs (run.py names them <script stem>-<args hash>).
 
 Writes into the out dir (default: report-<date>/ in the current directory, so that a sweep run elsewhere
 leaves the clone as it was): report.md (command, date, machine, the MuJoCo the runs logged, each seed's hours and
@@ -160,6 +160,16 @@ def hours_str(record):
     return f"{record['hours']:.1f}" + (f" ({threads} thread{'s' * (threads != 1)})" if threads else "")
 
 
+def median_seed(per_seed_csv):
+    """The row of a report's per_seed.csv whose final return is the median of its seeds (of an even count, the lower of
+    the two middle ones; equal returns in seed order): the seed whose agent stands for the runs (issue 50)."""
+    with open(per_seed_csv, newline="") as f:
+        rows = sorted(csv.DictReader(f), key=lambda row: (float(row["final_return"]), int(row["seed"])))
+    if not rows:
+        raise ConfigError(f"{per_seed_csv} holds no seed")
+    return rows[(len(rows) - 1) // 2]
+
+
 def find_run_dirs(runs_dir):
     found = []
     for root, dirs, files in os.walk(runs_dir):
@@ -259,9 +269,9 @@ def build_table(groups, rows, compare_as):
         ref = pick_reference(rows, ref_script, env_id, budget)
         v = verdict(mean, budget, ref) if len(budgets) == 1 else "not comparable: seeds differ in budget"
         ref_n = source_number(ref, sources) if ref is not None else ""
-        # the other published rows of this script, env and budget (issue 50: CleanRL's and openai/baselines' Breakout)
+        # the other published final returns of this script, env and budget (Breakout 10M: openai/baselines' too)
         same = ref is not None and len(budgets) == 1 and _num(ref["total_timesteps"]) == budget
-        also = [(r, verdict(mean, budget, r), source_number(r, sources)) for r in rows if same and r is not ref
+        also = [(r, verdict(mean, budget, r)) for r in rows if same and r is not ref
                 and (r["script"], r["env_id"], r["metric"]) == (ref["script"], ref["env_id"], COMPARABLE_METRIC)
                 and _num(r["total_timesteps"]) == budget and _num(r["mean"]) is not None]
         other_args = recs[0]["extra_args"].replace(f"--total-timesteps {budget}", "").strip()  # in its own column
@@ -273,7 +283,15 @@ def build_table(groups, rows, compare_as):
                      f"{', '.join(f'{x:.1f}' for x in finals)} | {pub} | "
                      f"{steps_str(_num(ref['total_timesteps'])) if ref else '—'} | {v} | {ref_n} |")
         results.append({"script": script, "env_id": env_id, "exp_name": exp_name, "budget": budget, "mean": mean,
-                        "std": std, "ref": ref, "ref_script": ref_script, "verdict": v, "records": recs, "also": also})
+                        "std": std, "ref": ref, "ref_script": ref_script, "verdict": v, "records": recs, "also": also,
+                        "label": label})
+    also = []  # numbered after the table's own sources
+    for res in (res for res in results if res["also"]):
+        borrowed = f" ({res['ref_script']})" if res["ref_script"] != res["script"] else ""
+        also.append(f"- {res['label']} {res['env_id']} {steps_str(res['budget'])}: " + ", ".join(
+            f"{fmt(_num(r['mean']), _num(r['std']))}{borrowed} {source_number(r, sources)} ({v})" for r, v in res["also"]))
+    if also:
+        lines += ["", "Also published for the same script, env and budget (ours against each):", "", *also]
     return lines, sources, results
 
 
@@ -364,6 +382,8 @@ def make_report(argv):
     p.add_argument("--reference", default=REFERENCE_CSV, help="the published results (default: benchmark/reference_results.csv)")
     p.add_argument("--scripts", nargs="*", default=[], help="only these scripts (default: all)")
     p.add_argument("--steps", nargs="*", type=int, default=[], help="only runs with these --total-timesteps (default: all)")
+    p.add_argument("--exp-names", nargs="*", default=[],
+                   help="only runs of these experiments (run.py's <script stem>-<args hash>; default: all)")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--curves", action="store_true", help="also curves.csv, a panel of benchmark/summary.py's figure "
                                                          "(one script and env)")
@@ -378,13 +398,15 @@ def make_report(argv):
 
     found = collect(args.runs_dir, args.tag)
     records = [r for r in found
-               if (not args.scripts or r["script"] in args.scripts) and (not args.steps or r["budget"] in args.steps)]
+               if (not args.scripts or r["script"] in args.scripts) and (not args.steps or r["budget"] in args.steps)
+               and (not args.exp_names or r["exp_name"] in args.exp_names)]
     if not found:
         raise ConfigError(f"no complete TensorBoard runs with {args.tag} under {args.runs_dir!r}; {fix}")
     if not records:
         steps = " ".join(map(str, args.steps)) or "(any)"
         raise ConfigError(f"none of the {len(found)} runs under {args.runs_dir!r} is of --scripts "
-                          f"{' '.join(args.scripts) or '(any)'} with --steps {steps}; widen those filters")
+                          f"{' '.join(args.scripts) or '(any)'} with --steps {steps} and --exp-names "
+                          f"{' '.join(args.exp_names) or '(any)'}; widen those filters")
     kinds = sorted({(r["script"], r["env_id"], r["exp_name"]) for r in records})
     if args.curves and len(kinds) > 1:
         raise ConfigError(f"--curves draws one panel, and the runs are of {len(kinds)} scripts, envs or flags "
@@ -408,15 +430,10 @@ def make_report(argv):
           "- verdict: our mean within the published mean ± std, above, below; not comparable when the steps budget differs",
           "- raw per-seed values: per_seed.csv; learning curves (mean of the last 100 episodes): <env>.png",
           "- hours per seed (the runs' processes, each part from its start or resume to its last log, summed; the "
-          "runner's threads a run): "
+          "threads run.py gave its last part): "
           + "; ".join(f"{res['script']} {res['env_id']}: " + ", ".join(hours_str(r) for r in res["records"])
                       for res in results),
           "", *table, ""]
-    also = [f"- {res['script']} {res['env_id']} {steps_str(res['budget'])}: "
-            + ", ".join(f"{fmt(_num(r['mean']), _num(r['std']))} {n} ({v})" for r, v, n in res["also"])
-            for res in results if res["also"]]
-    if also:
-        md += ["Also published for the same script, env and budget (ours against each):", "", *also, ""]
     if compare_as:
         md.append("Compared with another script's published rows: "
                   + ", ".join(f"{k} with {v}" for k, v in compare_as.items()) + " (they publish none of their own).")

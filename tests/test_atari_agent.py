@@ -18,6 +18,7 @@ import ppo_atari
 
 sys.path.insert(0, os.path.join(ROOT, "benchmark"))
 import atari_agent  # noqa: E402
+import run  # noqa: E402
 
 SCRIPT = os.path.join(ROOT, "ppo_atari.py")
 
@@ -97,19 +98,25 @@ def test_gif_shows_the_game_eval_checkpoint_plays_first(trained, tmp_path, capsy
     assert last.getpixel((80, 150)) == tuple(screens[-1][150, 80])  # the screen itself, away from the score
 
 
-def test_the_10m_sweep_reports_then_ships_evaluates_and_shows_its_median_seed(tmp_path):
-    """benchmark/breakout_10m.sh on a tiny budget, two seeds: the report beside the published number, then the median
-    seed's (the lower middle one) network alone, its --eval-checkpoint line and its GIF of that line's first game."""
+def test_the_10m_sweep_reports_then_ships_evaluates_and_shows_its_median_seed(tmp_path, monkeypatch):
+    """benchmark/breakout_10m.sh on a tiny budget, two seeds: the report beside the published number (of its own runs:
+    another experiment's beside them left out), then the median seed's (the lower middle one) network alone, its
+    --eval-checkpoint line and its GIF of that line's first game."""
     flags = "--total-timesteps 1024 --num-envs 4 --num-steps 128 --num-minibatches 4 --update-epochs 1"
+    monkeypatch.chdir(tmp_path)
+    other = dict(env_id="BreakoutNoFrameskip-v4", num_envs=4, num_steps=128, num_minibatches=4, total_timesteps=1024)
+    assert ppo_atari.train(tiny(exp_name="ppo_atari-00000000", **other))["episodic_return"]  # a game ended: reportable
     out = tmp_path / "out"
     env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"], "OUT": str(out),
-           "STEPS": "1024", "SEEDS": "1 2", "EVAL_EPISODES": "1", "ARGS": flags}
+           "SEEDS": "1 2", "EVAL_EPISODES": "1", "ARGS": flags}
     res = subprocess.run(["bash", os.path.join(ROOT, "benchmark", "breakout_10m.sh")], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "| 414.66 ± 28.09 |" in (out / "report.md").read_text() and (out / "curves.csv").is_file()
     with open(out / "per_seed.csv") as f:
-        rows = sorted(csv.DictReader(f), key=lambda row: float(row["final_return"]))
+        rows = sorted(csv.DictReader(f), key=lambda row: (float(row["final_return"]), int(row["seed"])))
+    assert [row["exp_name"] for row in rows] == ["ppo_atari-" + run.args_hash(["--save-model", "--save-every", "50",
+                                                                                *flags.split()])] * 2
     median = rows[0]
     said = (out / "eval.txt").read_text().splitlines()
     assert said[:2] == [f"median seed {median['seed']} (final return {median['final_return']}, the mean of its last 100 "

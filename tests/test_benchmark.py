@@ -406,7 +406,7 @@ def test_report_gives_each_seeds_hours_its_parts_summed_without_the_gap_between(
     assert records[0]["hours"] == pytest.approx(1.5, abs=0.01)
     assert report.main(["runs", "--out", str(tmp_path / "out"), "--no-plots"]) == 0
     assert "- hours per seed (the runs' processes, each part from its start or resume to its last log, summed; the " \
-           "runner's threads a run): ppo.py CartPole-v1: 1.5, 0.0 (2 threads)\n" in (tmp_path / "out" / "report.md").read_text()
+           "threads run.py gave its last part): ppo.py CartPole-v1: 1.5, 0.0 (2 threads)\n" in (tmp_path / "out" / "report.md").read_text()
     with open(tmp_path / "out" / "per_seed.csv") as f:
         assert [(row["hours"], row["threads"]) for row in csv.DictReader(f)] == [("1.5", ""), ("0.0", "2")]
 
@@ -434,6 +434,17 @@ def test_report_curves_are_a_panel_of_the_figure_beside_the_published_number(wri
     assert ("Also published for the same script, env and budget (ours against each):\n\n- ppo_atari.py "
             "BreakoutNoFrameskip-v4 10M: 406.57 ± 31.55 [2] (within), 416.31 ± 43.92 [3] (within)\n") in md
     assert "\n2. CleanRL docs rl-algorithms/ppo.md, column 'openai/baselines PPO (Huang et al., 2022)'" in md
+    # another experiment beside it: its table row takes the next source, the rows below the table the ones after
+    write_run(write_tb, "CartPole-v1", "ppo", 1, [495.0] * 150, 500000)
+    assert report.main(["runs", "--out", str(tmp_path / "both"), "--no-plots"]) == 0
+    both = (tmp_path / "both" / "report.md").read_text()
+    assert "| 414.66 ± 28.09 | 10M | within | [1] |" in both and "| 490.04 ± 6.12 | 500k | within | [2] |" in both
+    assert "10M: 406.57 ± 31.55 [3] (within), 416.31 ± 43.92 [4] (within)\n" in both
+    assert report.main(["runs", "--out", str(tmp_path / "one"), "--no-plots", "--exp-names", "ppo_atari-1a2b3c4d"]) == 0
+    assert "CartPole" not in (tmp_path / "one" / "report.md").read_text()
+    assert report.main(["runs", "--out", str(tmp_path / "none"), "--exp-names", "ppo_atari-00000000"]) == 2
+    assert "--exp-names ppo_atari-00000000; widen those filters" in capsys.readouterr().err
+    shutil.rmtree("runs/CartPole-v1__ppo__1__1")
     steps = np.linspace(1, 9_999_360, 200).astype(int)  # write_run's; window 1 is (0, 999936]
     first = np.linspace(0.0, 380.0, 100)[steps[:100] <= 999_936].mean()
     assert float(rows[0]["min"]) == pytest.approx(first)
@@ -447,6 +458,22 @@ def test_report_curves_are_a_panel_of_the_figure_beside_the_published_number(wri
     assert report.main(["runs", "--out", str(tmp_path / "two"), "--curves"]) == 2
     assert capsys.readouterr().err.startswith("report.py: error: --curves draws one panel, and the runs are of 2 ")
     assert not (tmp_path / "two").exists()
+
+
+@pytest.mark.parametrize("finals, seed", [
+    ([410.0, 380.0, 395.0], "3"),  # the middle one, wherever it stands
+    ([400.0, 380.0, 420.0, 390.0], "4"),  # of an even count, the lower of the two middle ones
+    ([400.0, 400.0, 380.0], "1"),  # equal returns: the lower seed
+    ([7.0], "1"),
+])
+def test_the_median_seed_stands_for_the_runs(tmp_path, finals, seed):
+    """benchmark/breakout_10m.sh ships the agent of this seed (issue 50)."""
+    with open(tmp_path / "per_seed.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["seed", "final_return", "run_dir"])
+        w.writerows([i + 1, x, f"runs/r{i + 1}"] for i, x in enumerate(finals))
+    row = report.median_seed(str(tmp_path / "per_seed.csv"))
+    assert (row["seed"], row["run_dir"]) == (seed, f"runs/r{seed}")
 
 
 def test_the_mujoco_a_run_logged_is_in_its_summary_and_the_reports_table_and_csv(fake, write_tb, tmp_path):
@@ -482,7 +509,7 @@ def test_report_writes_by_default_into_the_current_directory_not_the_clone(write
     ("", ["runs", "--reference", "calls.txt"], "--reference calls.txt has no 'script' column; give a CSV"),
     ("", ["nowhere"], "'nowhere' is not a directory; give the runs/ directory"),
     ("", ["empty"], "no complete TensorBoard runs with charts/episodic_return under 'empty'; give the runs/"),
-    ("", ["runs", "--steps", "7"], "none of the 1 runs under 'runs' is of --scripts (any) with --steps 7; widen"),
+    ("", ["runs", "--steps", "7"], "none of the 1 runs under 'runs' is of --scripts (any) with --steps 7 and --exp-names (any); widen"),
     # issue 37.6: a NotADirectoryError traceback
     ("", ["runs", "--out", "calls.txt/report"], "--out 'calls.txt/report' cannot be made (Not a directory); give a folder"),
 ])
