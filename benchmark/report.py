@@ -286,7 +286,7 @@ def build_table(groups, rows, compare_as):
                         "std": std, "ref": ref, "ref_script": ref_script, "verdict": v, "records": recs, "also": also,
                         "label": label})
     also = []  # numbered after the table's own sources
-    for res in (res for res in results if res["also"]):
+    for res in filter(lambda res: res["also"], results):
         borrowed = f" ({res['ref_script']})" if res["ref_script"] != res["script"] else ""
         also.append(f"- {res['label']} {res['env_id']} {steps_str(res['budget'])}: " + ", ".join(
             f"{fmt(_num(r['mean']), _num(r['std']))}{borrowed} {source_number(r, sources)} ({v})" for r, v in res["also"]))
