@@ -52,7 +52,6 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-import numpy as np
 import torch
 import torch.nn as nn
 
