@@ -2,7 +2,8 @@
 the way CleanRL users do must either work or fail loudly.
 
   (a) the update written CleanRL's way (zero_grad(), backward(), nn.utils.clip_grad_norm_(agent.parameters()),
-      step()) trains: the parameters move;
+      step()) trains: the parameters move. Most scripts' step already is those four lines (comments aside), so
+      there (a) holds it to them; a2c_paac.py's and ppo_continuous_action.py's own step is replaced;
   (b) a temperature in the policy head changes what the rollout samples, and the update scores the same policy
       (the first minibatch's ratio stays 1);
   (c) one added layer (a LayerNorm in front of the policy head) trains with no other edit;
@@ -112,6 +113,7 @@ def assert_temperature_changes_rollout(mod, args, monkeypatch, head="actor", log
     edited, unedited = ((torch.tensor(logits, dtype=torch.float64) / t).softmax(-1) for t in (temperature, 1.0))
     tol = 4 / np.sqrt(len(actions))
     assert (freq - edited).abs().max() < tol and (freq - unedited).abs().max() > 2 * tol, (freq, edited, unedited)
+    assert len(out["first_minibatch"]) == len(out["losses"]) > 0  # one an iteration
     assert all(f["ratio_max_dev"] < 1e-5 for f in out["first_minibatch"])
     return out
 
@@ -128,6 +130,7 @@ def assert_added_layer_trains(mod, args, monkeypatch, head="actor"):
     out = mod.train(args)
     norm = getattr(out["agent"], head)[0]
     assert isinstance(norm, nn.LayerNorm) and (norm.weight - 1).abs().max().item() > 0
+    assert len(out["first_minibatch"]) == len(out["losses"]) > 0  # one an iteration
     assert all(f["ratio_max_dev"] < 1e-5 for f in out["first_minibatch"])
     return out
 

@@ -78,11 +78,22 @@ def test_truncated_or_foreign_weights_are_one_line(trained, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["cut.pt", "ppo.pt"]  # nothing written
 
 
-def test_gif_shows_the_game_eval_checkpoint_plays_first(trained, tmp_path, capsys):
+def test_gif_shows_the_game_eval_checkpoint_plays_first(trained, tmp_path, capsys, monkeypatch):
     _, weights = trained
     seed = ppo_atari.Args().seed  # `python ppo_atari.py --eval-checkpoint agent.pt` evaluates with its --seed
     score, steps, screens, shown = atari_agent.play(weights, seed=seed, every=3, max_frames=40)
-    assert score == ppo_atari.evaluate(weights, eval_episodes=1, seed=seed)[0]  # the same game, the same score
+    evaluated_steps, make_env = [], ppo_atari.make_env
+
+    def counted_env(*a, **k):  # the agent's steps in evaluate's one game
+        env = make_env(*a, **k)
+        step = env.step
+        env.step = lambda action: evaluated_steps.append(action) or step(action)
+        return env
+
+    with monkeypatch.context() as m:
+        m.setattr(ppo_atari, "make_env", counted_env)
+        evaluated = ppo_atari.evaluate(weights, eval_episodes=1, seed=seed)
+    assert (score, steps) == (evaluated[0], len(evaluated_steps))  # the same game: its score and its length
     assert len(screens) == min(40, -(-steps // 3)) and screens[0].shape == (210, 160, 3)
     assert shown[0] == 0 and shown == sorted(shown) and shown[-1] <= score  # the score so far, never falling
     out = tmp_path / "agent.gif"

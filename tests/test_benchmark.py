@@ -670,7 +670,7 @@ def test_vs_cleanrl_runs_both_in_turn_and_reports_walls_returns_and_ratios(fake,
     assert summary_line.endswith("| 123 | 123 | 1.00 |")
 
 
-def test_vs_cleanrl_runs_the_reference_under_its_own_python(fake, tmp_path):
+def test_vs_cleanrl_runs_the_reference_under_its_own_python(fake, tmp_path, capsys):
     """--cleanrl-python (CleanRL's own environment) runs the reference side only; ours runs in this Python; a
     python that is not there stops with one line before any run."""
     import vs_cleanrl
@@ -686,7 +686,13 @@ def test_vs_cleanrl_runs_the_reference_under_its_own_python(fake, tmp_path):
     assert vs_cleanrl.main(argv, ours_dir=str(tmp_path / "ours")) == 0
     assert used.read_text().splitlines() == [str(tmp_path / "checkout" / "cleanrl" / "ppo.py")] * 2
     assert f"python {python}" in (tmp_path / "vs.md").read_text()
+    capsys.readouterr()
+    runs = len(log.read_text().splitlines())
     assert vs_cleanrl.main(argv[:-4] + ["--cleanrl-python", str(tmp_path / "nowhere")]) == 2
+    said = capsys.readouterr().err
+    assert said == (f"vs_cleanrl.py: --cleanrl-python {tmp_path / 'nowhere'} is not an executable; "
+                    "bash benchmark/cleanrl_env.sh makes one\n")
+    assert len(log.read_text().splitlines()) == runs  # no run started
 
 
 def test_vs_cleanrl_summary_is_the_ratio_of_mean_walls_and_of_median_steps_per_second():

@@ -89,6 +89,7 @@ def test_ppo_compiled_first_update_equals_eagers_and_checkpoints_cross_the_flag(
     out = mod.train(dataclasses.replace(args, compile=True))
     assert torch._dynamo.utils.counters["frames"]["ok"] > frames  # compiled, not run eagerly
     assert len(kept["compiled"]) == 1 and kept["compiled"][0] is not mod.minibatch_losses
+    assert len(out["first_minibatch"]) == len(out["losses"]) > 0  # one an iteration
     assert all(f["ratio_max_dev"] < 1e-5 for f in out["first_minibatch"])
 
     agent = mod.Agent(4, 2)

@@ -263,6 +263,7 @@ def test_target_kl_stops_the_epochs_early(mod):
 
 def test_training_first_minibatch_is_on_policy(mod):
     out = mod.train(tiny(mod))
+    assert len(out["first_minibatch"]) == len(out["losses"]) > 0  # one an iteration, all checked below
     for first in out["first_minibatch"]:  # the batched old log-probs equal the minibatch's recomputation
         assert first["ratio_max_dev"] < 1e-6 and first["clipfrac"] == 0.0 and abs(first["approx_kl"]) < 1e-7
 

@@ -272,6 +272,7 @@ def test_logged_return_is_raw_full_game_score(monkeypatch):
 
 def test_training_logs_all_keys_and_first_minibatch_is_on_policy():
     out = ppo_atari.train(tiny())
+    assert len(out["first_minibatch"]) == len(out["losses"]) > 0  # one an iteration, all checked below
     for first in out["first_minibatch"]:
         assert first["ratio_max_dev"] < 1e-5 and first["clipfrac"] == 0.0
     assert out["learning_rate"] == [2.5e-4, 0.0]

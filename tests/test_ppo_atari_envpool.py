@@ -107,6 +107,7 @@ def test_reset_steps_are_masked_out_of_the_update_with_the_flag(monkeypatch):
         # value targets at an episode end are just its reward: nothing flows back from the reset step
         torch.testing.assert_close(returns[dones.bool()], rewards[dones.bool()])
     assert masked >= 5 and across >= 1  # lives were lost, and a reset step opened a rollout
+    assert len(out["first_minibatch"]) == len(out["losses"]) > 0  # one an iteration, all checked below
     for first in out["first_minibatch"]:  # rollout and update score the same (unmasked) steps
         assert first["ratio_max_dev"] < 1e-5 and first["clipfrac"] == 0.0
 

@@ -142,6 +142,7 @@ def test_logstd_is_learned_and_training_is_on_policy():
     logstd = out["agent"].actor_logstd.detach()
     assert logstd.shape == (1, 3)
     assert not torch.equal(logstd, torch.zeros(1, 3))  # it has a gradient through the log-prob
+    assert len(out["first_minibatch"]) == len(out["losses"]) > 0  # one an iteration, all checked below
     for first in out["first_minibatch"]:  # the rollout's log-probs equal the update's recomputation
         assert first["ratio_max_dev"] < 1e-5 and first["clipfrac"] == 0.0
     # the wall-time split that benchmark/throughput.py reports
@@ -349,6 +350,7 @@ def test_gymnasium_normalization_gives_the_numbers_of_gymnasiums_wrappers(spy_ru
 
 def test_first_minibatch_ratio_is_one(spy_run):
     out, *_ = spy_run
+    assert len(out["first_minibatch"]) == len(out["losses"]) > 0  # one an iteration, all checked below
     for first in out["first_minibatch"]:  # the rollout's log-probs equal the minibatch's recomputation
         assert first["ratio_max_dev"] < 1e-5 and first["clipfrac"] == 0.0 and abs(first["approx_kl"]) < 1e-7
 

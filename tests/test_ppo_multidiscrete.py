@@ -175,6 +175,7 @@ def assert_trained_end_to_end(out):
     assert out["episodic_length"] == [20] * (2 * 48 // 20)
     assert all(r >= 0 for r in out["episodic_return"])
     assert out["learning_rate"][0] == 2.5e-4 and out["learning_rate"][-1] == 0.0  # detail 4
+    assert len(out["first_minibatch"]) == len(out["losses"]) > 0  # one an iteration, all checked below
     for first in out["first_minibatch"]:
         # the update scores the actions the rollout sampled under the same policy (and, masked, the same masks)
         assert first["ratio_max_dev"] < 1e-5 and first["clipfrac"] == 0.0

@@ -151,6 +151,7 @@ def test_training_end_to_end_logs_and_keeps_lr_constant():
     assert out["global_step"] == 96 and len(out["losses"]) == 3
     assert out["learning_rate"] == [5e-4] * 3  # detail 4: not annealed for procgen
     assert out["optimizer"].defaults["eps"] == 1e-5
+    assert len(out["first_minibatch"]) == len(out["losses"]) > 0  # one an iteration, all checked below
     for first in out["first_minibatch"]:  # the rollout's log-probs equal the update's recomputation
         assert first["ratio_max_dev"] < 1e-5 and first["clipfrac"] == 0.0
     for tag in ["charts/learning_rate", "charts/SPS", "losses/value_loss", "losses/policy_loss", "losses/entropy",
