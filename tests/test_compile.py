@@ -115,7 +115,8 @@ def test_ppo_compiled_first_update_equals_eagers_and_checkpoints_cross_the_flag(
     eager_run = mod.train(mod.Args(resume=out["checkpoint"], total_timesteps=more, compile=False))
     again = mod.train(mod.Args(resume=eager_run["checkpoint"], total_timesteps=more + args.total_timesteps, compile=True))
     assert again["global_step"] == more + args.total_timesteps
-    assert all(math.isfinite(v) for losses in again["losses"] for v in losses.values() if not np.isnan(v))
+    # every loss finite (explained_variance is NaN where the returns do not vary: ppo.py says so, not a failure)
+    assert all(math.isfinite(v) for losses in again["losses"] for k, v in losses.items() if k != "explained_variance")
     returns = mod.evaluate(again["checkpoint"], eval_episodes=2)
     assert len(returns) == 2 and all(r >= 1 for r in returns)
 
