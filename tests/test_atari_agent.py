@@ -118,8 +118,10 @@ def test_the_10m_sweep_reports_then_ships_evaluates_and_shows_its_median_seed(tm
     other = dict(env_id="BreakoutNoFrameskip-v4", num_envs=4, num_steps=128, num_minibatches=4, total_timesteps=1024)
     assert ppo_atari.train(tiny(exp_name="ppo_atari-00000000", **other))["episodic_return"]  # a game ended: reportable
     out = tmp_path / "out"
+    # THREADS=1: run.py would give each run cores // workers threads, and two threads beside the other xdist worker
+    # run at half the speed on a 2-core host (oversubscribed: this test took 113 s beside a busy core, 54 s with one)
     env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"], "OUT": str(out),
-           "SEEDS": "1 2", "EVAL_EPISODES": "1", "ARGS": flags}
+           "SEEDS": "1 2", "EVAL_EPISODES": "1", "ARGS": flags, "THREADS": "1"}
     res = subprocess.run(["bash", os.path.join(ROOT, "benchmark", "breakout_10m.sh")], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -128,6 +130,7 @@ def test_the_10m_sweep_reports_then_ships_evaluates_and_shows_its_median_seed(tm
         rows = sorted(csv.DictReader(f), key=lambda row: (float(row["final_return"]), int(row["seed"])))
     assert [row["exp_name"] for row in rows] == ["ppo_atari-" + run.args_hash(["--save-model", "--save-every", "50",
                                                                                 *flags.split()])] * 2
+    assert [row["threads"] for row in rows] == ["1", "1"]  # THREADS reached run.py
     median = rows[0]
     said = (out / "eval.txt").read_text().splitlines()
     assert said[:2] == [f"median seed {median['seed']} (final return {median['final_return']}, the mean of its last 100 "
