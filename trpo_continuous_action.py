@@ -56,9 +56,9 @@ The 9 details for continuous action domains (seed 000), C1-C9 in the comments:
   C7. normalised observations clipped to [-10, 10]
   C8. rewards divided by the standard deviation of a running discounted return
   C9. scaled rewards clipped to [-10, 10]
-Seed 004's switches, by ppo_continuous_action.py's names, are off by default here (TRPO+ turns them on): --norm-obs (C6,
-on), --clip-obs (C7), --reward-scaling (C8), --clip-reward (C9), --ortho-init (detail 2; off: Xavier-uniform weights, zero
-biases, as its released code), --max-grad-norm (11), --clip-vloss (9), --anneal-lr (4); --value-lr: the critic's rate.
+Seed 004's switches are off by default (TRPO+ turns them on): --norm-obs (C6, on), --clip-obs (C7), --reward-scaling
+(C8; --clip-reward, C9, clips only what it scales), --ortho-init (detail 2; off: Xavier-uniform weights, zero biases, as
+its released code), --max-grad-norm (11), --clip-vloss (9), --anneal-lr (4); --value-lr: the critic's rate.
 
 To hack: the rollout, the surrogate and the line search call Agent.get_action_and_value, the Fisher and the KL
 Agent.get_mean_and_logstd; the policy is every parameter but the critic's, the optimizer holds agent.parameters() and
