@@ -9,7 +9,7 @@
 #   eval.txt   which seed that is, and its score over EVAL_EPISODES whole games (ppo_atari.py --eval-checkpoint)
 #   agent.gif  the first of those games (atari_agent.py gif)
 #
-#   bash benchmark/breakout_10m.sh      # ~5 h a seed on 2 Intel cores, ~15 h on 2 AMD EPYC Zen 3, ~6.6 h on Zen 4
+#   bash benchmark/breakout_10m.sh      # ~5 h a seed on 2 Intel cores, ~15 h on 2 AMD EPYC Zen 3, ~7 h on Zen 4
 #
 # OUT (default results/ppo_atari_breakout_10m_<date>), SEEDS (default "1 2 3"), WORKERS (default 1, so that seed 1 ends
 # first; WORKERS=2 on 2 cores gives each run one thread: 143 + 158 steps/s together against 235 for one run of two
