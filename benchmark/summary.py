@@ -169,7 +169,8 @@ def draw(panels, reference, results, out):
         (la, script, env_id), seeds = curves["groups"][0], curves["seeds"]
         sides = f"{la} vs {curves['groups'][1][0]}, {seeds[0]} vs {seeds[1]}" if len(seeds) == 2 else f"{la}, {seeds[0]}"
         verdict = short_verdict(curves["verdict"])
-        ax.set_title(f"{script} · {env_id} · {steps_str(curves['windows'][-1][1])}\n{sides} seeds:\n{verdict}",
+        sides += " seeds" if max(seeds) > 1 else " seed"
+        ax.set_title(f"{script} · {env_id} · {steps_str(curves['windows'][-1][1])}\n{sides}:\n{verdict}",
                      fontsize=10, color="black" if verdict == "same" or verdict.startswith("within") else "darkred")
         ax.xaxis.set_major_locator(MaxNLocator(5, steps=[1, 2, 2.5, 5, 10]))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1e6:g}M" if x else "0"))

@@ -34,11 +34,16 @@ def test_the_stored_figure_is_redrawn_from_the_stored_files_one_panel_each(tmp_p
     assert titles["bf16_breakout_short"] == "ppo_atari.py · BreakoutNoFrameskip-v4 · 1M\nfp32 vs bf16, 2 vs 2 seeds:\nsame"
     assert titles["paac_vs_sb3_breakout_2000000/ours_vs_sb3"] == ("a2c_paac.py · BreakoutNoFrameskip-v4 · 2M\nours vs sb3, "
                                                                  "2 vs 2 seeds:\ndiffer: final means outside the seed spread")
-    # the published final number only where one exists at the runs' budget: CleanRL's 1M Walker2d (not 10M Breakout)
+    # the published final number only where one exists at the runs' budget: CleanRL's 1M Walker2d and 10M Breakout
+    # (our run alone, report.py's), not beside the 1M Breakout runs
     marks = {os.path.basename(os.path.dirname(panel["path"])): panel["published"] for panel in drawn}
     walker = [name for name in marks if "walker2d" in name]
     assert len(walker) == 2 and all(marks[name] == (1e6, 2287.95, 571.78) for name in walker)
-    assert all(mark is None for name, mark in marks.items() if name not in walker)
+    assert marks["ppo_atari_breakout_10m_seed1_2026-11-30"] == (1e7, 414.66, 28.09)
+    assert titles["ppo_atari_breakout_10m_seed1_2026-11-30"] == \
+        "ppo_atari.py · BreakoutNoFrameskip-v4 · 10M\nours, 1 seed:\nwithin the published mean ± std"
+    marked = [*walker, "ppo_atari_breakout_10m_seed1_2026-11-30"]
+    assert all(mark is None for name, mark in marks.items() if name not in marked)
 
 
 def named_group(tmp_path, label, exp_name, seeds, **kw):
