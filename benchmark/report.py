@@ -336,8 +336,8 @@ def plot_env(env_id, results, path):
             end = min(s[-1] for s, _ in curves)
             grid = np.linspace(max(s[0] for s, _ in curves), end, 200)
             mean = np.mean([np.interp(grid, s, c) for s, c in curves], axis=0)
-            ax.plot(grid, mean, color=color, lw=2.5,
-                    label=f"{res['script']} ({len(curves)} seed{'s' * (len(curves) != 1)}): {res['mean']:.1f} ± {res['std']:.1f}")
+            seeds = f"{len(curves)} seed{'s' * (len(curves) != 1)}"
+            ax.plot(grid, mean, color=color, lw=2.5, label=f"{res['script']} ({seeds}): {res['mean']:.1f} ± {res['std']:.1f}")
         ref = res["ref"]
         if ref is not None and ref["metric"].startswith("episodic_return"):  # not the aggregate % scores
             m, s = _num(ref["mean"]), _num(ref["std"]) or 0.0
