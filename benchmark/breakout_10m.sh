@@ -13,8 +13,9 @@
 #
 # OUT (default results/ppo_atari_breakout_10m_<date>), SEEDS (default "1 2 3"), WORKERS (default 1, so that seed 1 ends
 # first; WORKERS=2 on 2 cores gives each run one thread: 143 + 158 steps/s together against 235 for one run of two
-# threads on an AMD EPYC Zen 3 host, 268 + 254 against 409 on Zen 4, 2026-11-29/30), THREADS (run.py --threads), EVAL_EPISODES (default 10) and ARGS
-# (more flags for every run: another experiment, e.g. `ARGS="--total-timesteps 1000000"`, with its own runs).
+# threads on an AMD EPYC Zen 3 host, 268 + 254 against 409 on Zen 4, 2026-11-29/30), THREADS (run.py --threads),
+# EVAL_EPISODES (default 10) and ARGS (more flags for every run: another experiment, e.g.
+# `ARGS="--total-timesteps 1000000"`, with its own runs).
 # Logs go to runs/ of the current directory. The report reads every finished run of this experiment there (its flags:
 # run.py's <script>-<args hash> name), seeds outside SEEDS too: run seeds apart, then report them together.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
