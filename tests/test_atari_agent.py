@@ -21,7 +21,7 @@ import atari_agent  # noqa: E402
 import run  # noqa: E402
 
 SCRIPT = os.path.join(ROOT, "ppo_atari.py")
-SHIPPED = os.path.join(ROOT, "benchmark", "results", "ppo_atari_breakout_10m_seed1_2026-11-30", "agent.pt")
+SHIPPED = os.path.join(ROOT, "benchmark", "results", "ppo_atari_breakout_10m_2026-11-30", "agent.pt")
 
 
 @pytest.fixture(scope="module")
@@ -146,14 +146,16 @@ def test_the_10m_sweep_reports_then_ships_evaluates_and_shows_its_median_seed(tm
 
 
 def test_the_shipped_breakout_agent_loads_evaluates_and_plays_a_whole_game_well():
-    """The agent in the repository (seed 1's at 10M steps, issue 50): the network alone, small, of the default
-    fp32 run's last step, refused by --resume; and one whole game of it (about 4 s) scores as the trained agent's do:
-    367-434 over seeds 1-8 on the host that trained it, where random play gets ~1.3 and the 1M-step agent ~21."""
+    """The agent in the repository (the median seed's, seed 2, at 10M steps; issue 50): the network alone, small, of
+    the default fp32 run's last step, refused by --resume; and one whole game of it (about 4 s) scores as the trained
+    agent's do: 313-480 over 18 games on the host that trained it (its 10-game eval and seeds 1-8, one game each; 396
+    with seed 1, the game played here), where random play gets ~1.3 and the 1M-step agent ~21. The bar sits below the
+    lowest of those, for another host's arithmetic to play a different game."""
     kept = torch.load(SHIPPED, weights_only=False)
     assert sorted(kept) == sorted(atari_agent.KEPT) and os.path.getsize(SHIPPED) < 7 * 2**20
-    assert kept["script"] == "ppo_atari.py" and kept["global_step"] >= 9_999_000
+    assert kept["script"] == "ppo_atari.py" and kept["global_step"] >= 9_999_000 and kept["args"]["seed"] == 2
     assert kept["args"]["env_id"] == "BreakoutNoFrameskip-v4" and not kept["args"]["bf16"]
     (score,) = ppo_atari.evaluate(SHIPPED, eval_episodes=1, seed=1)  # what --eval-checkpoint runs
-    assert score >= 300, score
+    assert score >= 250, score
     with pytest.raises(ppo_atari.ConfigError, match="holds the network's weights only"):
         ppo_atari.train(ppo_atari.Args(resume=SHIPPED, total_timesteps=10**7))

@@ -39,10 +39,10 @@ def test_the_stored_figure_is_redrawn_from_the_stored_files_one_panel_each(tmp_p
     marks = {os.path.basename(os.path.dirname(panel["path"])): panel["published"] for panel in drawn}
     walker = [name for name in marks if "walker2d" in name]
     assert len(walker) == 2 and all(marks[name] == (1e6, 2287.95, 571.78) for name in walker)
-    assert marks["ppo_atari_breakout_10m_seed1_2026-11-30"] == (1e7, 414.66, 28.09)
-    assert titles["ppo_atari_breakout_10m_seed1_2026-11-30"] == \
-        "ppo_atari.py · BreakoutNoFrameskip-v4 · 10M\nours, 1 seed:\nwithin the published mean ± std"
-    marked = [*walker, "ppo_atari_breakout_10m_seed1_2026-11-30"]
+    assert marks["ppo_atari_breakout_10m_2026-11-30"] == (1e7, 414.66, 28.09)
+    assert titles["ppo_atari_breakout_10m_2026-11-30"] == \
+        "ppo_atari.py · BreakoutNoFrameskip-v4 · 10M\nours, 3 seeds:\nwithin the published mean ± std"
+    marked = [*walker, "ppo_atari_breakout_10m_2026-11-30"]
     assert all(mark is None for name, mark in marks.items() if name not in marked)
 
 
