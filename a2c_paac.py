@@ -98,60 +98,9 @@ class Args:
     num_iterations: int = 0  # computed: total_timesteps // batch_size
 
 
-class ConfigError(ValueError):
-    """Bad input found before training, a checkpoint that cannot be written, or training gone non-finite (check_finite);
-    __main__ prints it as one line."""
-
-
-# every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
-RANGES = [("total_timesteps anneal_timesteps num_envs num_workers num_steps save_every eval_episodes", 1, math.inf, True),
-          ("learning_rate max_grad_norm loss_scale rmsprop_eps", 0, math.inf, False), ("seed", 0, 2**32 - 1, True),
-          ("ent_coef vf_coef torch_threads", 0, math.inf, True), ("gamma rmsprop_decay", 0, 1, True)]
-# the flags that may change beside --resume: the budget, and how the run is saved or placed
-RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "track", "channels_last", "bf16",
-             "num_workers"}
-
-
-def check_args(args: Args, ckpt=None) -> None:
-    """Fail before any training with a message that names the problem and the fix."""
-    if "/" in args.exp_name or len(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}-99".encode()) > 255:
-        raise ConfigError(f"--exp-name {args.exp_name[:60]!r} must be one directory's name in runs/: no '/', and short enough "
-                          "that the run name (env id, exp name, seed, time) fits in 255 bytes; choose a short plain name")
-    for names, low, high, closed in RANGES:
-        for name, v in ((name, getattr(args, name)) for name in names.split()):
-            if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
-                raise ConfigError(f"--{name.replace('_', '-')} must be a finite number {'>=' if closed else '>'} {low}"
-                                  + (f" and <= {high}" if high < math.inf else "") + f", got {v}")
-    # measured: ~6 MB per worker process, ~1.5 MB per Atari env, ~225 kB per env-step (storage, update)
-    need = args.num_workers * 20e6 + args.num_envs * (2e6 + args.num_steps * 300e3)
-    if need > (ram := os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")):
-        raise ConfigError(f"--num-envs {args.num_envs} needs about {need / 1e9:.1f} GB (envs, rollout storage and "
-                          f"{args.num_workers} workers), more than this machine's {ram / 1e9:.1f} GB; use fewer envs")
-    if args.num_envs % args.num_workers != 0:
-        raise ConfigError(f"--num-envs {args.num_envs} is not divisible by --num-workers {args.num_workers}; "
-                          "each worker steps the same number of environments")
-    batch = args.num_envs * args.num_steps
-    if args.total_timesteps < batch or (ckpt and args.total_timesteps // batch <= ckpt["iteration"]):
-        raise ConfigError(f"--total-timesteps {args.total_timesteps} leaves no iteration to run (one is {batch} "
-                          f"steps{'; the checkpoint is at iteration %d' % ckpt['iteration'] if ckpt else ''})")
-    if args.arch not in ("nips", "nature"):
-        raise ConfigError(f"--arch must be nips or nature, got {args.arch!r}")
-    for flag, package in (("capture_video", "moviepy"), ("track", "wandb")):
-        if getattr(args, flag) and importlib.util.find_spec(package) is None:
-            raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
-    if args.bf16 and not (torch.cuda.is_bf16_supported() if args.cuda and torch.cuda.is_available()
-                          else torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
-        raise ConfigError("--bf16 needs bfloat16 kernels (a CPU with AVX512 or AMX, a GPU of compute capability 8.0+), "
-                          "which this machine lacks; run without --bf16")
-    if (spec := gym.envs.registry.get(args.env_id)) is None:
-        raise ConfigError(f"unknown env id {args.env_id!r}; see gymnasium.pprint_registry() for the ids")
-    if spec.kwargs.get("frameskip") != 1 or spec.kwargs.get("repeat_action_probability") != 0.0:  # ALE's own kwargs
-        raise ConfigError(f"{args.env_id} is not an Atari game without frame skip or sticky actions; {SCRIPT} "
-                          "needs a NoFrameskip-v4 id, e.g. PongNoFrameskip-v4")
-
-
 class NoopReset(gym.Wrapper):
     """Detail 8: 1 to `noop_max` no-op frames after every reset, so episodes start in different states."""
+
     noop_max = 30
 
     def reset(self, **kwargs):
@@ -165,6 +114,7 @@ class NoopReset(gym.Wrapper):
 
 class MaxAndSkip(gym.Wrapper):
     """Detail 8: the action repeated on `skip` frames, rewards summed, the last two frames max-pooled (flicker)."""
+
     skip = 4
 
     def step(self, action):
@@ -190,27 +140,22 @@ def make_env(env_id, video_dir=None):
     return gym.wrappers.FrameStackObservation(env, 4)
 
 
-class Unpickler(pickle.Unpickler):
-    """Finds this file's classes whether `python <file>` pickled them (as __main__'s) or an import of the file did."""
-    def find_class(self, module, name):
-        mine = module in ("__main__", SCRIPT[:-3]) and hasattr(sys.modules[__name__], name)  # run as __main__ or imported
-        return getattr(sys.modules[__name__], name) if mine else super().find_class(module, name)
-
-
 def env_worker(learner_end, conn, args, run_name, first, count, restored, shared_obs):
     """Detail 1: a worker steps envs first..first+count-1 on each message; observations go into shared memory."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle; it closes the workers
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker must not inherit the learner's handler
     learner_end.close()  # only the learner holds it now: if the learner goes away, recv() here fails, not waits
-    thunks = [lambda i=first + i: make_env(args.env_id, f"videos/{run_name}" if args.capture_video and i == 0 else None)
-              for i in range(count)]
+    thunks = [
+        lambda i=first + i: make_env(args.env_id, f"videos/{run_name}" if args.capture_video and i == 0 else None)
+        for i in range(count)
+    ]
     for i, (env, ale_state, np_random) in enumerate(Unpickler(io.BytesIO(saved)).load() for saved in restored or []):
         env.unwrapped.restore_state(ale_state)  # an AtariEnv pickles only its arguments: the emulator comes beside it
         env.unwrapped.np_random = np_random
         thunks[i] = lambda env=env: env
     # SAME_STEP autoreset as in ppo.py: the step that ends an episode already returns the next one's first obs
     envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, copy=False)
-    obs = np.frombuffer(shared_obs, np.uint8).reshape((-1,) + envs.single_observation_space.shape)[first:first + count]
+    obs = np.frombuffer(shared_obs, np.uint8).reshape((-1,) + envs.single_observation_space.shape)[first : first + count]
     try:
         if restored is None:
             obs[:] = envs.reset(seed=args.seed + first)[0]
@@ -218,8 +163,12 @@ def env_worker(learner_end, conn, args, run_name, first, count, restored, shared
         while (actions := conn.recv()) is not None:
             if isinstance(actions, str):  # "snapshot": the envs pickled, so that a resumed run continues their episodes
                 try:
-                    conn.send([pickle.dumps((env, env.unwrapped.clone_state(include_rng=True), env.unwrapped.np_random))
-                               for env in envs.envs])
+                    conn.send(
+                        [
+                            pickle.dumps((env, env.unwrapped.clone_state(include_rng=True), env.unwrapped.np_random))
+                            for env in envs.envs
+                        ]
+                    )
                 except Exception:  # e.g. a video recorder
                     conn.send(None)
                 continue
@@ -245,8 +194,13 @@ class ParallelEnvs:
         self.pipes, self.procs = [], []
         for first in range(0, n, count):
             self.pipes.append((pipe := ctx.Pipe())[0])
-            self.procs.append(ctx.Process(target=env_worker, daemon=True, args=(
-                *pipe, args, run_name, first, count, restored and restored[first:first + count], shared_obs)))
+            self.procs.append(
+                ctx.Process(
+                    target=env_worker,
+                    daemon=True,
+                    args=(*pipe, args, run_name, first, count, restored and restored[first : first + count], shared_obs),
+                )
+            )
             self.procs[-1].start()
             pipe[1].close()  # only the worker holds its end now: if it dies, recv() here fails instead of waiting
         self._all([])  # wait until every worker is ready
@@ -261,8 +215,13 @@ class ParallelEnvs:
 
     def step(self, actions):
         rewards, terminations, truncations, final_obs = zip(*self._all(np.split(actions, len(self.pipes))))
-        return self.obs.copy(), np.concatenate(rewards), np.concatenate(terminations), np.concatenate(truncations), \
-            {"final_obs": {i: o for worker in final_obs for i, o in worker.items()}}
+        return (
+            self.obs.copy(),
+            np.concatenate(rewards),
+            np.concatenate(terminations),
+            np.concatenate(truncations),
+            {"final_obs": {i: o for worker in final_obs for i, o in worker.items()}},
+        )
 
     def snapshot(self):
         states = self._all(["snapshot"] * len(self.pipes))
@@ -291,8 +250,11 @@ class Agent(nn.Module):
         if arch == "nips":  # A3C FF: 32 * 9 * 9 = 2592 conv features on 4x84x84
             convs, n_features, hidden = [nn.Conv2d(4, 16, 8, stride=4), nn.Conv2d(16, 32, 4, stride=2)], 32 * 9 * 9, 256
         else:  # the Nature CNN: 64 * 7 * 7 = 3136 conv features
-            convs, n_features, hidden = [nn.Conv2d(4, 32, 8, stride=4), nn.Conv2d(32, 64, 4, stride=2),
-                                         nn.Conv2d(64, 64, 3, stride=1)], 64 * 7 * 7, 512
+            convs, n_features, hidden = (
+                [nn.Conv2d(4, 32, 8, stride=4), nn.Conv2d(32, 64, 4, stride=2), nn.Conv2d(64, 64, 3, stride=1)],
+                64 * 7 * 7,
+                512,
+            )
         trunk = nn.Sequential(*[m for conv in convs for m in (layer_init(conv), nn.ReLU())], nn.Flatten())
         self.network = nn.Sequential(trunk, layer_init(nn.Linear(n_features, hidden)), nn.ReLU())
         self.actor = layer_init(nn.Linear(hidden, n_actions), std=0.01)
@@ -364,101 +326,12 @@ def update(agent, optimizer, b, args):
     loss.backward()
     grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # detail 7
     optimizer.step()
-    return {"value_loss": v_loss.item(), "policy_loss": pg_loss.item(), "entropy": entropy_loss.item(), "grad_norm":
-            grad_norm.item()}, {"ratio_max_dev": (newlogprob.detach() - b["logprobs"]).exp().sub(1).abs().max().item()}
-
-
-def new_run_dir(name, suffix=""):
-    """Create runs/<name> (<name>-2, -3, ... if it exists: mkdir is atomic, so no two runs share one)."""
-    try:
-        os.makedirs(f"runs/{name}{suffix}")
-        return f"runs/{name}{suffix}"
-    except FileExistsError:
-        return new_run_dir(name, f"-{int(suffix[1:] or 1) + 1}")
-    except OSError as e:
-        raise ConfigError(f"cannot create runs/{name}{suffix}: {e.strerror}; run from a writable directory") from None
-
-
-def save_checkpoint(path, state):
-    """Write atomically: a crash, Ctrl-C or full disk mid-write leaves the previous checkpoint intact, no partial file."""
-    buffer = io.BytesIO()  # torch.save into memory first: after a Ctrl-C inside it, its zip writer may still end the
-    try:  # zip from its destructor, which must find an open buffer (into a closed file, it aborts the process)
-        torch.save(state, buffer)
-        with open(f"{path}.tmp", "wb") as f:  # to a file object, a full disk is an OSError that names its cause
-            f.write(buffer.getvalue())
-        os.replace(f"{path}.tmp", path)
-    except OSError as e:
-        raise ConfigError(f"cannot write {path} ({e.strerror}); an earlier checkpoint there is intact: --resume it") from None
-    except RuntimeError as e:  # a Ctrl-C inside torch.save's writes comes out of its zip writer as a RuntimeError
-        raise KeyboardInterrupt if isinstance(e.__context__, KeyboardInterrupt) else e
-    finally:
-        if os.path.exists(f"{path}.tmp"):
-            os.remove(f"{path}.tmp")
-
-
-def load_checkpoint(path, args=None, given=None):
-    """The checkpoint at `path`; with `args` (given beside --resume) also the args to resume with: the checkpoint's,
-    with the RESUMABLE flags `given` in `args` (the command line's; by default those that differ from Args()). Any
-    other flag given with a value other than the checkpoint's is refused."""
-    try:  # missing, a directory, truncated or not a checkpoint at all
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:
-        raise ConfigError(f"checkpoint {path!r} could not be read ({type(e).__name__}: {e})") from None
-    owner = ckpt.get("script") if isinstance(ckpt, dict) else None  # and another version's args do not fit Args
-    if owner != SCRIPT or not isinstance(ckpt.get("args"), dict) or set(ckpt["args"]) - set(asdict(Args())):
-        raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not by this {SCRIPT}")
-    if any(torch.is_tensor(v) and v.is_floating_point() and not v.isfinite().all() for v in ckpt.get("model", {}).values()):
-        raise ConfigError(f"checkpoint {path!r} holds non-finite weights (nan or inf), which neither train nor evaluate; "
-                          "use an earlier checkpoint of the run")
-    if args is not None:  # resuming: a save that SIGKILL cut short left its .tmp beside this whole checkpoint
-        with contextlib.suppress(FileNotFoundError):  # (every rank resuming together tries)
-            os.remove(f"{path}.tmp")
-    default, values = asdict(Args()), asdict(args or Args())
-    given = set(values) & (set(given) if given is not None else {k for k, v in values.items() if v != default[k]})
-    for k in sorted(given - RESUMABLE):
-        if values[k] != ckpt["args"].get(k):
-            raise ConfigError(f"--{k.replace('_', '-')} cannot change when resuming (the checkpoint has "
-                              f"{ckpt['args'].get(k)!r}); start a new run to train with {values[k]!r}")
-    return ckpt, Args(**{**ckpt["args"], **{k: values[k] for k in given & RESUMABLE}})
-
-
-def check_finite(iteration, losses, agent, optimizer, saved):
-    """After each update, before its checkpoint: a non-finite loss, weight or optimizer state stops the run in one line,
-    and the last finite checkpoint `saved` ((path, iteration) or None) stays as it is."""
-    params = list(agent.parameters())
-    state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.is_floating_point()]
-    # a nan or inf makes its tensor's sum one too: a sum per tensor, one sync per iteration (measured on an AMD EPYC,
-    # 1 thread: 0.8 ms in ppo.py, 4 ms in ppo_atari.py, under 0.1% of an iteration; a max-abs norm took 3-7 times longer)
-    sums = torch.stack([t.sum() for t in params + state]).tolist()
-    bad = [f"the {k.replace('_', ' ')} is {v}" for k, v in losses.items()  # grad_norm: nan where an edited step drops it
-           if k not in ("explained_variance", "grad_norm") and not math.isfinite(v)]
-    bad += [f"the {what} {v}" for what, v in (("weights hold", sum(sums[:len(params)])),
-                                              ("optimizer state holds", sum(sums[len(params):]))) if not math.isfinite(v)]
-    if bad:
-        raise ConfigError(f"iteration {iteration}: {bad[0]}; " + (f"the last finite checkpoint is {saved[0]} (iteration "
-                          f"{saved[1]})" if saved else "no checkpoint was saved") + "; likely too high a --learning-rate "
-                          "or --max-grad-norm")
-
-
-def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
-    """Raw game scores of `eval_episodes` episodes of a checkpoint's sampling policy, seeded for repeatability."""
-    ckpt, args = load_checkpoint(checkpoint_path)
-    check_args(Args(env_id=args.env_id, eval_episodes=eval_episodes, seed=seed))
-    env = make_env(args.env_id)
-    agent = Agent(env.action_space.n, args.arch, args.channels_last, args.bf16).to(device)
-    agent.load_state_dict(ckpt["model"])
-    returns, (obs, _), episode_return = [], env.reset(seed=seed), 0.0
-    with torch.random.fork_rng(), torch.inference_mode():
-        torch.manual_seed(seed)
-        while len(returns) < eval_episodes:
-            action, *_ = agent.get_action_and_value(torch.as_tensor(obs[None], device=device))
-            obs, reward, terminated, truncated, _ = env.step(action.item())
-            episode_return += float(reward)
-            if terminated or truncated:
-                returns.append(episode_return)
-                (obs, _), episode_return = env.reset(), 0.0
-    env.close()
-    return returns
+    return {
+        "value_loss": v_loss.item(),
+        "policy_loss": pg_loss.item(),
+        "entropy": entropy_loss.item(),
+        "grad_norm": grad_norm.item(),
+    }, {"ratio_max_dev": (newlogprob.detach() - b["logprobs"]).exp().sub(1).abs().max().item()}
 
 
 def train(args: Args, given=None):
@@ -475,16 +348,26 @@ def train(args: Args, given=None):
         try:  # the workers unpickle them: pickled by the version of this file that saved them, maybe with other wrappers
             [Unpickler(io.BytesIO(env)).load() for env in ckpt["envs"] or []]
         except Exception as e:
-            raise ConfigError(f"the envs in {args.resume} do not fit this version of {SCRIPT} ({type(e).__name__}: "
-                              f"{e}); resume it with the version that wrote it, or start a new run") from None
+            raise ConfigError(
+                f"the envs in {args.resume} do not fit this version of {SCRIPT} ({type(e).__name__}: "
+                f"{e}); resume it with the version that wrote it, or start a new run"
+            ) from None
         print(f"{SCRIPT}: resuming {run_name} after iteration {ckpt['iteration']} in {run_dir}{fresh}", file=sys.stderr)
     else:
         run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
         run_name = os.path.basename(run_dir)
     if args.track:
         import wandb
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                   config=asdict(args), name=run_name, save_code=True, resume="allow")
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=asdict(args),
+            name=run_name,
+            save_code=True,
+            resume="allow",
+        )
     from torch.utils.tensorboard import SummaryWriter
 
     # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
@@ -505,10 +388,20 @@ def train(args: Args, given=None):
         optimizer = TFRMSprop(agent.parameters(), lr=args.learning_rate, decay=args.rmsprop_decay, eps=args.rmsprop_eps)
         T, N, obs_shape = args.num_steps, args.num_envs, envs.single_observation_space.shape
         # what the envs return is stored in numpy (cheap per-step writes), what the agent returns in torch
-        obs, rewards, dones = np.zeros((T, N) + obs_shape, np.uint8), np.zeros((T, N), np.float32), np.zeros((T, N), np.float32)
+        obs, rewards, dones = (
+            np.zeros((T, N) + obs_shape, np.uint8),
+            np.zeros((T, N), np.float32),
+            np.zeros((T, N), np.float32),
+        )
         episode_return, episode_length = np.zeros(N), np.zeros(N, dtype=np.int64)
-        history = {"episodic_return": [], "episodic_length": [], "losses": [], "first_minibatch": [], "learning_rate": [],
-                   "seconds": {"env": 0.0, "inference": 0.0, "update": 0.0}}  # where the wall time goes (Figure 2)
+        history = {
+            "episodic_return": [],
+            "episodic_length": [],
+            "losses": [],
+            "first_minibatch": [],
+            "learning_rate": [],
+            "seconds": {"env": 0.0, "inference": 0.0, "update": 0.0},
+        }  # where the wall time goes (Figure 2)
         seconds, start_iteration, global_step = history["seconds"], 1, 0
         if ckpt:
             agent.load_state_dict(ckpt["model"])
@@ -564,10 +457,16 @@ def train(args: Args, given=None):
             actions, logprobs, values = (torch.stack(x) for x in zip(*rollout))
             with torch.no_grad():
                 next_value = agent.get_value(torch.as_tensor(next_obs, device=device))
-                returns = nstep_returns(torch.as_tensor(rewards, device=device), torch.as_tensor(dones, device=device),
-                                        next_value, args.gamma)
-            b = {"obs": torch.as_tensor(obs, device=device).reshape((-1,) + obs_shape), "actions": actions.reshape(-1),
-                 "logprobs": logprobs.reshape(-1), "values": values.reshape(-1), "returns": returns.reshape(-1)}
+                returns = nstep_returns(
+                    torch.as_tensor(rewards, device=device), torch.as_tensor(dones, device=device), next_value, args.gamma
+                )
+            b = {
+                "obs": torch.as_tensor(obs, device=device).reshape((-1,) + obs_shape),
+                "actions": actions.reshape(-1),
+                "logprobs": logprobs.reshape(-1),
+                "values": values.reshape(-1),
+                "returns": returns.reshape(-1),
+            }
             losses, first = update(agent, optimizer, b, args)
             seconds["update"] += time.perf_counter() - t0
             y_pred, y_true = b["values"].cpu().numpy(), b["returns"].cpu().numpy()
@@ -587,34 +486,267 @@ def train(args: Args, given=None):
             tty, last = sys.stdout.isatty(), iteration == args.num_iterations
             if tty or iteration % 500 == 0 or last:
                 left = int((args.num_iterations - iteration) * args.batch_size / max(sps, 1))
-                line = (f"step {global_step}/{args.num_iterations * args.batch_size} SPS {sps} ETA {left // 3600}:{left % 3600 // 60:02d}"
-                        f":{left % 60:02d} return(last 20) {np.mean(history['episodic_return'][-20:] or np.nan):.1f}")
+                line = (
+                    f"step {global_step}/{args.num_iterations * args.batch_size} SPS {sps} "
+                    f"ETA {left // 3600}:{left % 3600 // 60:02d}:{left % 60:02d} "
+                    f"return(last 20) {np.mean(history['episodic_return'][-20:] or np.nan):.1f}"
+                )
                 print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
 
             check_finite(iteration, losses, agent, optimizer, saved)
             if args.save_model and (iteration % args.save_every == 0 or iteration == args.num_iterations):
-                rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                       **({"cuda": torch.cuda.get_rng_state_all()} if device.type == "cuda" else {})}
+                rng = {
+                    "python": random.getstate(),
+                    "numpy": np.random.get_state(),
+                    "torch": torch.get_rng_state(),
+                    **({"cuda": torch.cuda.get_rng_state_all()} if device.type == "cuda" else {}),
+                }
                 with signals_held():  # a signal in between would name the checkpoint before this one
-                    save_checkpoint(f"{run_dir}/checkpoint.pt", {
-                        "script": SCRIPT, "args": asdict(args), "run_name": run_name, "iteration": iteration,
-                        "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
-                        "rng": rng, "next_obs": next_obs.copy(), "episode_return": episode_return,
-                        "episode_length": episode_length, "envs": envs.snapshot()})
+                    save_checkpoint(
+                        f"{run_dir}/checkpoint.pt",
+                        {
+                            "script": SCRIPT,
+                            "args": asdict(args),
+                            "run_name": run_name,
+                            "iteration": iteration,
+                            "global_step": global_step,
+                            "model": agent.state_dict(),
+                            "optimizer": optimizer.state_dict(),
+                            "rng": rng,
+                            "next_obs": next_obs.copy(),
+                            "episode_return": episode_return,
+                            "episode_length": episode_length,
+                            "envs": envs.snapshot(),
+                        },
+                    )
                     saved = (f"{run_dir}/checkpoint.pt", iteration)
     writer.close()
     print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()) + f", total {time.time() - start_time:.1f}")
-    history.update(run_name=run_name, run_dir=run_dir, global_step=global_step, agent=agent, optimizer=optimizer,
-                   checkpoint=f"{run_dir}/checkpoint.pt" if args.save_model else None)
+    history.update(
+        run_name=run_name,
+        run_dir=run_dir,
+        global_step=global_step,
+        agent=agent,
+        optimizer=optimizer,
+        checkpoint=f"{run_dir}/checkpoint.pt" if args.save_model else None,
+    )
     return history
+
+
+# ---- Below: input checks, run directory, checkpoints, signals, evaluation and the CLI; none of it changes training ----
+
+
+class ConfigError(ValueError):
+    """Bad input found before training, a checkpoint that cannot be written, or training gone non-finite (check_finite);
+    __main__ prints it as one line."""
+
+
+# every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
+RANGES = [
+    ("total_timesteps anneal_timesteps num_envs num_workers num_steps save_every eval_episodes", 1, math.inf, True),
+    ("learning_rate max_grad_norm loss_scale rmsprop_eps", 0, math.inf, False),
+    ("seed", 0, 2**32 - 1, True),
+    ("ent_coef vf_coef torch_threads", 0, math.inf, True),
+    ("gamma rmsprop_decay", 0, 1, True),
+]
+# the flags that may change beside --resume: the budget, and how the run is saved or placed
+RESUMABLE = {
+    "resume",
+    "total_timesteps",
+    "save_model",
+    "save_every",
+    "cuda",
+    "torch_threads",
+    "track",
+    "channels_last",
+    "bf16",
+    "num_workers",
+}
+
+
+def check_args(args: Args, ckpt=None) -> None:
+    """Fail before any training with a message that names the problem and the fix."""
+    if "/" in args.exp_name or len(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}-99".encode()) > 255:
+        raise ConfigError(
+            f"--exp-name {args.exp_name[:60]!r} must be one directory's name in runs/: no '/', and short enough "
+            "that the run name (env id, exp name, seed, time) fits in 255 bytes; choose a short plain name"
+        )
+    for names, low, high, closed in RANGES:
+        for name, v in ((name, getattr(args, name)) for name in names.split()):
+            if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
+                raise ConfigError(
+                    f"--{name.replace('_', '-')} must be a finite number {'>=' if closed else '>'} {low}"
+                    + (f" and <= {high}" if high < math.inf else "")
+                    + f", got {v}"
+                )
+    # measured: ~6 MB per worker process, ~1.5 MB per Atari env, ~225 kB per env-step (storage, update)
+    need = args.num_workers * 20e6 + args.num_envs * (2e6 + args.num_steps * 300e3)
+    if need > (ram := os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")):
+        raise ConfigError(
+            f"--num-envs {args.num_envs} needs about {need / 1e9:.1f} GB (envs, rollout storage and "
+            f"{args.num_workers} workers), more than this machine's {ram / 1e9:.1f} GB; use fewer envs"
+        )
+    if args.num_envs % args.num_workers != 0:
+        raise ConfigError(
+            f"--num-envs {args.num_envs} is not divisible by --num-workers {args.num_workers}; "
+            "each worker steps the same number of environments"
+        )
+    batch = args.num_envs * args.num_steps
+    if args.total_timesteps < batch or (ckpt and args.total_timesteps // batch <= ckpt["iteration"]):
+        raise ConfigError(
+            f"--total-timesteps {args.total_timesteps} leaves no iteration to run (one is {batch} "
+            f"steps{'; the checkpoint is at iteration %d' % ckpt['iteration'] if ckpt else ''})"
+        )
+    if args.arch not in ("nips", "nature"):
+        raise ConfigError(f"--arch must be nips or nature, got {args.arch!r}")
+    for flag, package in (("capture_video", "moviepy"), ("track", "wandb")):
+        if getattr(args, flag) and importlib.util.find_spec(package) is None:
+            raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
+    if args.bf16 and not (
+        torch.cuda.is_bf16_supported()
+        if args.cuda and torch.cuda.is_available()
+        else torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    ):
+        raise ConfigError(
+            "--bf16 needs bfloat16 kernels (a CPU with AVX512 or AMX, a GPU of compute capability 8.0+), "
+            "which this machine lacks; run without --bf16"
+        )
+    if (spec := gym.envs.registry.get(args.env_id)) is None:
+        raise ConfigError(f"unknown env id {args.env_id!r}; see gymnasium.pprint_registry() for the ids")
+    if spec.kwargs.get("frameskip") != 1 or spec.kwargs.get("repeat_action_probability") != 0.0:  # ALE's own kwargs
+        raise ConfigError(
+            f"{args.env_id} is not an Atari game without frame skip or sticky actions; {SCRIPT} "
+            "needs a NoFrameskip-v4 id, e.g. PongNoFrameskip-v4"
+        )
+
+
+class Unpickler(pickle.Unpickler):
+    """Finds this file's classes whether `python <file>` pickled them (as __main__'s) or an import of the file did."""
+
+    def find_class(self, module, name):
+        mine = module in ("__main__", SCRIPT[:-3]) and hasattr(sys.modules[__name__], name)  # run as __main__ or imported
+        return getattr(sys.modules[__name__], name) if mine else super().find_class(module, name)
+
+
+def new_run_dir(name, suffix=""):
+    """Create runs/<name> (<name>-2, -3, ... if it exists: mkdir is atomic, so no two runs share one)."""
+    try:
+        os.makedirs(f"runs/{name}{suffix}")
+        return f"runs/{name}{suffix}"
+    except FileExistsError:
+        return new_run_dir(name, f"-{int(suffix[1:] or 1) + 1}")
+    except OSError as e:
+        raise ConfigError(f"cannot create runs/{name}{suffix}: {e.strerror}; run from a writable directory") from None
+
+
+def save_checkpoint(path, state):
+    """Write atomically: a crash, Ctrl-C or full disk mid-write leaves the previous checkpoint intact, no partial file."""
+    buffer = io.BytesIO()  # torch.save into memory first: after a Ctrl-C inside it, its zip writer may still end the
+    try:  # zip from its destructor, which must find an open buffer (into a closed file, it aborts the process)
+        torch.save(state, buffer)
+        with open(f"{path}.tmp", "wb") as f:  # to a file object, a full disk is an OSError that names its cause
+            f.write(buffer.getvalue())
+        os.replace(f"{path}.tmp", path)
+    except OSError as e:
+        raise ConfigError(f"cannot write {path} ({e.strerror}); an earlier checkpoint there is intact: --resume it") from None
+    except RuntimeError as e:  # a Ctrl-C inside torch.save's writes comes out of its zip writer as a RuntimeError
+        raise KeyboardInterrupt if isinstance(e.__context__, KeyboardInterrupt) else e
+    finally:
+        if os.path.exists(f"{path}.tmp"):
+            os.remove(f"{path}.tmp")
+
+
+def load_checkpoint(path, args=None, given=None):
+    """The checkpoint at `path`; with `args` (given beside --resume) also the args to resume with: the checkpoint's,
+    with the RESUMABLE flags `given` in `args` (the command line's; by default those that differ from Args()). Any
+    other flag given with a value other than the checkpoint's is refused."""
+    try:  # missing, a directory, truncated or not a checkpoint at all
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:
+        raise ConfigError(f"checkpoint {path!r} could not be read ({type(e).__name__}: {e})") from None
+    owner = ckpt.get("script") if isinstance(ckpt, dict) else None  # and another version's args do not fit Args
+    if owner != SCRIPT or not isinstance(ckpt.get("args"), dict) or set(ckpt["args"]) - set(asdict(Args())):
+        raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not by this {SCRIPT}")
+    if any(torch.is_tensor(v) and v.is_floating_point() and not v.isfinite().all() for v in ckpt.get("model", {}).values()):
+        raise ConfigError(
+            f"checkpoint {path!r} holds non-finite weights (nan or inf), which neither train nor evaluate; "
+            "use an earlier checkpoint of the run"
+        )
+    if args is not None:  # resuming: a save that SIGKILL cut short left its .tmp beside this whole checkpoint
+        with contextlib.suppress(FileNotFoundError):  # (every rank resuming together tries)
+            os.remove(f"{path}.tmp")
+    default, values = asdict(Args()), asdict(args or Args())
+    given = set(values) & (set(given) if given is not None else {k for k, v in values.items() if v != default[k]})
+    for k in sorted(given - RESUMABLE):
+        if values[k] != ckpt["args"].get(k):
+            raise ConfigError(
+                f"--{k.replace('_', '-')} cannot change when resuming (the checkpoint has "
+                f"{ckpt['args'].get(k)!r}); start a new run to train with {values[k]!r}"
+            )
+    return ckpt, Args(**{**ckpt["args"], **{k: values[k] for k in given & RESUMABLE}})
+
+
+def check_finite(iteration, losses, agent, optimizer, saved):
+    """After each update, before its checkpoint: a non-finite loss, weight or optimizer state stops the run in one line,
+    and the last finite checkpoint `saved` ((path, iteration) or None) stays as it is."""
+    params = list(agent.parameters())
+    state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.is_floating_point()]
+    # a nan or inf makes its tensor's sum one too: a sum per tensor, one sync per iteration (measured on an AMD EPYC,
+    # 1 thread: 0.8 ms in ppo.py, 4 ms in ppo_atari.py, under 0.1% of an iteration; a max-abs norm took 3-7 times longer)
+    sums = torch.stack([t.sum() for t in params + state]).tolist()
+    bad = [
+        f"the {k.replace('_', ' ')} is {v}"
+        for k, v in losses.items()  # grad_norm: nan where an edited step drops it
+        if k not in ("explained_variance", "grad_norm") and not math.isfinite(v)
+    ]
+    bad += [
+        f"the {what} {v}"
+        for what, v in (("weights hold", sum(sums[: len(params)])), ("optimizer state holds", sum(sums[len(params) :])))
+        if not math.isfinite(v)
+    ]
+    if bad:
+        raise ConfigError(
+            f"iteration {iteration}: {bad[0]}; "
+            + (f"the last finite checkpoint is {saved[0]} (iteration {saved[1]})" if saved else "no checkpoint was saved")
+            + "; likely too high a --learning-rate "
+            "or --max-grad-norm"
+        )
+
+
+def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
+    """Raw game scores of `eval_episodes` episodes of a checkpoint's sampling policy, seeded for repeatability."""
+    ckpt, args = load_checkpoint(checkpoint_path)
+    check_args(Args(env_id=args.env_id, eval_episodes=eval_episodes, seed=seed))
+    env = make_env(args.env_id)
+    agent = Agent(env.action_space.n, args.arch, args.channels_last, args.bf16).to(device)
+    agent.load_state_dict(ckpt["model"])
+    returns, (obs, _), episode_return = [], env.reset(seed=seed), 0.0
+    with torch.random.fork_rng(), torch.inference_mode():
+        torch.manual_seed(seed)
+        while len(returns) < eval_episodes:
+            action, *_ = agent.get_action_and_value(torch.as_tensor(obs[None], device=device))
+            obs, reward, terminated, truncated, _ = env.step(action.item())
+            episode_return += float(reward)
+            if terminated or truncated:
+                returns.append(episode_return)
+                (obs, _), episode_return = env.reset(), 0.0
+    env.close()
+    return returns
 
 
 def interrupted(e: KeyboardInterrupt) -> int:
     """Ctrl-C or SIGTERM: one line naming the last checkpoint train() saved (its `saved`, in the frame the signal stopped)
     and the command that resumes it; the exit status of the signal, 130 or 143."""
     saved = next((f.f_locals.get("saved") for f, _ in traceback.walk_tb(e.__traceback__) if f.f_code is train.__code__), None)
-    print(f"{SCRIPT}: interrupted; " + (f"the last checkpoint is {saved[0]} (iteration {saved[1]}); continue with: python "
-          f"{SCRIPT} --resume {saved[0]}" if saved else "no checkpoint was saved"), file=sys.stderr)
+    print(
+        f"{SCRIPT}: interrupted; "
+        + (
+            f"the last checkpoint is {saved[0]} (iteration {saved[1]}); continue with: python {SCRIPT} --resume {saved[0]}"
+            if saved
+            else "no checkpoint was saved"
+        ),
+        file=sys.stderr,
+    )
     return 128 + (e.args[0] if e.args else signal.SIGINT)
 
 

@@ -99,64 +99,9 @@ class Args:
     actor_timeout: float = 120.0  # seconds the learner waits for an unroll while every actor is alive
 
 
-class ConfigError(ValueError):
-    """Bad input found before training, a checkpoint that cannot be written, or training gone non-finite (check_finite);
-    __main__ prints it as one line."""
-
-
-class ActorError(RuntimeError):
-    """An actor process died or stopped producing; __main__ prints it as one line."""
-
-
-# every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
-RANGES = [("total_timesteps num_actors num_envs_per_actor unroll_length batch_size save_every eval_episodes",
-           1, math.inf, True), ("learning_rate max_grad_norm rho_bar c_bar rmsprop_eps actor_timeout", 0, math.inf, False),
-          ("ent_coef vf_coef torch_threads", 0, math.inf, True), ("gamma rmsprop_alpha", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
-# the flags that may change beside --resume: the budget, and how the run is saved or placed
-RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "channels_last", "bf16", "track",
-             "num_actors", "actor_timeout"}
-
-
-def check_args(args: Args, ckpt=None) -> None:
-    """Fail before any training with a message that names the problem and the fix."""
-    if "/" in args.exp_name or len(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}-99".encode()) > 255:
-        raise ConfigError(f"--exp-name {args.exp_name[:60]!r} must be one directory's name in runs/: no '/', and short enough "
-                          "that the run name (env id, exp name, seed, time) fits in 255 bytes; choose a short plain name")
-    for names, low, high, closed in RANGES:
-        for name, v in ((name, getattr(args, name)) for name in names.split()):
-            if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
-                raise ConfigError(f"--{name.replace('_', '-')} must be a finite number {'>=' if closed else '>'} {low}"
-                                  + (f" and <= {high}" if high < math.inf else "") + f", got {v}")
-    envs = args.num_actors * args.num_envs_per_actor  # measured: ~26 MB an actor, ~1.4 MB an env, ~260 kB a batch step
-    need = args.num_actors * 50e6 + envs * 2e6 + args.unroll_length * (args.batch_size * 400e3 + 2 * envs * 30e3)
-    if need > (ram := os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")):
-        raise ConfigError(f"--num-envs-per-actor {args.num_envs_per_actor} needs about {need / 1e9:.1f} GB (envs and "
-                          f"unrolls), more than this machine's {ram / 1e9:.1f} GB; use fewer envs")
-    if args.batch_size % args.num_envs_per_actor != 0:
-        raise ConfigError(f"--batch-size {args.batch_size} is not divisible by --num-envs-per-actor "
-                          f"{args.num_envs_per_actor}; a batch is made of whole actor unrolls")
-    steps = args.unroll_length * args.batch_size
-    if args.total_timesteps < steps or (ckpt and args.total_timesteps // steps <= ckpt["update"]):
-        raise ConfigError(f"--total-timesteps {args.total_timesteps} leaves no update to run (one is {steps} "
-                          f"steps{'; the checkpoint is at update %d' % ckpt['update'] if ckpt else ''})")
-    if args.c_bar > args.rho_bar:
-        raise ConfigError(f"--c-bar {args.c_bar} exceeds --rho-bar {args.rho_bar}; V-trace assumes c_bar <= rho_bar")
-    for flag, package in (("capture_video", "moviepy"), ("track", "wandb")):
-        if getattr(args, flag) and importlib.util.find_spec(package) is None:
-            raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
-    if args.bf16 and not (torch.cuda.is_bf16_supported() if args.cuda and torch.cuda.is_available()
-                          else torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
-        raise ConfigError("--bf16 needs bfloat16 kernels (a CPU with AVX512 or AMX, a GPU of compute capability 8.0+), "
-                          "which this machine lacks; run without --bf16")
-    spec = gym.registry.get(args.env_id)
-    if spec is None or not str(spec.entry_point).startswith("ale_py") or spec.kwargs.get("frameskip") != 1 \
-            or spec.kwargs.get("repeat_action_probability", 0.0) != 0.0:  # the v0 ids' sticky actions
-        raise ConfigError(f"{args.env_id!r} is not an Atari NoFrameskip id such as BreakoutNoFrameskip-v4; {SCRIPT} "
-                          "handles Atari only, without sticky actions, and repeats each action itself (detail 9)")
-
-
 class EpisodicLife(gym.Wrapper):
     """Detail 9: a lost life ends the training episode; the game itself only resets when it is really over."""
+
     lives, game_over = 0, True
 
     def step(self, action):
@@ -176,6 +121,7 @@ class EpisodicLife(gym.Wrapper):
 
 class FireReset(gym.Wrapper):
     """Detail 9: games like Breakout wait for FIRE after each (life) reset: press it (then action 2), as baselines."""
+
     def reset(self, **kwargs):
         self.env.reset(**kwargs)
         for action in (1, 2):
@@ -189,8 +135,12 @@ def make_env(env_id, video_dir=None, episodic_life=True):
     """One game in the Atari wrappers (detail 9), innermost first; with `video_dir`, its games are recorded there."""
     env = gym.make(env_id, obs_type="grayscale", **({"render_mode": "rgb_array"} if video_dir else {}))
     # RecordEpisodeStatistics innermost: the logged return is the raw full-game score, unclipped and across lives
-    env = gym.wrappers.AtariPreprocessing(gym.wrappers.RecordEpisodeStatistics(
-        gym.wrappers.RecordVideo(env, video_dir) if video_dir else env), noop_max=30, frame_skip=4, screen_size=84)
+    env = gym.wrappers.AtariPreprocessing(
+        gym.wrappers.RecordEpisodeStatistics(gym.wrappers.RecordVideo(env, video_dir) if video_dir else env),
+        noop_max=30,
+        frame_skip=4,
+        screen_size=84,
+    )
     env = EpisodicLife(env) if episodic_life else env
     env = FireReset(env) if "FIRE" in env.unwrapped.get_action_meanings() else env
     return gym.wrappers.FrameStackObservation(env, 4)
@@ -213,20 +163,37 @@ class ResidualBlock(nn.Module):
 
 def conv_section(in_channels, out_channels):
     # detail 11: one section of the deep network: conv 3x3, max-pool 3x3 stride 2, two residual blocks
-    return nn.Sequential(nn.Conv2d(in_channels, out_channels, 3, padding=1), nn.MaxPool2d(3, stride=2, padding=1),
-                         ResidualBlock(out_channels), ResidualBlock(out_channels))
+    return nn.Sequential(
+        nn.Conv2d(in_channels, out_channels, 3, padding=1),
+        nn.MaxPool2d(3, stride=2, padding=1),
+        ResidualBlock(out_channels),
+        ResidualBlock(out_channels),
+    )
 
 
 class Agent(nn.Module):
     def __init__(self, n_actions, deep=False, channels_last=False, bf16=False):
         super().__init__()
         if deep:  # detail 11: 84 -> 42 -> 21 -> 11 through the three sections
-            self.network = nn.Sequential(conv_section(4, 16), conv_section(16, 32), conv_section(32, 32), nn.ReLU(),
-                                         nn.Flatten(), layer_init(nn.Linear(32 * 11 * 11, 256)), nn.ReLU())
+            self.network = nn.Sequential(
+                conv_section(4, 16),
+                conv_section(16, 32),
+                conv_section(32, 32),
+                nn.ReLU(),
+                nn.Flatten(),
+                layer_init(nn.Linear(32 * 11 * 11, 256)),
+                nn.ReLU(),
+            )
         else:  # detail 11: the A3C feed-forward network, 16x8x8/4 -> 32x4x4/2 -> fc256
             self.network = nn.Sequential(
-                layer_init(nn.Conv2d(4, 16, 8, stride=4)), nn.ReLU(), layer_init(nn.Conv2d(16, 32, 4, stride=2)),
-                nn.ReLU(), nn.Flatten(), layer_init(nn.Linear(32 * 9 * 9, 256)), nn.ReLU())
+                layer_init(nn.Conv2d(4, 16, 8, stride=4)),
+                nn.ReLU(),
+                layer_init(nn.Conv2d(16, 32, 4, stride=2)),
+                nn.ReLU(),
+                nn.Flatten(),
+                layer_init(nn.Linear(32 * 9 * 9, 256)),
+                nn.ReLU(),
+            )
         self.actor = layer_init(nn.Linear(256, n_actions), std=0.01)
         self.critic = layer_init(nn.Linear(256, 1), std=1.0)
         # a memory layout, not a change of the math: NHWC weights and inputs take oneDNN's fast CPU convolutions
@@ -284,11 +251,20 @@ def impala_losses(target_logprobs, entropy, values, vs, pg_advantages, args):
 def update(agent, optimizer, b, args):
     """One learner step on a batch `b` of unrolls ([T(+1), B, ...]); returns per-step losses and log(pi/mu) statistics."""
     T, B = b["actions"].shape
-    _, logprobs, entropy, values = (x.view(T, B) for x in agent.get_action_and_value(
-        b["obs"][:-1].flatten(0, 1), b["actions"].flatten()))
+    _, logprobs, entropy, values = (
+        x.view(T, B) for x in agent.get_action_and_value(b["obs"][:-1].flatten(0, 1), b["actions"].flatten())
+    )
     bootstrap_value = agent.get_value(b["obs"][-1]).detach()
-    vs, pg_advantages = vtrace(b["logprobs"], logprobs, b["rewards"], values, bootstrap_value,
-                               args.gamma * (1.0 - b["dones"]), args.rho_bar, args.c_bar)
+    vs, pg_advantages = vtrace(
+        b["logprobs"],
+        logprobs,
+        b["rewards"],
+        values,
+        bootstrap_value,
+        args.gamma * (1.0 - b["dones"]),
+        args.rho_bar,
+        args.c_bar,
+    )
     loss, pg_loss, baseline_loss, entropy_sum = impala_losses(logprobs, entropy, values, vs, pg_advantages, args)
 
     optimizer.zero_grad()
@@ -298,11 +274,16 @@ def update(agent, optimizer, b, args):
 
     logratio = (logprobs - b["logprobs"]).detach()
     ratio, y_pred, y_true = logratio.exp(), values.detach().cpu().numpy(), vs.cpu().numpy()
-    return {"value_loss": baseline_loss.item() / (T * B), "policy_loss": pg_loss.item() / (T * B),
-            "entropy": entropy_sum.item() / (T * B), "old_approx_kl": (-logratio).mean().item(),
-            "approx_kl": ((ratio - 1) - logratio).mean().item(), "clipfrac": (ratio > args.rho_bar).float().mean().item(),
-            "explained_variance": np.nan if np.var(y_true) == 0 else 1 - np.var(y_true - y_pred) / np.var(y_true),
-            "max_abs_logratio": logratio.abs().max().item()}
+    return {
+        "value_loss": baseline_loss.item() / (T * B),
+        "policy_loss": pg_loss.item() / (T * B),
+        "entropy": entropy_sum.item() / (T * B),
+        "old_approx_kl": (-logratio).mean().item(),
+        "approx_kl": ((ratio - 1) - logratio).mean().item(),
+        "clipfrac": (ratio > args.rho_bar).float().mean().item(),
+        "explained_variance": np.nan if np.var(y_true) == 0 else 1 - np.var(y_true - y_pred) / np.var(y_true),
+        "max_abs_logratio": logratio.abs().max().item(),
+    }
 
 
 @torch.inference_mode()
@@ -316,8 +297,13 @@ def actor_loop(actor_id, args, run_name, actor_model, buffers, version, free_que
     # SAME_STEP autoreset: the step that ends an episode already returns the next one's first observation, so obs[t + 1]
     # is always the state the policy acts on next; copy=False: each observation is copied into a buffer at once
     envs = gym.vector.SyncVectorEnv(  # --capture-video records actor 0's first env
-        [lambda i=i: make_env(args.env_id, f"videos/{run_name}" if args.capture_video and actor_id == i == 0 else None)
-         for i in range(args.num_envs_per_actor)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, copy=False)
+        [
+            lambda i=i: make_env(args.env_id, f"videos/{run_name}" if args.capture_video and actor_id == i == 0 else None)
+            for i in range(args.num_envs_per_actor)
+        ],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+        copy=False,
+    )
     next_obs, _ = envs.reset(seed=args.seed * 1000 + actor_id * args.num_envs_per_actor)
     while not stop_event.is_set() and mp.parent_process().is_alive():  # until the end, or the learner is gone
         try:
@@ -325,7 +311,8 @@ def actor_loop(actor_id, args, run_name, actor_model, buffers, version, free_que
         except queue.Empty:
             continue
         obs, actions, rewards, dones, logprobs, versions = (
-            buffers[key][idx] for key in ("obs", "actions", "rewards", "dones", "logprobs", "versions"))
+            buffers[key][idx] for key in ("obs", "actions", "rewards", "dones", "logprobs", "versions")
+        )
         obs[0] = torch.from_numpy(next_obs)
         episodes, env_seconds, inference_seconds = [], 0.0, 0.0
         for t in range(args.unroll_length):
@@ -348,20 +335,6 @@ def actor_loop(actor_id, args, run_name, actor_model, buffers, version, free_que
     envs.close()
 
 
-def put_holding_signals(q, item):
-    """q.put with Ctrl-C and SIGTERM held until it returns: one landing just after put takes the queue's lock leaves
-    it taken (CPython issue 29988), and the learner hung at exit, where the queue's finalizer takes the lock again."""
-    held = set()
-    handlers = {s: signal.signal(s, lambda sig, frame: held.add(sig)) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        q.put(item)
-    finally:
-        for s, handler in handlers.items():
-            signal.signal(s, handler)
-    for s in held:  # under the handler each came to: Ctrl-C's KeyboardInterrupt, or SIGTERM's
-        signal.raise_signal(s)
-
-
 def next_batch(full_queue, n, actors, timeout):
     """Buffer indices of the next `n` unrolls and the games they finished. Issue 24: every actor is checked at every
     unroll, not only when the queue runs dry (the others may keep it full), so a dead one stops the run at once."""
@@ -379,6 +352,299 @@ def next_batch(full_queue, n, actors, timeout):
             continue
         indices, episodes, deadline = indices + [idx], episodes + finished, time.monotonic() + timeout
     return indices, episodes
+
+
+def train(args: Args, given=None):
+    """Train; return a dict with the per-game returns/lengths, per-update losses and lags, the agent and optimizer."""
+    ckpt, args = load_checkpoint(args.resume, args, given) if args.resume else (None, args)
+    check_args(args, ckpt)
+    steps_per_update = args.unroll_length * args.batch_size
+    num_updates = args.total_timesteps // steps_per_update
+    buffers_per_batch = args.batch_size // args.num_envs_per_actor
+    num_buffers = buffers_per_batch + 2 * args.num_actors  # the spare ones keep the actors busy during updates
+    if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
+        run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
+        run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
+        print(f"{SCRIPT}: resuming {run_name} after update {ckpt['update']} in {run_dir}, with new games", file=sys.stderr)
+    else:
+        run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+        run_name = os.path.basename(run_dir)
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=asdict(args),
+            name=run_name,
+            save_code=True,
+            resume="allow",
+        )
+    from torch.utils.tensorboard import SummaryWriter
+
+    # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
+    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None, flush_secs=10)
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    torch.set_num_threads(args.torch_threads or torch.get_num_threads())
+    if args.cuda and not torch.cuda.is_available():
+        print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+
+    agent = Agent(gym.make(args.env_id).action_space.n, args.deep, args.channels_last, args.bf16).to(device)
+    optimizer = torch.optim.RMSprop(
+        agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha, eps=args.rmsprop_eps, momentum=0.0
+    )  # detail 6: epsilon 0.01, no momentum
+    start_update, global_step = 1, 0
+    if ckpt:
+        agent.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        start_update, global_step = ckpt["update"] + 1, ckpt["global_step"]  # no RNG state: the learner draws none
+
+    actor_model = copy.deepcopy(agent).cpu().share_memory()  # detail 1: the agent (edits included), shared, on CPU
+    ctx = mp.get_context("spawn" if device.type == "cuda" else "fork")
+    T, k, n = args.unroll_length, args.num_envs_per_actor, num_buffers  # detail 2: `obs` holds T+1 frames
+    buffers = {
+        key: torch.zeros(shape, dtype=dtype).share_memory_()
+        for key, shape, dtype in (
+            ("obs", (n, T + 1, k, 4, 84, 84), torch.uint8),
+            ("actions", (n, T, k), torch.int64),
+            ("versions", (n, T), torch.int64),
+            *((key, (n, T, k), torch.float32) for key in ("rewards", "dones", "logprobs")),
+            ("actor_seconds", (args.num_actors, 2), torch.float64),
+        )
+    }
+    version = ctx.Value("q", start_update - 1, lock=False)  # learner updates applied so far
+    stop_event, free_queue, full_queue = ctx.Event(), ctx.Queue(), ctx.Queue()
+    for i in range(buffers_per_batch if args.sync else num_buffers):  # detail 3: --sync circulates one batch
+        put_holding_signals(free_queue, i)
+    actors = [
+        ctx.Process(
+            target=actor_loop,
+            daemon=True,
+            name=f"impala-actor-{i}",
+            args=(i, args, run_name, actor_model, buffers, version, free_queue, full_queue, stop_event),
+        )
+        for i in range(args.num_actors)
+    ]
+    for p in actors:
+        p.start()
+
+    history = {
+        "episodic_return": [],
+        "episodic_length": [],
+        "losses": [],
+        "learning_rate": [],
+        "policy_lag": [],
+        "actor_pids": [p.pid for p in actors],
+        "seconds": {"update": 0.0},
+    }  # where the wall time goes
+    saved = (args.resume, ckpt["update"]) if ckpt else None  # the last finite checkpoint (check_finite)
+    start_time, start_step = time.time(), global_step
+    try:
+        for update_idx in range(start_update, num_updates + 1):
+            if args.anneal_lr:  # detail 7, in every param group from its own initial rate (a critic's own rate too)
+                frac = 1 - (update_idx - 1) / max(num_updates - 1, 1)
+                for group in optimizer.param_groups:
+                    group["lr"] = group.setdefault("initial_lr", group["lr"]) * frac
+            indices, episodes = next_batch(full_queue, buffers_per_batch, actors, args.actor_timeout)
+            t0 = time.perf_counter()
+            rows = torch.tensor(indices)
+            # indexing copies the rows out of shared memory, [n, T, k, ...] -> [T, n * k, ...]
+            b = {
+                key: buffers[key][rows].transpose(0, 1).flatten(1, 2).to(device)
+                for key in ("obs", "actions", "rewards", "dones", "logprobs")
+            }
+            lag = ((update_idx - 1) - buffers["versions"][rows]).double().mean().item()
+            for i in indices if not args.sync else []:  # the rows are copied: the actors refill them during the update
+                put_holding_signals(free_queue, i)
+            losses = update(agent, optimizer, b, args)
+            actor_model.load_state_dict(agent.state_dict())  # detail 1: the actors' next steps use the new weights
+            version.value = update_idx
+            for i in indices if args.sync else []:
+                put_holding_signals(free_queue, i)
+            history["seconds"]["update"] += time.perf_counter() - t0
+            global_step += steps_per_update
+
+            for ret, length in episodes:
+                writer.add_scalar("charts/episodic_return", ret, global_step)
+                writer.add_scalar("charts/episodic_length", length, global_step)
+                history["episodic_return"].append(ret)
+                history["episodic_length"].append(length)
+            history["losses"].append(losses)
+            history["learning_rate"].append(optimizer.param_groups[0]["lr"])
+            history["policy_lag"].append(lag)
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("charts/policy_lag", lag, global_step)
+            for k, v in losses.items():
+                writer.add_scalar(f"losses/{k}", v, global_step)
+            sps = int((global_step - start_step) / (time.time() - start_time))
+            writer.add_scalar("charts/SPS", sps, global_step)
+            # progress with the time left: one updating line in a terminal, a line every 10 updates in a log file
+            tty, last = sys.stdout.isatty(), update_idx == num_updates
+            if tty or update_idx % 10 == 0 or last:
+                left = int((num_updates - update_idx) * steps_per_update / max(sps, 1))
+                line = (
+                    f"step {global_step}/{num_updates * steps_per_update} SPS {sps} ETA {left // 3600}:"
+                    f"{left % 3600 // 60:02d}:{left % 60:02d} lag {lag:.2f} return(last 20) "
+                    f"{np.mean(history['episodic_return'][-20:] or np.nan):.1f}"
+                )
+                print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
+
+            check_finite(update_idx, losses, agent, optimizer, saved)
+            if args.save_model and (update_idx % args.save_every == 0 or update_idx == num_updates):
+                with signals_held():  # a signal in between would name the checkpoint before this one
+                    save_checkpoint(
+                        f"{run_dir}/checkpoint.pt",
+                        {
+                            "script": SCRIPT,
+                            "args": asdict(args),
+                            "run_name": run_name,
+                            "update": update_idx,
+                            "global_step": global_step,
+                            "model": agent.state_dict(),
+                            "optimizer": optimizer.state_dict(),
+                        },
+                    )
+                    saved = (f"{run_dir}/checkpoint.pt", update_idx)
+    finally:  # the end of training, Ctrl-C or a crash: no actor outlives the learner
+        stop_event.set()
+        for p in actors:
+            p.join(timeout=5)
+            p.kill()  # a no-op for an actor that has exited; SIGKILL, which nothing ignores, for a stuck one
+            p.join()
+        writer.close()  # <= flush_secs late if a Ctrl-C cut a write (3.11's Condition.notify then loses a wakeup)
+    # env and inference add up over the actors, which run side by side with each other and with the learner's update
+    history["seconds"] = dict(zip(("env", "inference"), buffers["actor_seconds"].sum(0).tolist()), **history["seconds"])
+    print(
+        "seconds: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in history["seconds"].items())
+        + f", total {time.time() - start_time:.1f}"
+    )
+    history.update(
+        run_name=run_name,
+        run_dir=run_dir,
+        global_step=global_step,
+        agent=agent,
+        optimizer=optimizer,
+        checkpoint=f"{run_dir}/checkpoint.pt" if args.save_model else None,
+    )
+    return history
+
+
+# ---- Below: input checks, run directory, checkpoints, signals, evaluation and the CLI; none of it changes training ----
+
+
+class ConfigError(ValueError):
+    """Bad input found before training, a checkpoint that cannot be written, or training gone non-finite (check_finite);
+    __main__ prints it as one line."""
+
+
+class ActorError(RuntimeError):
+    """An actor process died or stopped producing; __main__ prints it as one line."""
+
+
+# every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
+RANGES = [
+    ("total_timesteps num_actors num_envs_per_actor unroll_length batch_size save_every eval_episodes", 1, math.inf, True),
+    ("learning_rate max_grad_norm rho_bar c_bar rmsprop_eps actor_timeout", 0, math.inf, False),
+    ("ent_coef vf_coef torch_threads", 0, math.inf, True),
+    ("gamma rmsprop_alpha", 0, 1, True),
+    ("seed", 0, 2**32 - 1, True),
+]
+# the flags that may change beside --resume: the budget, and how the run is saved or placed
+RESUMABLE = {
+    "resume",
+    "total_timesteps",
+    "save_model",
+    "save_every",
+    "cuda",
+    "torch_threads",
+    "channels_last",
+    "bf16",
+    "track",
+    "num_actors",
+    "actor_timeout",
+}
+
+
+def check_args(args: Args, ckpt=None) -> None:
+    """Fail before any training with a message that names the problem and the fix."""
+    if "/" in args.exp_name or len(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}-99".encode()) > 255:
+        raise ConfigError(
+            f"--exp-name {args.exp_name[:60]!r} must be one directory's name in runs/: no '/', and short enough "
+            "that the run name (env id, exp name, seed, time) fits in 255 bytes; choose a short plain name"
+        )
+    for names, low, high, closed in RANGES:
+        for name, v in ((name, getattr(args, name)) for name in names.split()):
+            if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
+                raise ConfigError(
+                    f"--{name.replace('_', '-')} must be a finite number {'>=' if closed else '>'} {low}"
+                    + (f" and <= {high}" if high < math.inf else "")
+                    + f", got {v}"
+                )
+    envs = args.num_actors * args.num_envs_per_actor  # measured: ~26 MB an actor, ~1.4 MB an env, ~260 kB a batch step
+    need = args.num_actors * 50e6 + envs * 2e6 + args.unroll_length * (args.batch_size * 400e3 + 2 * envs * 30e3)
+    if need > (ram := os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")):
+        raise ConfigError(
+            f"--num-envs-per-actor {args.num_envs_per_actor} needs about {need / 1e9:.1f} GB (envs and "
+            f"unrolls), more than this machine's {ram / 1e9:.1f} GB; use fewer envs"
+        )
+    if args.batch_size % args.num_envs_per_actor != 0:
+        raise ConfigError(
+            f"--batch-size {args.batch_size} is not divisible by --num-envs-per-actor "
+            f"{args.num_envs_per_actor}; a batch is made of whole actor unrolls"
+        )
+    steps = args.unroll_length * args.batch_size
+    if args.total_timesteps < steps or (ckpt and args.total_timesteps // steps <= ckpt["update"]):
+        raise ConfigError(
+            f"--total-timesteps {args.total_timesteps} leaves no update to run (one is {steps} "
+            f"steps{'; the checkpoint is at update %d' % ckpt['update'] if ckpt else ''})"
+        )
+    if args.c_bar > args.rho_bar:
+        raise ConfigError(f"--c-bar {args.c_bar} exceeds --rho-bar {args.rho_bar}; V-trace assumes c_bar <= rho_bar")
+    for flag, package in (("capture_video", "moviepy"), ("track", "wandb")):
+        if getattr(args, flag) and importlib.util.find_spec(package) is None:
+            raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
+    if args.bf16 and not (
+        torch.cuda.is_bf16_supported()
+        if args.cuda and torch.cuda.is_available()
+        else torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    ):
+        raise ConfigError(
+            "--bf16 needs bfloat16 kernels (a CPU with AVX512 or AMX, a GPU of compute capability 8.0+), "
+            "which this machine lacks; run without --bf16"
+        )
+    spec = gym.registry.get(args.env_id)
+    if (
+        spec is None
+        or not str(spec.entry_point).startswith("ale_py")
+        or spec.kwargs.get("frameskip") != 1
+        or spec.kwargs.get("repeat_action_probability", 0.0) != 0.0
+    ):  # the v0 ids' sticky actions
+        raise ConfigError(
+            f"{args.env_id!r} is not an Atari NoFrameskip id such as BreakoutNoFrameskip-v4; {SCRIPT} "
+            "handles Atari only, without sticky actions, and repeats each action itself (detail 9)"
+        )
+
+
+def put_holding_signals(q, item):
+    """q.put with Ctrl-C and SIGTERM held until it returns: one landing just after put takes the queue's lock leaves
+    it taken (CPython issue 29988), and the learner hung at exit, where the queue's finalizer takes the lock again."""
+    held = set()
+    handlers = {s: signal.signal(s, lambda sig, frame: held.add(sig)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        q.put(item)
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+    for s in held:  # under the handler each came to: Ctrl-C's KeyboardInterrupt, or SIGTERM's
+        signal.raise_signal(s)
 
 
 def new_run_dir(name, suffix=""):
@@ -421,8 +687,10 @@ def load_checkpoint(path, args=None, given=None):
     if owner != SCRIPT or not isinstance(ckpt.get("args"), dict) or set(ckpt["args"]) - set(asdict(Args())):
         raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not by this {SCRIPT}")
     if any(torch.is_tensor(v) and v.is_floating_point() and not v.isfinite().all() for v in ckpt.get("model", {}).values()):
-        raise ConfigError(f"checkpoint {path!r} holds non-finite weights (nan or inf), which neither train nor evaluate; "
-                          "use an earlier checkpoint of the run")
+        raise ConfigError(
+            f"checkpoint {path!r} holds non-finite weights (nan or inf), which neither train nor evaluate; "
+            "use an earlier checkpoint of the run"
+        )
     if args is not None:  # resuming: a save that SIGKILL cut short left its .tmp beside this whole checkpoint
         with contextlib.suppress(FileNotFoundError):  # (every rank resuming together tries)
             os.remove(f"{path}.tmp")
@@ -430,8 +698,10 @@ def load_checkpoint(path, args=None, given=None):
     given = set(values) & (set(given) if given is not None else {k for k, v in values.items() if v != default[k]})
     for k in sorted(given - RESUMABLE):
         if values[k] != ckpt["args"].get(k):
-            raise ConfigError(f"--{k.replace('_', '-')} cannot change when resuming (the checkpoint has "
-                              f"{ckpt['args'].get(k)!r}); start a new run to train with {values[k]!r}")
+            raise ConfigError(
+                f"--{k.replace('_', '-')} cannot change when resuming (the checkpoint has "
+                f"{ckpt['args'].get(k)!r}); start a new run to train with {values[k]!r}"
+            )
     return ckpt, Args(**{**ckpt["args"], **{k: values[k] for k in given & RESUMABLE}})
 
 
@@ -443,13 +713,21 @@ def check_finite(iteration, losses, agent, optimizer, saved):
     # a nan or inf makes its tensor's sum one too: a sum per tensor, one sync per iteration (measured on an AMD EPYC,
     # 1 thread: 0.8 ms in ppo.py, 4 ms in ppo_atari.py, under 0.1% of an iteration; a max-abs norm took 3-7 times longer)
     sums = torch.stack([t.sum() for t in params + state]).tolist()
-    bad = [f"the {k.replace('_', ' ')} is {v}" for k, v in losses.items() if k != "explained_variance" and not math.isfinite(v)]
-    bad += [f"the {what} {v}" for what, v in (("weights hold", sum(sums[:len(params)])),
-                                              ("optimizer state holds", sum(sums[len(params):]))) if not math.isfinite(v)]
+    bad = [
+        f"the {k.replace('_', ' ')} is {v}" for k, v in losses.items() if k != "explained_variance" and not math.isfinite(v)
+    ]
+    bad += [
+        f"the {what} {v}"
+        for what, v in (("weights hold", sum(sums[: len(params)])), ("optimizer state holds", sum(sums[len(params) :])))
+        if not math.isfinite(v)
+    ]
     if bad:
-        raise ConfigError(f"iteration {iteration}: {bad[0]}; " + (f"the last finite checkpoint is {saved[0]} (iteration "
-                          f"{saved[1]})" if saved else "no checkpoint was saved") + "; likely too high a --learning-rate "
-                          "or --max-grad-norm")
+        raise ConfigError(
+            f"iteration {iteration}: {bad[0]}; "
+            + (f"the last finite checkpoint is {saved[0]} (iteration {saved[1]})" if saved else "no checkpoint was saved")
+            + "; likely too high a --learning-rate "
+            "or --max-grad-norm"
+        )
 
 
 def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
@@ -473,146 +751,19 @@ def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
     return returns
 
 
-def train(args: Args, given=None):
-    """Train; return a dict with the per-game returns/lengths, per-update losses and lags, the agent and optimizer."""
-    ckpt, args = load_checkpoint(args.resume, args, given) if args.resume else (None, args)
-    check_args(args, ckpt)
-    steps_per_update = args.unroll_length * args.batch_size
-    num_updates = args.total_timesteps // steps_per_update
-    buffers_per_batch = args.batch_size // args.num_envs_per_actor
-    num_buffers = buffers_per_batch + 2 * args.num_actors  # the spare ones keep the actors busy during updates
-    if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
-        run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
-        run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
-        print(f"{SCRIPT}: resuming {run_name} after update {ckpt['update']} in {run_dir}, with new games", file=sys.stderr)
-    else:
-        run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
-        run_name = os.path.basename(run_dir)
-    if args.track:
-        import wandb
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                   config=asdict(args), name=run_name, save_code=True, resume="allow")
-    from torch.utils.tensorboard import SummaryWriter
-
-    # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
-    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None, flush_secs=10)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
-
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    torch.set_num_threads(args.torch_threads or torch.get_num_threads())
-    if args.cuda and not torch.cuda.is_available():
-        print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
-    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
-
-    agent = Agent(gym.make(args.env_id).action_space.n, args.deep, args.channels_last, args.bf16).to(device)
-    optimizer = torch.optim.RMSprop(agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha,
-                                    eps=args.rmsprop_eps, momentum=0.0)  # detail 6: epsilon 0.01, no momentum
-    start_update, global_step = 1, 0
-    if ckpt:
-        agent.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        start_update, global_step = ckpt["update"] + 1, ckpt["global_step"]  # no RNG state: the learner draws none
-
-    actor_model = copy.deepcopy(agent).cpu().share_memory()  # detail 1: the agent (edits included), shared, on CPU
-    ctx = mp.get_context("spawn" if device.type == "cuda" else "fork")
-    T, k, n = args.unroll_length, args.num_envs_per_actor, num_buffers  # detail 2: `obs` holds T+1 frames
-    buffers = {key: torch.zeros(shape, dtype=dtype).share_memory_() for key, shape, dtype in (
-        ("obs", (n, T + 1, k, 4, 84, 84), torch.uint8), ("actions", (n, T, k), torch.int64), ("versions", (n, T), torch.int64),
-        *((key, (n, T, k), torch.float32) for key in ("rewards", "dones", "logprobs")),
-        ("actor_seconds", (args.num_actors, 2), torch.float64))}
-    version = ctx.Value("q", start_update - 1, lock=False)  # learner updates applied so far
-    stop_event, free_queue, full_queue = ctx.Event(), ctx.Queue(), ctx.Queue()
-    for i in range(buffers_per_batch if args.sync else num_buffers):  # detail 3: --sync circulates one batch
-        put_holding_signals(free_queue, i)
-    actors = [ctx.Process(target=actor_loop, daemon=True, name=f"impala-actor-{i}", args=(
-        i, args, run_name, actor_model, buffers, version, free_queue, full_queue, stop_event))
-        for i in range(args.num_actors)]
-    for p in actors:
-        p.start()
-
-    history = {"episodic_return": [], "episodic_length": [], "losses": [], "learning_rate": [], "policy_lag": [],
-               "actor_pids": [p.pid for p in actors], "seconds": {"update": 0.0}}  # where the wall time goes
-    saved = (args.resume, ckpt["update"]) if ckpt else None  # the last finite checkpoint (check_finite)
-    start_time, start_step = time.time(), global_step
-    try:
-        for update_idx in range(start_update, num_updates + 1):
-            if args.anneal_lr:  # detail 7, in every param group from its own initial rate (a critic's own rate too)
-                frac = 1 - (update_idx - 1) / max(num_updates - 1, 1)
-                for group in optimizer.param_groups:
-                    group["lr"] = group.setdefault("initial_lr", group["lr"]) * frac
-            indices, episodes = next_batch(full_queue, buffers_per_batch, actors, args.actor_timeout)
-            t0 = time.perf_counter()
-            rows = torch.tensor(indices)
-            # indexing copies the rows out of shared memory, [n, T, k, ...] -> [T, n * k, ...]
-            b = {key: buffers[key][rows].transpose(0, 1).flatten(1, 2).to(device)
-                 for key in ("obs", "actions", "rewards", "dones", "logprobs")}
-            lag = ((update_idx - 1) - buffers["versions"][rows]).double().mean().item()
-            for i in indices if not args.sync else []:  # the rows are copied: the actors refill them during the update
-                put_holding_signals(free_queue, i)
-            losses = update(agent, optimizer, b, args)
-            actor_model.load_state_dict(agent.state_dict())  # detail 1: the actors' next steps use the new weights
-            version.value = update_idx
-            for i in indices if args.sync else []:
-                put_holding_signals(free_queue, i)
-            history["seconds"]["update"] += time.perf_counter() - t0
-            global_step += steps_per_update
-
-            for ret, length in episodes:
-                writer.add_scalar("charts/episodic_return", ret, global_step)
-                writer.add_scalar("charts/episodic_length", length, global_step)
-                history["episodic_return"].append(ret)
-                history["episodic_length"].append(length)
-            history["losses"].append(losses)
-            history["learning_rate"].append(optimizer.param_groups[0]["lr"])
-            history["policy_lag"].append(lag)
-            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-            writer.add_scalar("charts/policy_lag", lag, global_step)
-            for k, v in losses.items():
-                writer.add_scalar(f"losses/{k}", v, global_step)
-            sps = int((global_step - start_step) / (time.time() - start_time))
-            writer.add_scalar("charts/SPS", sps, global_step)
-            # progress with the time left: one updating line in a terminal, a line every 10 updates in a log file
-            tty, last = sys.stdout.isatty(), update_idx == num_updates
-            if tty or update_idx % 10 == 0 or last:
-                left = int((num_updates - update_idx) * steps_per_update / max(sps, 1))
-                line = (f"step {global_step}/{num_updates * steps_per_update} SPS {sps} ETA {left // 3600}:"
-                        f"{left % 3600 // 60:02d}:{left % 60:02d} lag {lag:.2f} return(last 20) "
-                        f"{np.mean(history['episodic_return'][-20:] or np.nan):.1f}")
-                print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
-
-            check_finite(update_idx, losses, agent, optimizer, saved)
-            if args.save_model and (update_idx % args.save_every == 0 or update_idx == num_updates):
-                with signals_held():  # a signal in between would name the checkpoint before this one
-                    save_checkpoint(f"{run_dir}/checkpoint.pt", {
-                        "script": SCRIPT, "args": asdict(args), "run_name": run_name, "update": update_idx,
-                        "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict()})
-                    saved = (f"{run_dir}/checkpoint.pt", update_idx)
-    finally:  # the end of training, Ctrl-C or a crash: no actor outlives the learner
-        stop_event.set()
-        for p in actors:
-            p.join(timeout=5)
-            p.kill()  # a no-op for an actor that has exited; SIGKILL, which nothing ignores, for a stuck one
-            p.join()
-        writer.close()  # <= flush_secs late if a Ctrl-C cut a write (3.11's Condition.notify then loses a wakeup)
-    # env and inference add up over the actors, which run side by side with each other and with the learner's update
-    history["seconds"] = dict(zip(("env", "inference"), buffers["actor_seconds"].sum(0).tolist()), **history["seconds"])
-    print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in history["seconds"].items())
-          + f", total {time.time() - start_time:.1f}")
-    history.update(run_name=run_name, run_dir=run_dir, global_step=global_step, agent=agent, optimizer=optimizer,
-                   checkpoint=f"{run_dir}/checkpoint.pt" if args.save_model else None)
-    return history
-
-
 def interrupted(e: KeyboardInterrupt) -> int:
     """Ctrl-C or SIGTERM: one line naming the last checkpoint train() saved (its `saved`, in the frame the signal stopped)
     and the command that resumes it; the exit status of the signal, 130 or 143."""
     saved = next((f.f_locals.get("saved") for f, _ in traceback.walk_tb(e.__traceback__) if f.f_code is train.__code__), None)
-    print(f"{SCRIPT}: interrupted; every actor has been stopped; " + (f"the last checkpoint is {saved[0]} (iteration "
-          f"{saved[1]}); continue with: python {SCRIPT} --resume {saved[0]}" if saved else "no checkpoint was saved"),
-          file=sys.stderr)
+    print(
+        f"{SCRIPT}: interrupted; every actor has been stopped; "
+        + (
+            f"the last checkpoint is {saved[0]} (iteration {saved[1]}); continue with: python {SCRIPT} --resume {saved[0]}"
+            if saved
+            else "no checkpoint was saved"
+        ),
+        file=sys.stderr,
+    )
     return 128 + (e.args[0] if e.args else signal.SIGINT)
 
 

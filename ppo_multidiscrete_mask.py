@@ -96,55 +96,6 @@ class Args:
     num_iterations: int = 0  # computed: total_timesteps // batch_size
 
 
-class ConfigError(ValueError):
-    """Bad input found before training, a checkpoint that cannot be written, or training gone non-finite (check_finite);
-    __main__ prints it as one line."""
-
-
-# every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
-RANGES = [("total_timesteps num_envs num_steps num_minibatches update_epochs save_every eval_episodes max_steps", 1, math.inf, True),
-          ("learning_rate clip_coef max_grad_norm target_kl", 0, math.inf, False),
-          ("ent_coef vf_coef torch_threads", 0, math.inf, True), ("gamma gae_lambda", 0, 1, True), ("seed", 0, 2**32 - 1, True)]
-# the flags that may change beside --resume: the budget, and how the run is saved or placed
-RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "track"}
-
-
-def check_args(args: Args, ckpt=None) -> None:
-    """Fail before any training with a message that names the problem and the fix."""
-    if "/" in args.exp_name or len(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}-99".encode()) > 255:
-        raise ConfigError(f"--exp-name {args.exp_name[:60]!r} must be one directory's name in runs/: no '/', and short enough "
-                          "that the run name (env id, exp name, seed, time) fits in 255 bytes; choose a short plain name")
-    for names, low, high, closed in RANGES:
-        for name, v in ((name, getattr(args, name)) for name in names.split()):
-            if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
-                raise ConfigError(f"--{name.replace('_', '-')} must be a finite number {'>=' if closed else '>'} {low}"
-                                  + (f" and <= {high}" if high < math.inf else "") + f", got {v}")
-    need = args.num_envs * (5e6 + args.num_steps * 30e3)  # measured: ~2 MB per μRTS env (JVM), ~15 kB per env-step
-    if need > (ram := os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")):
-        raise ConfigError(f"--num-envs {args.num_envs} needs about {need / 1e9:.1f} GB (envs and rollout storage), "
-                          f"more than this machine's {ram / 1e9:.1f} GB; use fewer envs")
-    batch = args.num_envs * args.num_steps
-    if batch % args.num_minibatches != 0 or batch // args.num_minibatches < 2:
-        raise ConfigError(f"num_envs * num_steps = {batch} is not divisible by --num-minibatches "
-                          f"{args.num_minibatches} into minibatches of 2 or more; choose a number that divides it")
-    if args.total_timesteps < batch or (ckpt and args.total_timesteps // batch <= ckpt["iteration"]):
-        raise ConfigError(f"--total-timesteps {args.total_timesteps} leaves no iteration to run (one is {batch} "
-                          f"steps{'; the checkpoint is at iteration %d' % ckpt['iteration'] if ckpt else ''})")
-    for flag, package in (("track", "wandb"),):
-        if getattr(args, flag) and importlib.util.find_spec(package) is None:
-            raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
-    if args.env_id not in MICRORTS_TASKS:
-        raise ConfigError(f"unknown Gym-μRTS task {args.env_id!r}; choose one of {', '.join(MICRORTS_TASKS)}")
-    if importlib.util.find_spec("gym_microrts020") is None or importlib.util.find_spec("jpype") is None:
-        raise ConfigError("gym-microrts 0.2.0 (the blog's Gym-μRTS) is not installed: run "
-                          "`bash scripts/install_extras.sh microrts`")
-    try:
-        __import__("jpype").getDefaultJVMPath()
-    except Exception:  # jpype.JVMNotFoundException
-        raise ConfigError("Gym-μRTS needs a Java runtime and none was found: set JAVA_HOME, or run "
-                          "`bash scripts/install_extras.sh microrts`") from None
-
-
 @functools.cache
 def load_microrts020():
     """gym-microrts 0.2.0's env module and opponents, from the package install_extras.sh unpacks as gym_microrts020.
@@ -154,8 +105,12 @@ def load_microrts020():
     stubbed = ("gym", "dacite", "PIL", "gym_microrts")
     saved = {n: sys.modules.pop(n) for n in list(sys.modules) if n.split(".")[0] in stubbed}
     path = importlib.util.find_spec("gym_microrts020").submodule_search_locations
-    for name, attrs in {"gym": dict(Env=gym.Env, error=gym.error, spaces=gym.spaces, utils=gym.utils), "dacite":
-                        dict(from_dict=None), "PIL": dict(Image=None), "gym_microrts": dict(__path__=path)}.items():
+    for name, attrs in {
+        "gym": dict(Env=gym.Env, error=gym.error, spaces=gym.spaces, utils=gym.utils),
+        "dacite": dict(from_dict=None),
+        "PIL": dict(Image=None),
+        "gym_microrts": dict(__path__=path),
+    }.items():
         sys.modules[name] = types.ModuleType(name)
         vars(sys.modules[name]).update(attrs)
     sys.modules["gym.utils"] = gym.utils
@@ -171,6 +126,7 @@ class MicrortsEnv(gym.Env):
     """One game of gym-microrts 0.2.0 (its GlobalAgentCombinedRewardEnv, as the blog's MicrortsMining-v1) behind
     gymnasium's API. A step issues the action on the first of 10 game ticks (frame_skip 9); terminated: a side has no
     units left; truncated: max_steps steps (0.2.0's gym TimeLimit). info["action_mask"]: 0.2.0's env.action_mask."""
+
     def __init__(self, env_id, max_steps):
         microrts_ai, envs = load_microrts020()
         np.int = int  # 0.2.0 still one-hot encodes with numpy's `np.int`, removed in numpy 1.24
@@ -179,8 +135,9 @@ class MicrortsEnv(gym.Env):
         stdout, null = os.dup(1), os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, 1)  # the Java simulator prints two lines for each game it creates
         try:  # the first game starts the JVM on 0.2.0's microrts.jar (one JVM a process: 0.4.3 cannot run beside it)
-            self.game = envs.GlobalAgentCombinedRewardEnv(frame_skip=9, ai2=getattr(microrts_ai, opponent),
-                                                          map_path=map_path, reward_weight=np.array(weights, float))
+            self.game = envs.GlobalAgentCombinedRewardEnv(
+                frame_skip=9, ai2=getattr(microrts_ai, opponent), map_path=map_path, reward_weight=np.array(weights, float)
+            )
         finally:
             os.dup2(stdout, 1), os.close(stdout), os.close(null)
         self.observation_space = gym.spaces.Box(0, 1, self.game.observation_space.shape, np.uint8)
@@ -207,8 +164,9 @@ def make_env(args):
 
 def make_envs(args, run_name):
     # detail 1: SAME_STEP autoreset, as the blog's gym; SyncVectorEnv: the JVM cannot be forked
-    return gym.vector.SyncVectorEnv([lambda: make_env(args)] * args.num_envs,
-                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    return gym.vector.SyncVectorEnv(
+        [lambda: make_env(args)] * args.num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -223,8 +181,15 @@ class Agent(nn.Module):
         super().__init__()
         (h, w, planes), self.nvec = obs_shape, [int(n) for n in nvec]
         # detail 13: the blog's Gym-μRTS CNN, shared by the policy and value heads
-        self.network = nn.Sequential(layer_init(nn.Conv2d(planes, 16, 3, stride=2)), nn.ReLU(), layer_init(nn.Conv2d(16, 32, 2)),
-                                     nn.ReLU(), nn.Flatten(), layer_init(nn.Linear(32 * ((h - 3) // 2) * ((w - 3) // 2), 128)), nn.ReLU())
+        self.network = nn.Sequential(
+            layer_init(nn.Conv2d(planes, 16, 3, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(16, 32, 2)),
+            nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(32 * ((h - 3) // 2) * ((w - 3) // 2), 128)),
+            nn.ReLU(),
+        )
         self.actor = layer_init(nn.Linear(128, sum(self.nvec)), std=0.01)  # the components' logits side by side
         self.critic = layer_init(nn.Linear(128, 1), std=1.0)
 
@@ -241,9 +206,11 @@ class Agent(nn.Module):
         # detail M1: one Categorical(logits=...) per component, written out: [B, n] log-probs
         # detail M2: the invalid choices' logits (mask [B, sum(nvec)] False) -1e8: probability 0, no gradient
         logits = torch.where(mask, self.actor(hidden), -1e8)
-        logps = [l.log_softmax(-1) for l in logits.split(self.nvec, -1)]
+        logps = [part.log_softmax(-1) for part in logits.split(self.nvec, -1)]
         if action is None:
-            action = torch.stack([(lp - torch.rand_like(lp).clamp_(min=1e-38).log_().neg_().log_()).argmax(-1) for lp in logps], -1)
+            action = torch.stack(
+                [(lp - torch.rand_like(lp).clamp_(min=1e-38).log_().neg_().log_()).argmax(-1) for lp in logps], -1
+            )
         logprob = sum(lp.gather(-1, action[:, i, None].long()).squeeze(-1) for i, lp in enumerate(logps))
         entropy = sum(-(lp.exp() * lp).where(m, 0).sum(-1) for lp, m in zip(logps, mask.split(self.nvec, -1)))
         return action, logprob, entropy, self.critic(hidden).squeeze(-1)  # entropy of the valid choices only
@@ -302,7 +269,8 @@ def update(agent, optimizer, b, args):
             if args.norm_adv:  # detail 7
                 mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
             loss, pg_loss, v_loss, entropy_loss, logratio = ppo_losses(
-                newlogprob, b["logprobs"][mb], mb_advantages, newvalue, b["values"][mb], b["returns"][mb], entropy, args)
+                newlogprob, b["logprobs"][mb], mb_advantages, newvalue, b["values"][mb], b["returns"][mb], entropy, args
+            )
             logratios.append(logratio.detach())
 
             optimizer.zero_grad()
@@ -313,11 +281,285 @@ def update(agent, optimizer, b, args):
             break
     old_approx_kl, approx_kl, _ = ratio_stats(logratios[-1], args.clip_coef)
     _, first_kl, first_clipfrac = ratio_stats(logratios[0], args.clip_coef)
-    first = {"ratio_max_dev": logratios[0].exp().sub(1).abs().max().item(), "clipfrac": first_clipfrac.item(),
-             "approx_kl": first_kl.item()}
+    first = {
+        "ratio_max_dev": logratios[0].exp().sub(1).abs().max().item(),
+        "clipfrac": first_clipfrac.item(),
+        "approx_kl": first_kl.item(),
+    }
     clipfrac = torch.stack([ratio_stats(logratio, args.clip_coef)[2] for logratio in logratios]).mean()
-    return {"value_loss": v_loss.item(), "policy_loss": pg_loss.item(), "entropy": entropy_loss.item(),
-            "old_approx_kl": old_approx_kl.item(), "approx_kl": approx_kl.item(), "clipfrac": clipfrac.item()}, first
+    return {
+        "value_loss": v_loss.item(),
+        "policy_loss": pg_loss.item(),
+        "entropy": entropy_loss.item(),
+        "old_approx_kl": old_approx_kl.item(),
+        "approx_kl": approx_kl.item(),
+        "clipfrac": clipfrac.item(),
+    }, first
+
+
+def train(args: Args, given=None):
+    """Train; return a dict with the per-episode returns/lengths, per-iteration losses, the agent and optimizer."""
+    ckpt, args = load_checkpoint(args.resume, args, given) if args.resume else (None, args)
+    check_args(args, ckpt)
+    args.batch_size = args.num_envs * args.num_steps
+    args.minibatch_size = args.batch_size // args.num_minibatches
+    args.num_iterations = args.total_timesteps // args.batch_size
+    if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
+        run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
+        run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
+        print(f"{SCRIPT}: resuming {run_name} after iteration {ckpt['iteration']} in {run_dir}", file=sys.stderr)
+    else:
+        run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+        run_name = os.path.basename(run_dir)
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=asdict(args),
+            name=run_name,
+            save_code=True,
+            resume="allow",
+        )
+    from torch.utils.tensorboard import SummaryWriter
+
+    # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
+    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None)
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    torch.set_num_threads(args.torch_threads or torch.get_num_threads())
+    if args.cuda and not torch.cuda.is_available():
+        print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+
+    envs = make_envs(args, run_name)
+    for s in (signal.SIGINT, signal.SIGTERM):  # the JVM took Ctrl-C and SIGTERM as it started: back to the script's
+        signal.signal(s, signal.getsignal(s))
+    obs_shape = envs.single_observation_space.shape
+    agent = Agent(obs_shape, envs.single_action_space.nvec).to(device)
+    # detail 3: eps 1e-5; fused: the same Adam in one kernel per step, on CPU and CUDA
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+
+    T, N = args.num_steps, args.num_envs
+    # what the envs return is stored in numpy (cheap per-step writes), what the agent returns in torch
+    obs, rewards, dones = np.zeros((T, N) + obs_shape, np.uint8), np.zeros((T, N), np.float32), np.zeros((T, N), np.float32)
+    masks = np.zeros((T, N, sum(agent.nvec)), bool)  # detail M2: [T, N, sum(nvec)]
+    history = {
+        "episodic_return": [],
+        "episodic_length": [],
+        "losses": [],
+        "first_minibatch": [],
+        "learning_rate": [],
+        "seconds": {"env": 0.0, "inference": 0.0, "update": 0.0},
+    }  # where the wall time goes
+    seconds, start_iteration, global_step = history["seconds"], 1, 0
+    next_obs, infos = envs.reset(seed=args.seed)
+    if ckpt:
+        agent.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
+        print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
+        random.setstate(ckpt["rng"]["python"])
+        np.random.set_state(ckpt["rng"]["numpy"])
+        torch.set_rng_state(ckpt["rng"]["torch"])
+        if device.type == "cuda" and "cuda" in ckpt["rng"]:
+            torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+
+    saved = (args.resume, ckpt["iteration"]) if ckpt else None  # the last finite checkpoint (check_finite)
+    gc.freeze()  # the ~300k objects made so far (mostly torch's) are never garbage: full collections skip them
+    start_time, start_step = time.time(), global_step
+    for iteration in range(start_iteration, args.num_iterations + 1):
+        if args.anneal_lr:  # detail 4, in every param group from its own initial rate (a critic's own rate too)
+            frac = 1 - (iteration - 1) / max(args.num_iterations - 1, 1)
+            for group in optimizer.param_groups:
+                group["lr"] = group.setdefault("initial_lr", group["lr"]) * frac
+
+        rollout = []  # the agent's (action, logprob, value) of each step, stacked into [T, N] tensors after it
+        for step in range(T):
+            global_step += N
+            obs[step] = next_obs
+            masks[step] = infos["action_mask"]  # detail M2: this state's mask (in info since the reset or step), kept
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                action, logprob, _, value = agent.get_action_and_value(
+                    torch.as_tensor(next_obs, device=device), torch.as_tensor(masks[step], device=device)
+                )
+            rollout.append((action, logprob, value))
+            t1 = time.perf_counter()
+            next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+            seconds["inference"] += t1 - t0
+            seconds["env"] += time.perf_counter() - t1
+            rewards[step], dones[step] = reward, terminations | truncations
+            if args.bootstrap_truncated and (idx := np.flatnonzero(truncations & ~terminations)).size:
+                # r + gamma * V(final obs) for time-limit ends, so the done cut leaves the right target
+                final = torch.as_tensor(np.stack([infos["final_obs"][i] for i in idx]), device=device)
+                with torch.no_grad():
+                    rewards[step, idx] += args.gamma * agent.get_value(final).cpu().numpy()
+
+            final_info = infos.get("final_info", {})  # "_episode" marks the games that are over
+            for i in np.flatnonzero(final_info.get("_episode", ())):
+                episode_return, episode_length = final_info["episode"]["r"], final_info["episode"]["l"]
+                writer.add_scalar("charts/episodic_return", episode_return[i], global_step)
+                writer.add_scalar("charts/episodic_length", episode_length[i], global_step)
+                history["episodic_return"].append(float(episode_return[i]))
+                history["episodic_length"].append(int(episode_length[i]))
+
+        t0 = time.perf_counter()
+        actions, logprobs, values = (torch.stack(x) for x in zip(*rollout))
+        with torch.no_grad():
+            next_value = agent.get_value(torch.as_tensor(next_obs, device=device))
+            advantages, returns = compute_gae(
+                torch.as_tensor(rewards, device=device),
+                values,
+                torch.as_tensor(dones, device=device),
+                next_value,
+                args.gamma,
+                args.gae_lambda,
+            )
+        b = {
+            "obs": torch.as_tensor(obs, device=device).reshape((-1,) + obs_shape),
+            "actions": actions.flatten(0, 1),
+            "logprobs": logprobs.reshape(-1),
+            "values": values.reshape(-1),
+            "masks": torch.as_tensor(masks, device=device).flatten(0, 1),
+            "advantages": advantages.reshape(-1),
+            "returns": returns.reshape(-1),
+        }
+        losses, first = update(agent, optimizer, b, args)
+        seconds["update"] += time.perf_counter() - t0
+        y_pred, y_true = b["values"].cpu().numpy(), b["returns"].cpu().numpy()
+        losses["explained_variance"] = np.nan if np.var(y_true) == 0 else 1 - np.var(y_true - y_pred) / np.var(y_true)
+        history["first_minibatch"].append(first)
+        history["losses"].append(losses)
+        history["learning_rate"].append(optimizer.param_groups[0]["lr"])
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        for k, v in losses.items():
+            writer.add_scalar(f"losses/{k}", v, global_step)
+        sps = int((global_step - start_step) / (time.time() - start_time))
+        writer.add_scalar("charts/SPS", sps, global_step)
+        # progress with the time left: one updating line in a terminal, a line every 10 iterations in a log file
+        tty, last = sys.stdout.isatty(), iteration == args.num_iterations
+        if tty or iteration % 10 == 0 or last:
+            left = int((args.num_iterations - iteration) * args.batch_size / max(sps, 1))
+            line = (
+                f"step {global_step}/{args.num_iterations * args.batch_size} SPS {sps} "
+                f"ETA {left // 3600}:{left % 3600 // 60:02d}:{left % 60:02d} "
+                f"return(last 20) {np.mean(history['episodic_return'][-20:] or np.nan):.1f}"
+            )
+            print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
+
+        check_finite(iteration, losses, agent, optimizer, saved)
+        if args.save_model and (iteration % args.save_every == 0 or iteration == args.num_iterations):
+            rng = {
+                "python": random.getstate(),
+                "numpy": np.random.get_state(),
+                "torch": torch.get_rng_state(),
+                **({"cuda": torch.cuda.get_rng_state_all()} if device.type == "cuda" else {}),
+            }
+            with signals_held():  # a signal in between would name the checkpoint before this one
+                save_checkpoint(
+                    f"{run_dir}/checkpoint.pt",
+                    {
+                        "script": SCRIPT,
+                        "args": asdict(args),
+                        "run_name": run_name,
+                        "iteration": iteration,
+                        "global_step": global_step,
+                        "model": agent.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "rng": rng,
+                        "envs": None,
+                    },
+                )  # the Java games cannot be saved: a resumed run starts new games
+                saved = (f"{run_dir}/checkpoint.pt", iteration)
+
+    envs.close()
+    writer.close()
+    print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()) + f", total {time.time() - start_time:.1f}")
+    history.update(
+        run_name=run_name,
+        run_dir=run_dir,
+        global_step=global_step,
+        agent=agent,
+        optimizer=optimizer,
+        checkpoint=f"{run_dir}/checkpoint.pt" if args.save_model else None,
+    )
+    return history
+
+
+# ---- Below: input checks, run directory, checkpoints, signals, evaluation and the CLI; none of it changes training ----
+
+
+class ConfigError(ValueError):
+    """Bad input found before training, a checkpoint that cannot be written, or training gone non-finite (check_finite);
+    __main__ prints it as one line."""
+
+
+# every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
+RANGES = [
+    ("total_timesteps num_envs num_steps num_minibatches update_epochs save_every eval_episodes max_steps", 1, math.inf, True),
+    ("learning_rate clip_coef max_grad_norm target_kl", 0, math.inf, False),
+    ("ent_coef vf_coef torch_threads", 0, math.inf, True),
+    ("gamma gae_lambda", 0, 1, True),
+    ("seed", 0, 2**32 - 1, True),
+]
+# the flags that may change beside --resume: the budget, and how the run is saved or placed
+RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "track"}
+
+
+def check_args(args: Args, ckpt=None) -> None:
+    """Fail before any training with a message that names the problem and the fix."""
+    if "/" in args.exp_name or len(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}-99".encode()) > 255:
+        raise ConfigError(
+            f"--exp-name {args.exp_name[:60]!r} must be one directory's name in runs/: no '/', and short enough "
+            "that the run name (env id, exp name, seed, time) fits in 255 bytes; choose a short plain name"
+        )
+    for names, low, high, closed in RANGES:
+        for name, v in ((name, getattr(args, name)) for name in names.split()):
+            if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
+                raise ConfigError(
+                    f"--{name.replace('_', '-')} must be a finite number {'>=' if closed else '>'} {low}"
+                    + (f" and <= {high}" if high < math.inf else "")
+                    + f", got {v}"
+                )
+    need = args.num_envs * (5e6 + args.num_steps * 30e3)  # measured: ~2 MB per μRTS env (JVM), ~15 kB per env-step
+    if need > (ram := os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")):
+        raise ConfigError(
+            f"--num-envs {args.num_envs} needs about {need / 1e9:.1f} GB (envs and rollout storage), "
+            f"more than this machine's {ram / 1e9:.1f} GB; use fewer envs"
+        )
+    batch = args.num_envs * args.num_steps
+    if batch % args.num_minibatches != 0 or batch // args.num_minibatches < 2:
+        raise ConfigError(
+            f"num_envs * num_steps = {batch} is not divisible by --num-minibatches "
+            f"{args.num_minibatches} into minibatches of 2 or more; choose a number that divides it"
+        )
+    if args.total_timesteps < batch or (ckpt and args.total_timesteps // batch <= ckpt["iteration"]):
+        raise ConfigError(
+            f"--total-timesteps {args.total_timesteps} leaves no iteration to run (one is {batch} "
+            f"steps{'; the checkpoint is at iteration %d' % ckpt['iteration'] if ckpt else ''})"
+        )
+    for flag, package in (("track", "wandb"),):
+        if getattr(args, flag) and importlib.util.find_spec(package) is None:
+            raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
+    if args.env_id not in MICRORTS_TASKS:
+        raise ConfigError(f"unknown Gym-μRTS task {args.env_id!r}; choose one of {', '.join(MICRORTS_TASKS)}")
+    if importlib.util.find_spec("gym_microrts020") is None or importlib.util.find_spec("jpype") is None:
+        raise ConfigError(
+            "gym-microrts 0.2.0 (the blog's Gym-μRTS) is not installed: run `bash scripts/install_extras.sh microrts`"
+        )
+    try:
+        __import__("jpype").getDefaultJVMPath()
+    except Exception:  # jpype.JVMNotFoundException
+        raise ConfigError(
+            "Gym-μRTS needs a Java runtime and none was found: set JAVA_HOME, or run `bash scripts/install_extras.sh microrts`"
+        ) from None
 
 
 def new_run_dir(name, suffix=""):
@@ -360,8 +602,10 @@ def load_checkpoint(path, args=None, given=None):
     if owner != SCRIPT or not isinstance(ckpt.get("args"), dict) or set(ckpt["args"]) - set(asdict(Args())):
         raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not by this {SCRIPT}")
     if any(torch.is_tensor(v) and v.is_floating_point() and not v.isfinite().all() for v in ckpt.get("model", {}).values()):
-        raise ConfigError(f"checkpoint {path!r} holds non-finite weights (nan or inf), which neither train nor evaluate; "
-                          "use an earlier checkpoint of the run")
+        raise ConfigError(
+            f"checkpoint {path!r} holds non-finite weights (nan or inf), which neither train nor evaluate; "
+            "use an earlier checkpoint of the run"
+        )
     if args is not None:  # resuming: a save that SIGKILL cut short left its .tmp beside this whole checkpoint
         with contextlib.suppress(FileNotFoundError):  # (every rank resuming together tries)
             os.remove(f"{path}.tmp")
@@ -369,8 +613,10 @@ def load_checkpoint(path, args=None, given=None):
     given = set(values) & (set(given) if given is not None else {k for k, v in values.items() if v != default[k]})
     for k in sorted(given - RESUMABLE):
         if values[k] != ckpt["args"].get(k):
-            raise ConfigError(f"--{k.replace('_', '-')} cannot change when resuming (the checkpoint has "
-                              f"{ckpt['args'].get(k)!r}); start a new run to train with {values[k]!r}")
+            raise ConfigError(
+                f"--{k.replace('_', '-')} cannot change when resuming (the checkpoint has "
+                f"{ckpt['args'].get(k)!r}); start a new run to train with {values[k]!r}"
+            )
     return ckpt, Args(**{**ckpt["args"], **{k: values[k] for k in given & RESUMABLE}})
 
 
@@ -382,13 +628,21 @@ def check_finite(iteration, losses, agent, optimizer, saved):
     # a nan or inf makes its tensor's sum one too: a sum per tensor, one sync per iteration (measured on an AMD EPYC,
     # 1 thread: 0.8 ms in ppo.py, 4 ms in ppo_atari.py, under 0.1% of an iteration; a max-abs norm took 3-7 times longer)
     sums = torch.stack([t.sum() for t in params + state]).tolist()
-    bad = [f"the {k.replace('_', ' ')} is {v}" for k, v in losses.items() if k != "explained_variance" and not math.isfinite(v)]
-    bad += [f"the {what} {v}" for what, v in (("weights hold", sum(sums[:len(params)])),
-                                              ("optimizer state holds", sum(sums[len(params):]))) if not math.isfinite(v)]
+    bad = [
+        f"the {k.replace('_', ' ')} is {v}" for k, v in losses.items() if k != "explained_variance" and not math.isfinite(v)
+    ]
+    bad += [
+        f"the {what} {v}"
+        for what, v in (("weights hold", sum(sums[: len(params)])), ("optimizer state holds", sum(sums[len(params) :])))
+        if not math.isfinite(v)
+    ]
     if bad:
-        raise ConfigError(f"iteration {iteration}: {bad[0]}; " + (f"the last finite checkpoint is {saved[0]} (iteration "
-                          f"{saved[1]})" if saved else "no checkpoint was saved") + "; likely too high a --learning-rate "
-                          "or --max-grad-norm")
+        raise ConfigError(
+            f"iteration {iteration}: {bad[0]}; "
+            + (f"the last finite checkpoint is {saved[0]} (iteration {saved[1]})" if saved else "no checkpoint was saved")
+            + "; likely too high a --learning-rate "
+            "or --max-grad-norm"
+        )
 
 
 def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
@@ -402,8 +656,9 @@ def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
     with torch.random.fork_rng(), torch.inference_mode():
         torch.manual_seed(seed)
         while len(returns) < eval_episodes:
-            action, *_ = agent.get_action_and_value(torch.as_tensor(obs[None], device=device),
-                                                    torch.as_tensor(info["action_mask"][None], device=device))
+            action, *_ = agent.get_action_and_value(
+                torch.as_tensor(obs[None], device=device), torch.as_tensor(info["action_mask"][None], device=device)
+            )
             obs, _, terminated, truncated, info = env.step(action[0].cpu().numpy())
             if "episode" in info:  # a game is over
                 returns.append(float(info["episode"]["r"]))
@@ -413,158 +668,19 @@ def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
     return returns
 
 
-def train(args: Args, given=None):
-    """Train; return a dict with the per-episode returns/lengths, per-iteration losses, the agent and optimizer."""
-    ckpt, args = load_checkpoint(args.resume, args, given) if args.resume else (None, args)
-    check_args(args, ckpt)
-    args.batch_size = args.num_envs * args.num_steps
-    args.minibatch_size = args.batch_size // args.num_minibatches
-    args.num_iterations = args.total_timesteps // args.batch_size
-    if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
-        run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
-        run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
-        print(f"{SCRIPT}: resuming {run_name} after iteration {ckpt['iteration']} in {run_dir}", file=sys.stderr)
-    else:
-        run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
-        run_name = os.path.basename(run_dir)
-    if args.track:
-        import wandb
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                   config=asdict(args), name=run_name, save_code=True, resume="allow")
-    from torch.utils.tensorboard import SummaryWriter
-
-    # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
-    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
-
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    torch.set_num_threads(args.torch_threads or torch.get_num_threads())
-    if args.cuda and not torch.cuda.is_available():
-        print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
-    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
-
-    envs = make_envs(args, run_name)
-    for s in (signal.SIGINT, signal.SIGTERM):  # the JVM took Ctrl-C and SIGTERM as it started: back to the script's
-        signal.signal(s, signal.getsignal(s))
-    obs_shape = envs.single_observation_space.shape
-    agent = Agent(obs_shape, envs.single_action_space.nvec).to(device)
-    # detail 3: eps 1e-5; fused: the same Adam in one kernel per step, on CPU and CUDA
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-
-    T, N = args.num_steps, args.num_envs
-    # what the envs return is stored in numpy (cheap per-step writes), what the agent returns in torch
-    obs, rewards, dones = np.zeros((T, N) + obs_shape, np.uint8), np.zeros((T, N), np.float32), np.zeros((T, N), np.float32)
-    masks = np.zeros((T, N, sum(agent.nvec)), bool)  # detail M2: [T, N, sum(nvec)]
-    history = {"episodic_return": [], "episodic_length": [], "losses": [], "first_minibatch": [], "learning_rate": [],
-               "seconds": {"env": 0.0, "inference": 0.0, "update": 0.0}}  # where the wall time goes
-    seconds, start_iteration, global_step = history["seconds"], 1, 0
-    next_obs, infos = envs.reset(seed=args.seed)
-    if ckpt:
-        agent.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
-        print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
-        random.setstate(ckpt["rng"]["python"])
-        np.random.set_state(ckpt["rng"]["numpy"])
-        torch.set_rng_state(ckpt["rng"]["torch"])
-        if device.type == "cuda" and "cuda" in ckpt["rng"]:
-            torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
-
-    saved = (args.resume, ckpt["iteration"]) if ckpt else None  # the last finite checkpoint (check_finite)
-    gc.freeze()  # the ~300k objects made so far (mostly torch's) are never garbage: full collections skip them
-    start_time, start_step = time.time(), global_step
-    for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:  # detail 4, in every param group from its own initial rate (a critic's own rate too)
-            frac = 1 - (iteration - 1) / max(args.num_iterations - 1, 1)
-            for group in optimizer.param_groups:
-                group["lr"] = group.setdefault("initial_lr", group["lr"]) * frac
-
-        rollout = []  # the agent's (action, logprob, value) of each step, stacked into [T, N] tensors after it
-        for step in range(T):
-            global_step += N
-            obs[step] = next_obs
-            masks[step] = infos["action_mask"]  # detail M2: this state's mask (in info since the reset or step), kept
-            t0 = time.perf_counter()
-            with torch.inference_mode():
-                action, logprob, _, value = agent.get_action_and_value(
-                    torch.as_tensor(next_obs, device=device), torch.as_tensor(masks[step], device=device))
-            rollout.append((action, logprob, value))
-            t1 = time.perf_counter()
-            next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
-            seconds["inference"] += t1 - t0
-            seconds["env"] += time.perf_counter() - t1
-            rewards[step], dones[step] = reward, terminations | truncations
-            if args.bootstrap_truncated and (idx := np.flatnonzero(truncations & ~terminations)).size:
-                # r + gamma * V(final obs) for time-limit ends, so the done cut leaves the right target
-                final = torch.as_tensor(np.stack([infos["final_obs"][i] for i in idx]), device=device)
-                with torch.no_grad():
-                    rewards[step, idx] += args.gamma * agent.get_value(final).cpu().numpy()
-
-            final_info = infos.get("final_info", {})  # "_episode" marks the games that are over
-            for i in np.flatnonzero(final_info.get("_episode", ())):
-                episode_return, episode_length = final_info["episode"]["r"], final_info["episode"]["l"]
-                writer.add_scalar("charts/episodic_return", episode_return[i], global_step)
-                writer.add_scalar("charts/episodic_length", episode_length[i], global_step)
-                history["episodic_return"].append(float(episode_return[i]))
-                history["episodic_length"].append(int(episode_length[i]))
-
-        t0 = time.perf_counter()
-        actions, logprobs, values = (torch.stack(x) for x in zip(*rollout))
-        with torch.no_grad():
-            next_value = agent.get_value(torch.as_tensor(next_obs, device=device))
-            advantages, returns = compute_gae(torch.as_tensor(rewards, device=device), values,
-                                              torch.as_tensor(dones, device=device), next_value, args.gamma, args.gae_lambda)
-        b = {"obs": torch.as_tensor(obs, device=device).reshape((-1,) + obs_shape), "actions": actions.flatten(0, 1),
-             "logprobs": logprobs.reshape(-1), "values": values.reshape(-1), "masks": torch.as_tensor(masks, device=device).flatten(0, 1),
-             "advantages": advantages.reshape(-1), "returns": returns.reshape(-1)}
-        losses, first = update(agent, optimizer, b, args)
-        seconds["update"] += time.perf_counter() - t0
-        y_pred, y_true = b["values"].cpu().numpy(), b["returns"].cpu().numpy()
-        losses["explained_variance"] = np.nan if np.var(y_true) == 0 else 1 - np.var(y_true - y_pred) / np.var(y_true)
-        history["first_minibatch"].append(first)
-        history["losses"].append(losses)
-        history["learning_rate"].append(optimizer.param_groups[0]["lr"])
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        for k, v in losses.items():
-            writer.add_scalar(f"losses/{k}", v, global_step)
-        sps = int((global_step - start_step) / (time.time() - start_time))
-        writer.add_scalar("charts/SPS", sps, global_step)
-        # progress with the time left: one updating line in a terminal, a line every 10 iterations in a log file
-        tty, last = sys.stdout.isatty(), iteration == args.num_iterations
-        if tty or iteration % 10 == 0 or last:
-            left = int((args.num_iterations - iteration) * args.batch_size / max(sps, 1))
-            line = (f"step {global_step}/{args.num_iterations * args.batch_size} SPS {sps} ETA {left // 3600}:{left % 3600 // 60:02d}"
-                    f":{left % 60:02d} return(last 20) {np.mean(history['episodic_return'][-20:] or np.nan):.1f}")
-            print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
-
-        check_finite(iteration, losses, agent, optimizer, saved)
-        if args.save_model and (iteration % args.save_every == 0 or iteration == args.num_iterations):
-            rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                   **({"cuda": torch.cuda.get_rng_state_all()} if device.type == "cuda" else {})}
-            with signals_held():  # a signal in between would name the checkpoint before this one
-                save_checkpoint(f"{run_dir}/checkpoint.pt", {
-                    "script": SCRIPT, "args": asdict(args), "run_name": run_name, "iteration": iteration,
-                    "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng,
-                    "envs": None})  # the Java games cannot be saved: a resumed run starts new games
-                saved = (f"{run_dir}/checkpoint.pt", iteration)
-
-    envs.close()
-    writer.close()
-    print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()) + f", total {time.time() - start_time:.1f}")
-    history.update(run_name=run_name, run_dir=run_dir, global_step=global_step, agent=agent, optimizer=optimizer,
-                   checkpoint=f"{run_dir}/checkpoint.pt" if args.save_model else None)
-    return history
-
-
 def interrupted(e: KeyboardInterrupt) -> int:
     """Ctrl-C or SIGTERM: one line naming the last checkpoint train() saved (its `saved`, in the frame the signal stopped)
     and the command that resumes it; the exit status of the signal, 130 or 143."""
     saved = next((f.f_locals.get("saved") for f, _ in traceback.walk_tb(e.__traceback__) if f.f_code is train.__code__), None)
-    print(f"{SCRIPT}: interrupted; " + (f"the last checkpoint is {saved[0]} (iteration {saved[1]}); continue with: python "
-          f"{SCRIPT} --resume {saved[0]}" if saved else "no checkpoint was saved"), file=sys.stderr)
+    print(
+        f"{SCRIPT}: interrupted; "
+        + (
+            f"the last checkpoint is {saved[0]} (iteration {saved[1]}); continue with: python {SCRIPT} --resume {saved[0]}"
+            if saved
+            else "no checkpoint was saved"
+        ),
+        file=sys.stderr,
+    )
     return 128 + (e.args[0] if e.args else signal.SIGINT)
 
 

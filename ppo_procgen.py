@@ -39,8 +39,10 @@ import torch
 import torch.nn as nn
 
 SCRIPT = "ppo_procgen.py"
-PROCGEN_GAMES = ("bigfish bossfight caveflyer chaser climber coinrun dodgeball fruitbot heist jumper leaper maze miner "
-                 "ninja plunder starpilot").split()
+PROCGEN_GAMES = (
+    "bigfish bossfight caveflyer chaser climber coinrun dodgeball fruitbot heist jumper leaper maze miner "
+    "ninja plunder starpilot"
+).split()
 
 
 @dataclass
@@ -93,71 +95,30 @@ class Args:
     num_iterations: int = 0  # computed: total_timesteps // batch_size
 
 
-class ConfigError(ValueError):
-    """Bad input found before training, a checkpoint that cannot be written, or training gone non-finite (check_finite);
-    __main__ prints it as one line."""
-
-
-# every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
-RANGES = [("total_timesteps num_envs num_steps num_minibatches update_epochs save_every eval_episodes", 1, math.inf, True),
-          ("learning_rate clip_coef max_grad_norm target_kl", 0, math.inf, False),
-          ("ent_coef vf_coef torch_threads", 0, math.inf, True), ("gamma gae_lambda reward_norm_gamma", 0, 1, True),
-          ("clip_reward", 0, math.inf, False), ("seed num_levels start_level", 0, 2**31 - 1, True)]  # Procgen: int32
-# the flags that may change beside --resume: the budget, and how the run is saved or placed
-RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "channels_last", "bf16", "track"}
-
-
-def check_args(args: Args, ckpt=None) -> None:
-    """Fail before any training with a message that names the problem and the fix."""
-    if "/" in args.exp_name or len(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}-99".encode()) > 255:
-        raise ConfigError(f"--exp-name {args.exp_name[:60]!r} must be one directory's name in runs/: no '/', and short enough "
-                          "that the run name (env id, exp name, seed, time) fits in 255 bytes; choose a short plain name")
-    for names, low, high, closed in RANGES:
-        for name, v in ((name, getattr(args, name)) for name in names.split()):
-            if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
-                raise ConfigError(f"--{name.replace('_', '-')} must be a finite number {'>=' if closed else '>'} {low}"
-                                  + (f" and <= {high}" if high < math.inf else "") + f", got {v}")
-    need = args.num_envs * (1e6 + args.num_steps * 250e3)  # measured: ~0.4 MB per Procgen env, ~215 kB per env-step
-    if need > (ram := os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")):
-        raise ConfigError(f"--num-envs {args.num_envs} needs about {need / 1e9:.1f} GB (envs and rollout storage), "
-                          f"more than this machine's {ram / 1e9:.1f} GB; use fewer envs")
-    batch = args.num_envs * args.num_steps
-    if batch % args.num_minibatches != 0 or batch // args.num_minibatches < 2:
-        raise ConfigError(f"num_envs * num_steps = {batch} is not divisible by --num-minibatches "
-                          f"{args.num_minibatches} into minibatches of 2 or more; choose a number that divides it")
-    if args.total_timesteps < batch or (ckpt and args.total_timesteps // batch <= ckpt["iteration"]):
-        raise ConfigError(f"--total-timesteps {args.total_timesteps} leaves no iteration to run (one is {batch} "
-                          f"steps{'; the checkpoint is at iteration %d' % ckpt['iteration'] if ckpt else ''})")
-    for flag, package in (("capture_video", "imageio_ffmpeg"), ("track", "wandb")):
-        if getattr(args, flag) and importlib.util.find_spec(package) is None:
-            raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
-    if args.bf16 and not (torch.cuda.is_bf16_supported() if args.cuda and torch.cuda.is_available()
-                          else torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
-        raise ConfigError("--bf16 needs bfloat16 kernels (a CPU with AVX512 or AMX, a GPU of compute capability 8.0+), "
-                          "which this machine lacks; run without --bf16")
-    if args.env_id not in PROCGEN_GAMES:
-        raise ConfigError(f"unknown Procgen game {args.env_id!r}; choose one of {', '.join(PROCGEN_GAMES)}")
-    if args.distribution_mode not in (modes := ("easy", "hard", "extreme", "memory", "exploration")):
-        raise ConfigError(f"--distribution-mode must be one of {', '.join(modes)}, got {args.distribution_mode!r}")
-    if importlib.util.find_spec("procgen") is None:
-        raise ConfigError("Procgen is not installed: run `bash scripts/install_extras.sh procgen`")
-
-
 class ProcgenVecEnv(gym.vector.VectorEnv):
     """Procgen's native vector env (gym3; detail 1: SAME_STEP autoreset, a game restarts in place) with CleanRL's wrappers:
     the episode statistics (raw scores, in "final_info"), then VecNormalize(ob=False)'s reward scaling and the clip."""
+
     def __init__(self, args, num_envs, seed, video_dir=None):
         with open(os.devnull, "w") as null, contextlib.redirect_stderr(null):  # procgen imports the old gym: no notice
             from procgen import ProcgenGym3Env
-        env = ProcgenGym3Env(num_envs, args.env_id, num_levels=args.num_levels, start_level=args.start_level, rand_seed=seed,
-                             distribution_mode=args.distribution_mode, render_mode="rgb_array" if video_dir else None)
+        env = ProcgenGym3Env(
+            num_envs,
+            args.env_id,
+            num_levels=args.num_levels,
+            start_level=args.start_level,
+            rand_seed=seed,
+            distribution_mode=args.distribution_mode,
+            render_mode="rgb_array" if video_dir else None,
+        )
         self.env = importlib.import_module("gym3").VideoRecorderWrapper(env, video_dir, info_key="rgb") if video_dir else env
         self.single_observation_space = gym.spaces.Box(0, 255, (3, 64, 64), np.uint8)  # the HWC frames as CHW views
         self.single_action_space, self.num_envs = gym.spaces.Discrete(env.ac_space.eltype.n), num_envs
         self.args, self.gamma = args, args.gamma if args.reward_norm_gamma is None else args.reward_norm_gamma
         # each game's raw score and length and discounted return R; the running moments of all R (count from 1e-4)
-        self.stats = dict(score=np.zeros(num_envs), length=np.zeros(num_envs, int), R=np.zeros(num_envs),
-                          mean=0.0, var=1.0, count=1e-4)
+        self.stats = dict(
+            score=np.zeros(num_envs), length=np.zeros(num_envs, int), R=np.zeros(num_envs), mean=0.0, var=1.0, count=1e-4
+        )
 
     def reset(self, seed=None):  # the games started, seeded, when the env was built
         return self.env.observe()[1]["rgb"].transpose(0, 3, 1, 2), {}
@@ -204,16 +165,26 @@ class Residual(nn.Sequential):
 
 def conv_sequence(i, o):
     """Detail P1: one IMPALA stage, conv3x3 -> max-pool 3/2 (halves height and width) -> two residual blocks."""
-    return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.MaxPool2d(3, stride=2, padding=1), *(
-        Residual(nn.ReLU(), nn.Conv2d(o, o, 3, padding=1), nn.ReLU(), nn.Conv2d(o, o, 3, padding=1)) for _ in range(2)))
+    return nn.Sequential(
+        nn.Conv2d(i, o, 3, padding=1),
+        nn.MaxPool2d(3, stride=2, padding=1),
+        *(Residual(nn.ReLU(), nn.Conv2d(o, o, 3, padding=1), nn.ReLU(), nn.Conv2d(o, o, 3, padding=1)) for _ in range(2)),
+    )
 
 
 class Agent(nn.Module):
     def __init__(self, in_channels, n_actions, channels_last=False, bf16=False):
         super().__init__()
         # detail P1: the IMPALA CNN (64x64 frames to 32x8x8), shared by the policy and value heads, default init
-        self.network = nn.Sequential(conv_sequence(in_channels, 16), conv_sequence(16, 32), conv_sequence(32, 32),
-                                     nn.Flatten(), nn.ReLU(), nn.Linear(32 * 8 * 8, 256), nn.ReLU())
+        self.network = nn.Sequential(
+            conv_sequence(in_channels, 16),
+            conv_sequence(16, 32),
+            conv_sequence(32, 32),
+            nn.Flatten(),
+            nn.ReLU(),
+            nn.Linear(32 * 8 * 8, 256),
+            nn.ReLU(),
+        )
         self.actor = layer_init(nn.Linear(256, n_actions), std=0.01)
         self.critic = layer_init(nn.Linear(256, 1), std=1.0)
         self.memory_format, self.bf16 = torch.channels_last if channels_last else torch.contiguous_format, bf16
@@ -292,7 +263,8 @@ def update(agent, optimizer, b, args):
             if args.norm_adv:  # detail 7
                 mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
             loss, pg_loss, v_loss, entropy_loss, logratio = ppo_losses(
-                newlogprob, b["logprobs"][mb], mb_advantages, newvalue, b["values"][mb], b["returns"][mb], entropy, args)
+                newlogprob, b["logprobs"][mb], mb_advantages, newvalue, b["values"][mb], b["returns"][mb], entropy, args
+            )
             logratios.append(logratio.detach())
 
             optimizer.zero_grad()
@@ -303,11 +275,293 @@ def update(agent, optimizer, b, args):
             break
     old_approx_kl, approx_kl, _ = ratio_stats(logratios[-1], args.clip_coef)
     _, first_kl, first_clipfrac = ratio_stats(logratios[0], args.clip_coef)
-    first = {"ratio_max_dev": logratios[0].exp().sub(1).abs().max().item(), "clipfrac": first_clipfrac.item(),
-             "approx_kl": first_kl.item()}
+    first = {
+        "ratio_max_dev": logratios[0].exp().sub(1).abs().max().item(),
+        "clipfrac": first_clipfrac.item(),
+        "approx_kl": first_kl.item(),
+    }
     clipfrac = torch.stack([ratio_stats(logratio, args.clip_coef)[2] for logratio in logratios]).mean()
-    return {"value_loss": v_loss.item(), "policy_loss": pg_loss.item(), "entropy": entropy_loss.item(),
-            "old_approx_kl": old_approx_kl.item(), "approx_kl": approx_kl.item(), "clipfrac": clipfrac.item()}, first
+    return {
+        "value_loss": v_loss.item(),
+        "policy_loss": pg_loss.item(),
+        "entropy": entropy_loss.item(),
+        "old_approx_kl": old_approx_kl.item(),
+        "approx_kl": approx_kl.item(),
+        "clipfrac": clipfrac.item(),
+    }, first
+
+
+def train(args: Args, given=None):
+    """Train; return a dict with the per-episode returns/lengths, per-iteration losses, the agent and optimizer."""
+    ckpt, args = load_checkpoint(args.resume, args, given) if args.resume else (None, args)
+    check_args(args, ckpt)
+    args.batch_size = args.num_envs * args.num_steps
+    args.minibatch_size = args.batch_size // args.num_minibatches
+    args.num_iterations = args.total_timesteps // args.batch_size
+    if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
+        run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
+        run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
+        print(f"{SCRIPT}: resuming {run_name} after iteration {ckpt['iteration']} in {run_dir}", file=sys.stderr)
+    else:
+        run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+        run_name = os.path.basename(run_dir)
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=asdict(args),
+            name=run_name,
+            save_code=True,
+            resume="allow",
+        )
+    from torch.utils.tensorboard import SummaryWriter
+
+    # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
+    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None)
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    torch.set_num_threads(args.torch_threads or torch.get_num_threads())
+    if args.cuda and not torch.cuda.is_available():
+        print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+
+    envs = make_envs(args, run_name)
+    obs_shape = envs.single_observation_space.shape
+    agent = Agent(obs_shape[0], envs.single_action_space.n, args.channels_last, args.bf16).to(device)
+    # detail 3: eps 1e-5; fused: the same Adam in one kernel per step, on CPU and CUDA
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+
+    T, N = args.num_steps, args.num_envs
+    # what the envs return is stored in numpy (cheap per-step writes), what the agent returns in torch
+    obs, rewards, dones = np.zeros((T, N) + obs_shape, np.uint8), np.zeros((T, N), np.float32), np.zeros((T, N), np.float32)
+    history = {
+        "episodic_return": [],
+        "episodic_length": [],
+        "losses": [],
+        "first_minibatch": [],
+        "learning_rate": [],
+        "seconds": {"env": 0.0, "inference": 0.0, "update": 0.0},
+    }  # where the wall time goes
+    seconds, start_iteration, global_step = history["seconds"], 1, 0
+    next_obs, _ = envs.reset(seed=args.seed)
+    if ckpt:
+        agent.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
+        try:  # the same games, where they were, as the version of this file that saved them kept them
+            next_obs = envs.set_state(ckpt["envs"])
+        except Exception as e:
+            raise ConfigError(
+                f"the envs in {args.resume} do not fit this version of {SCRIPT} ({type(e).__name__}: "
+                f"{e}); resume it with the version that wrote it, or start a new run"
+            ) from None
+        random.setstate(ckpt["rng"]["python"])
+        np.random.set_state(ckpt["rng"]["numpy"])
+        torch.set_rng_state(ckpt["rng"]["torch"])
+        if device.type == "cuda" and "cuda" in ckpt["rng"]:
+            torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+
+    saved = (args.resume, ckpt["iteration"]) if ckpt else None  # the last finite checkpoint (check_finite)
+    gc.freeze()  # the ~300k objects made so far (mostly torch's) are never garbage: full collections skip them
+    start_time, start_step = time.time(), global_step
+    for iteration in range(start_iteration, args.num_iterations + 1):
+        if args.anneal_lr:  # detail 4, in every param group from its own initial rate (a critic's own rate too)
+            frac = 1 - (iteration - 1) / max(args.num_iterations - 1, 1)
+            for group in optimizer.param_groups:
+                group["lr"] = group.setdefault("initial_lr", group["lr"]) * frac
+
+        rollout = []  # the agent's (action, logprob, value) of each step, stacked into [T, N] tensors after it
+        for step in range(T):
+            global_step += N
+            obs[step] = next_obs
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                action, logprob, _, value = agent.get_action_and_value(torch.as_tensor(next_obs, device=device))
+            rollout.append((action, logprob, value))
+            t1 = time.perf_counter()
+            next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+            seconds["inference"] += t1 - t0
+            seconds["env"] += time.perf_counter() - t1
+            rewards[step], dones[step] = reward, terminations | truncations
+
+            final_info = infos.get("final_info", {})  # "episode" is there only when a game (not a life) is over
+            for i in np.flatnonzero(final_info.get("_episode", ())):
+                episode_return, episode_length = final_info["episode"]["r"], final_info["episode"]["l"]
+                writer.add_scalar("charts/episodic_return", episode_return[i], global_step)
+                writer.add_scalar("charts/episodic_length", episode_length[i], global_step)
+                history["episodic_return"].append(float(episode_return[i]))
+                history["episodic_length"].append(int(episode_length[i]))
+
+        t0 = time.perf_counter()
+        actions, logprobs, values = (torch.stack(x) for x in zip(*rollout))
+        with torch.no_grad():
+            next_value = agent.get_value(torch.as_tensor(next_obs, device=device))
+            advantages, returns = compute_gae(
+                torch.as_tensor(rewards, device=device),
+                values,
+                torch.as_tensor(dones, device=device),
+                next_value,
+                args.gamma,
+                args.gae_lambda,
+            )
+        b = {
+            "obs": torch.as_tensor(obs, device=device).reshape((-1,) + obs_shape),
+            "actions": actions.flatten(0, 1),
+            "logprobs": logprobs.reshape(-1),
+            "values": values.reshape(-1),
+            "advantages": advantages.reshape(-1),
+            "returns": returns.reshape(-1),
+        }
+        losses, first = update(agent, optimizer, b, args)
+        seconds["update"] += time.perf_counter() - t0
+        y_pred, y_true = b["values"].cpu().numpy(), b["returns"].cpu().numpy()
+        losses["explained_variance"] = np.nan if np.var(y_true) == 0 else 1 - np.var(y_true - y_pred) / np.var(y_true)
+        history["first_minibatch"].append(first)
+        history["losses"].append(losses)
+        history["learning_rate"].append(optimizer.param_groups[0]["lr"])
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        for k, v in losses.items():
+            writer.add_scalar(f"losses/{k}", v, global_step)
+        sps = int((global_step - start_step) / (time.time() - start_time))
+        writer.add_scalar("charts/SPS", sps, global_step)
+        # progress with the time left: one updating line in a terminal, a line every 10 iterations in a log file
+        tty, last = sys.stdout.isatty(), iteration == args.num_iterations
+        if tty or iteration % 10 == 0 or last:
+            left = int((args.num_iterations - iteration) * args.batch_size / max(sps, 1))
+            line = (
+                f"step {global_step}/{args.num_iterations * args.batch_size} SPS {sps} "
+                f"ETA {left // 3600}:{left % 3600 // 60:02d}:{left % 60:02d} "
+                f"return(last 20) {np.mean(history['episodic_return'][-20:] or np.nan):.1f}"
+            )
+            print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
+
+        check_finite(iteration, losses, agent, optimizer, saved)
+        if args.save_model and (iteration % args.save_every == 0 or iteration == args.num_iterations):
+            rng = {
+                "python": random.getstate(),
+                "numpy": np.random.get_state(),
+                "torch": torch.get_rng_state(),
+                **({"cuda": torch.cuda.get_rng_state_all()} if device.type == "cuda" else {}),
+            }
+            with signals_held():  # a signal in between would name the checkpoint before this one
+                save_checkpoint(
+                    f"{run_dir}/checkpoint.pt",
+                    {
+                        "script": SCRIPT,
+                        "args": asdict(args),
+                        "run_name": run_name,
+                        "iteration": iteration,
+                        "global_step": global_step,
+                        "model": agent.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "rng": rng,
+                        "envs": envs.get_state(),
+                    },
+                )
+                saved = (f"{run_dir}/checkpoint.pt", iteration)
+
+    envs.close()
+    writer.close()
+    print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()) + f", total {time.time() - start_time:.1f}")
+    history.update(
+        run_name=run_name,
+        run_dir=run_dir,
+        global_step=global_step,
+        agent=agent,
+        optimizer=optimizer,
+        checkpoint=f"{run_dir}/checkpoint.pt" if args.save_model else None,
+    )
+    return history
+
+
+# ---- Below: input checks, run directory, checkpoints, signals, evaluation and the CLI; none of it changes training ----
+
+
+class ConfigError(ValueError):
+    """Bad input found before training, a checkpoint that cannot be written, or training gone non-finite (check_finite);
+    __main__ prints it as one line."""
+
+
+# every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
+RANGES = [
+    ("total_timesteps num_envs num_steps num_minibatches update_epochs save_every eval_episodes", 1, math.inf, True),
+    ("learning_rate clip_coef max_grad_norm target_kl", 0, math.inf, False),
+    ("ent_coef vf_coef torch_threads", 0, math.inf, True),
+    ("gamma gae_lambda reward_norm_gamma", 0, 1, True),
+    ("clip_reward", 0, math.inf, False),
+    ("seed num_levels start_level", 0, 2**31 - 1, True),
+]  # Procgen: int32
+# the flags that may change beside --resume: the budget, and how the run is saved or placed
+RESUMABLE = {
+    "resume",
+    "total_timesteps",
+    "save_model",
+    "save_every",
+    "cuda",
+    "torch_threads",
+    "channels_last",
+    "bf16",
+    "track",
+}
+
+
+def check_args(args: Args, ckpt=None) -> None:
+    """Fail before any training with a message that names the problem and the fix."""
+    if "/" in args.exp_name or len(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}-99".encode()) > 255:
+        raise ConfigError(
+            f"--exp-name {args.exp_name[:60]!r} must be one directory's name in runs/: no '/', and short enough "
+            "that the run name (env id, exp name, seed, time) fits in 255 bytes; choose a short plain name"
+        )
+    for names, low, high, closed in RANGES:
+        for name, v in ((name, getattr(args, name)) for name in names.split()):
+            if v is not None and not (math.isfinite(v) and (low <= v if closed else low < v) and v <= high):
+                raise ConfigError(
+                    f"--{name.replace('_', '-')} must be a finite number {'>=' if closed else '>'} {low}"
+                    + (f" and <= {high}" if high < math.inf else "")
+                    + f", got {v}"
+                )
+    need = args.num_envs * (1e6 + args.num_steps * 250e3)  # measured: ~0.4 MB per Procgen env, ~215 kB per env-step
+    if need > (ram := os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")):
+        raise ConfigError(
+            f"--num-envs {args.num_envs} needs about {need / 1e9:.1f} GB (envs and rollout storage), "
+            f"more than this machine's {ram / 1e9:.1f} GB; use fewer envs"
+        )
+    batch = args.num_envs * args.num_steps
+    if batch % args.num_minibatches != 0 or batch // args.num_minibatches < 2:
+        raise ConfigError(
+            f"num_envs * num_steps = {batch} is not divisible by --num-minibatches "
+            f"{args.num_minibatches} into minibatches of 2 or more; choose a number that divides it"
+        )
+    if args.total_timesteps < batch or (ckpt and args.total_timesteps // batch <= ckpt["iteration"]):
+        raise ConfigError(
+            f"--total-timesteps {args.total_timesteps} leaves no iteration to run (one is {batch} "
+            f"steps{'; the checkpoint is at iteration %d' % ckpt['iteration'] if ckpt else ''})"
+        )
+    for flag, package in (("capture_video", "imageio_ffmpeg"), ("track", "wandb")):
+        if getattr(args, flag) and importlib.util.find_spec(package) is None:
+            raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
+    if args.bf16 and not (
+        torch.cuda.is_bf16_supported()
+        if args.cuda and torch.cuda.is_available()
+        else torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    ):
+        raise ConfigError(
+            "--bf16 needs bfloat16 kernels (a CPU with AVX512 or AMX, a GPU of compute capability 8.0+), "
+            "which this machine lacks; run without --bf16"
+        )
+    if args.env_id not in PROCGEN_GAMES:
+        raise ConfigError(f"unknown Procgen game {args.env_id!r}; choose one of {', '.join(PROCGEN_GAMES)}")
+    if args.distribution_mode not in (modes := ("easy", "hard", "extreme", "memory", "exploration")):
+        raise ConfigError(f"--distribution-mode must be one of {', '.join(modes)}, got {args.distribution_mode!r}")
+    if importlib.util.find_spec("procgen") is None:
+        raise ConfigError("Procgen is not installed: run `bash scripts/install_extras.sh procgen`")
 
 
 def new_run_dir(name, suffix=""):
@@ -350,8 +604,10 @@ def load_checkpoint(path, args=None, given=None):
     if owner != SCRIPT or not isinstance(ckpt.get("args"), dict) or set(ckpt["args"]) - set(asdict(Args())):
         raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not by this {SCRIPT}")
     if any(torch.is_tensor(v) and v.is_floating_point() and not v.isfinite().all() for v in ckpt.get("model", {}).values()):
-        raise ConfigError(f"checkpoint {path!r} holds non-finite weights (nan or inf), which neither train nor evaluate; "
-                          "use an earlier checkpoint of the run")
+        raise ConfigError(
+            f"checkpoint {path!r} holds non-finite weights (nan or inf), which neither train nor evaluate; "
+            "use an earlier checkpoint of the run"
+        )
     if args is not None:  # resuming: a save that SIGKILL cut short left its .tmp beside this whole checkpoint
         with contextlib.suppress(FileNotFoundError):  # (every rank resuming together tries)
             os.remove(f"{path}.tmp")
@@ -359,8 +615,10 @@ def load_checkpoint(path, args=None, given=None):
     given = set(values) & (set(given) if given is not None else {k for k, v in values.items() if v != default[k]})
     for k in sorted(given - RESUMABLE):
         if values[k] != ckpt["args"].get(k):
-            raise ConfigError(f"--{k.replace('_', '-')} cannot change when resuming (the checkpoint has "
-                              f"{ckpt['args'].get(k)!r}); start a new run to train with {values[k]!r}")
+            raise ConfigError(
+                f"--{k.replace('_', '-')} cannot change when resuming (the checkpoint has "
+                f"{ckpt['args'].get(k)!r}); start a new run to train with {values[k]!r}"
+            )
     return ckpt, Args(**{**ckpt["args"], **{k: values[k] for k in given & RESUMABLE}})
 
 
@@ -372,13 +630,21 @@ def check_finite(iteration, losses, agent, optimizer, saved):
     # a nan or inf makes its tensor's sum one too: a sum per tensor, one sync per iteration (measured on an AMD EPYC,
     # 1 thread: 0.8 ms in ppo.py, 4 ms in ppo_atari.py, under 0.1% of an iteration; a max-abs norm took 3-7 times longer)
     sums = torch.stack([t.sum() for t in params + state]).tolist()
-    bad = [f"the {k.replace('_', ' ')} is {v}" for k, v in losses.items() if k != "explained_variance" and not math.isfinite(v)]
-    bad += [f"the {what} {v}" for what, v in (("weights hold", sum(sums[:len(params)])),
-                                              ("optimizer state holds", sum(sums[len(params):]))) if not math.isfinite(v)]
+    bad = [
+        f"the {k.replace('_', ' ')} is {v}" for k, v in losses.items() if k != "explained_variance" and not math.isfinite(v)
+    ]
+    bad += [
+        f"the {what} {v}"
+        for what, v in (("weights hold", sum(sums[: len(params)])), ("optimizer state holds", sum(sums[len(params) :])))
+        if not math.isfinite(v)
+    ]
     if bad:
-        raise ConfigError(f"iteration {iteration}: {bad[0]}; " + (f"the last finite checkpoint is {saved[0]} (iteration "
-                          f"{saved[1]})" if saved else "no checkpoint was saved") + "; likely too high a --learning-rate "
-                          "or --max-grad-norm")
+        raise ConfigError(
+            f"iteration {iteration}: {bad[0]}; "
+            + (f"the last finite checkpoint is {saved[0]} (iteration {saved[1]})" if saved else "no checkpoint was saved")
+            + "; likely too high a --learning-rate "
+            "or --max-grad-norm"
+        )
 
 
 def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
@@ -400,153 +666,19 @@ def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
     return returns
 
 
-def train(args: Args, given=None):
-    """Train; return a dict with the per-episode returns/lengths, per-iteration losses, the agent and optimizer."""
-    ckpt, args = load_checkpoint(args.resume, args, given) if args.resume else (None, args)
-    check_args(args, ckpt)
-    args.batch_size = args.num_envs * args.num_steps
-    args.minibatch_size = args.batch_size // args.num_minibatches
-    args.num_iterations = args.total_timesteps // args.batch_size
-    if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
-        run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
-        run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
-        print(f"{SCRIPT}: resuming {run_name} after iteration {ckpt['iteration']} in {run_dir}", file=sys.stderr)
-    else:
-        run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
-        run_name = os.path.basename(run_dir)
-    if args.track:
-        import wandb
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                   config=asdict(args), name=run_name, save_code=True, resume="allow")
-    from torch.utils.tensorboard import SummaryWriter
-
-    # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
-    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
-
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    torch.set_num_threads(args.torch_threads or torch.get_num_threads())
-    if args.cuda and not torch.cuda.is_available():
-        print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
-    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
-
-    envs = make_envs(args, run_name)
-    obs_shape = envs.single_observation_space.shape
-    agent = Agent(obs_shape[0], envs.single_action_space.n, args.channels_last, args.bf16).to(device)
-    # detail 3: eps 1e-5; fused: the same Adam in one kernel per step, on CPU and CUDA
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-
-    T, N = args.num_steps, args.num_envs
-    # what the envs return is stored in numpy (cheap per-step writes), what the agent returns in torch
-    obs, rewards, dones = np.zeros((T, N) + obs_shape, np.uint8), np.zeros((T, N), np.float32), np.zeros((T, N), np.float32)
-    history = {"episodic_return": [], "episodic_length": [], "losses": [], "first_minibatch": [], "learning_rate": [],
-               "seconds": {"env": 0.0, "inference": 0.0, "update": 0.0}}  # where the wall time goes
-    seconds, start_iteration, global_step = history["seconds"], 1, 0
-    next_obs, _ = envs.reset(seed=args.seed)
-    if ckpt:
-        agent.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
-        try:  # the same games, where they were, as the version of this file that saved them kept them
-            next_obs = envs.set_state(ckpt["envs"])
-        except Exception as e:
-            raise ConfigError(f"the envs in {args.resume} do not fit this version of {SCRIPT} ({type(e).__name__}: "
-                              f"{e}); resume it with the version that wrote it, or start a new run") from None
-        random.setstate(ckpt["rng"]["python"])
-        np.random.set_state(ckpt["rng"]["numpy"])
-        torch.set_rng_state(ckpt["rng"]["torch"])
-        if device.type == "cuda" and "cuda" in ckpt["rng"]:
-            torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
-
-    saved = (args.resume, ckpt["iteration"]) if ckpt else None  # the last finite checkpoint (check_finite)
-    gc.freeze()  # the ~300k objects made so far (mostly torch's) are never garbage: full collections skip them
-    start_time, start_step = time.time(), global_step
-    for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:  # detail 4, in every param group from its own initial rate (a critic's own rate too)
-            frac = 1 - (iteration - 1) / max(args.num_iterations - 1, 1)
-            for group in optimizer.param_groups:
-                group["lr"] = group.setdefault("initial_lr", group["lr"]) * frac
-
-        rollout = []  # the agent's (action, logprob, value) of each step, stacked into [T, N] tensors after it
-        for step in range(T):
-            global_step += N
-            obs[step] = next_obs
-            t0 = time.perf_counter()
-            with torch.inference_mode():
-                action, logprob, _, value = agent.get_action_and_value(
-                    torch.as_tensor(next_obs, device=device))
-            rollout.append((action, logprob, value))
-            t1 = time.perf_counter()
-            next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
-            seconds["inference"] += t1 - t0
-            seconds["env"] += time.perf_counter() - t1
-            rewards[step], dones[step] = reward, terminations | truncations
-
-            final_info = infos.get("final_info", {})  # "episode" is there only when a game (not a life) is over
-            for i in np.flatnonzero(final_info.get("_episode", ())):
-                episode_return, episode_length = final_info["episode"]["r"], final_info["episode"]["l"]
-                writer.add_scalar("charts/episodic_return", episode_return[i], global_step)
-                writer.add_scalar("charts/episodic_length", episode_length[i], global_step)
-                history["episodic_return"].append(float(episode_return[i]))
-                history["episodic_length"].append(int(episode_length[i]))
-
-        t0 = time.perf_counter()
-        actions, logprobs, values = (torch.stack(x) for x in zip(*rollout))
-        with torch.no_grad():
-            next_value = agent.get_value(torch.as_tensor(next_obs, device=device))
-            advantages, returns = compute_gae(torch.as_tensor(rewards, device=device), values,
-                                              torch.as_tensor(dones, device=device), next_value, args.gamma, args.gae_lambda)
-        b = {"obs": torch.as_tensor(obs, device=device).reshape((-1,) + obs_shape), "actions": actions.flatten(0, 1),
-             "logprobs": logprobs.reshape(-1), "values": values.reshape(-1),
-             "advantages": advantages.reshape(-1), "returns": returns.reshape(-1)}
-        losses, first = update(agent, optimizer, b, args)
-        seconds["update"] += time.perf_counter() - t0
-        y_pred, y_true = b["values"].cpu().numpy(), b["returns"].cpu().numpy()
-        losses["explained_variance"] = np.nan if np.var(y_true) == 0 else 1 - np.var(y_true - y_pred) / np.var(y_true)
-        history["first_minibatch"].append(first)
-        history["losses"].append(losses)
-        history["learning_rate"].append(optimizer.param_groups[0]["lr"])
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        for k, v in losses.items():
-            writer.add_scalar(f"losses/{k}", v, global_step)
-        sps = int((global_step - start_step) / (time.time() - start_time))
-        writer.add_scalar("charts/SPS", sps, global_step)
-        # progress with the time left: one updating line in a terminal, a line every 10 iterations in a log file
-        tty, last = sys.stdout.isatty(), iteration == args.num_iterations
-        if tty or iteration % 10 == 0 or last:
-            left = int((args.num_iterations - iteration) * args.batch_size / max(sps, 1))
-            line = (f"step {global_step}/{args.num_iterations * args.batch_size} SPS {sps} ETA {left // 3600}:{left % 3600 // 60:02d}"
-                    f":{left % 60:02d} return(last 20) {np.mean(history['episodic_return'][-20:] or np.nan):.1f}")
-            print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
-
-        check_finite(iteration, losses, agent, optimizer, saved)
-        if args.save_model and (iteration % args.save_every == 0 or iteration == args.num_iterations):
-            rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                   **({"cuda": torch.cuda.get_rng_state_all()} if device.type == "cuda" else {})}
-            with signals_held():  # a signal in between would name the checkpoint before this one
-                save_checkpoint(f"{run_dir}/checkpoint.pt", {
-                    "script": SCRIPT, "args": asdict(args), "run_name": run_name, "iteration": iteration,
-                    "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng,
-                    "envs": envs.get_state()})
-                saved = (f"{run_dir}/checkpoint.pt", iteration)
-
-    envs.close()
-    writer.close()
-    print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()) + f", total {time.time() - start_time:.1f}")
-    history.update(run_name=run_name, run_dir=run_dir, global_step=global_step, agent=agent, optimizer=optimizer,
-                   checkpoint=f"{run_dir}/checkpoint.pt" if args.save_model else None)
-    return history
-
-
 def interrupted(e: KeyboardInterrupt) -> int:
     """Ctrl-C or SIGTERM: one line naming the last checkpoint train() saved (its `saved`, in the frame the signal stopped)
     and the command that resumes it; the exit status of the signal, 130 or 143."""
     saved = next((f.f_locals.get("saved") for f, _ in traceback.walk_tb(e.__traceback__) if f.f_code is train.__code__), None)
-    print(f"{SCRIPT}: interrupted; " + (f"the last checkpoint is {saved[0]} (iteration {saved[1]}); continue with: python "
-          f"{SCRIPT} --resume {saved[0]}" if saved else "no checkpoint was saved"), file=sys.stderr)
+    print(
+        f"{SCRIPT}: interrupted; "
+        + (
+            f"the last checkpoint is {saved[0]} (iteration {saved[1]}); continue with: python {SCRIPT} --resume {saved[0]}"
+            if saved
+            else "no checkpoint was saved"
+        ),
+        file=sys.stderr,
+    )
     return 128 + (e.args[0] if e.args else signal.SIGINT)
 
 

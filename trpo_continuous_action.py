@@ -152,70 +152,6 @@ class Args:
     num_iterations: int = 0  # computed: total_timesteps // batch_size
 
 
-class ConfigError(ValueError):
-    """Bad input found before training, a checkpoint that cannot be written, or training gone non-finite (check_finite);
-    __main__ prints it as one line."""
-
-
-# every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created; ent_coef may
-# be negative (seed 004's PPO-NoClip penalises entropy), and a clip's bound may be inf: no clip (OFF_AT_INF)
-RANGES = [("total_timesteps num_envs num_steps num_minibatches update_epochs save_every eval_episodes", 1, math.inf, True),
-          ("cg_steps backtrack_steps", 1, math.inf, True),
-          ("learning_rate value_lr clip_coef max_grad_norm max_kl max_kl_final clip_obs clip_reward", 0, math.inf, False),
-          ("vf_coef torch_threads cg_damping", 0, math.inf, True), ("ent_coef", -math.inf, math.inf, True),
-          ("gamma gae_lambda accept_ratio", 0, 1, True), ("fisher_frac", 0, 1, False), ("seed", 0, 2**32 - 1, True)]
-OFF_AT_INF = {"max_grad_norm", "clip_obs", "clip_reward"}
-# the flags that may change beside --resume: the budget, and how the run is saved or placed
-RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "track"}
-
-
-def check_args(args: Args, ckpt=None) -> None:
-    """Fail before any training with a message that names the problem and the fix."""
-    if "/" in args.exp_name or len(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}-99".encode()) > 255:
-        raise ConfigError(f"--exp-name {args.exp_name[:60]!r} must be one directory's name in runs/: no '/', and short enough "
-                          "that the run name (env id, exp name, seed, time) fits in 255 bytes; choose a short plain name")
-    for names, low, high, closed in RANGES:
-        for name, v in ((name, getattr(args, name)) for name in names.split()):
-            if v is not None and not ((math.isfinite(v) or v == math.inf and name in OFF_AT_INF)
-                                      and (low <= v if closed else low < v) and v <= high):
-                raise ConfigError(f"--{name.replace('_', '-')} must be a finite number"
-                                  + (f" {'>=' if closed else '>'} {low}" if low > -math.inf else "")
-                                  + (f" and <= {high}" if high < math.inf else "")
-                                  + (" or inf (no clip)" if name in OFF_AT_INF else "") + f", got {v}")
-    if args.reward_scaling not in ("returns", "rewards", "none"):
-        raise ConfigError(f"--reward-scaling must be returns, rewards or none, got {args.reward_scaling!r}")
-    need = args.num_envs * (2e6 + args.num_steps * 2e3)  # measured: ~1.1 MB per MuJoCo env, ~1 kB per env-step
-    if need > (ram := os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")):
-        raise ConfigError(f"--num-envs {args.num_envs} needs about {need / 1e9:.1f} GB (envs and rollout storage), "
-                          f"more than this machine's {ram / 1e9:.1f} GB; use fewer envs")
-    batch = args.num_envs * args.num_steps
-    if batch % args.num_minibatches != 0 or batch // args.num_minibatches < 2:
-        raise ConfigError(f"num_envs * num_steps = {batch} is not divisible by --num-minibatches "
-                          f"{args.num_minibatches} into minibatches of 2 or more; choose a number that divides it")
-    if args.total_timesteps < batch or (ckpt and args.total_timesteps // batch <= ckpt["iteration"]):
-        raise ConfigError(f"--total-timesteps {args.total_timesteps} leaves no iteration to run (one is {batch} "
-                          f"steps{'; the checkpoint is at iteration %d' % ckpt['iteration'] if ckpt else ''})")
-    for flag, package in (("capture_video", "moviepy"), ("track", "wandb")):
-        if getattr(args, flag) and importlib.util.find_spec(package) is None:
-            raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
-    try:
-        probe = gym.make(args.env_id, **({"render_mode": "rgb_array"} if args.capture_video else {}))
-        if args.capture_video:  # MuJoCo renders through OpenGL (MUJOCO_GL=egl gives it one without a display)
-            probe.reset(seed=0)
-            probe.render()
-        probe.close()
-    except gym.error.DependencyNotInstalled as e:
-        raise ConfigError(f"{args.env_id} could not be created ({e}): pip install 'gymnasium[mujoco]'") from None
-    except gym.error.Error:
-        raise ConfigError(f"unknown env id {args.env_id!r}; see gymnasium.pprint_registry() for the ids") from None
-    except Exception as e:  # mujoco.FatalError: no OpenGL context to render in; the v2/v3 ids: their mujoco-py is gone
-        fix = "without a display: MUJOCO_GL=egl" if args.capture_video else "use another version of the id (MuJoCo: -v4, -v5)"
-        raise ConfigError(f"cannot create or render {args.env_id} ({e}); {fix}") from None
-    if not isinstance(probe.action_space, gym.spaces.Box):
-        raise ConfigError(f"{args.env_id} has a {type(probe.action_space).__name__} action space; {SCRIPT} handles "
-                          "Box only (use ppo.py for Discrete actions)")
-
-
 def make_envs(args, run_name, restored=None):
     def make_env(idx):
         if restored is not None:  # sub-envs unpickled from a checkpoint continue their episodes
@@ -226,26 +162,12 @@ def make_envs(args, run_name, restored=None):
 
     # detail 1: SAME_STEP autoreset, as in the reference's gym: the step that ends an episode already
     # returns the next episode's first observation (the final one is in info["final_obs"])
-    return VecNormalize(gym.vector.SyncVectorEnv([make_env(i) for i in range(args.num_envs)],
-                                                 autoreset_mode=gym.vector.AutoresetMode.SAME_STEP), args)
-
-
-def get_physics(env):
-    """A MuJoCo env's integration state and random generator, which its pickle (constructor arguments) lacks."""
-    if not hasattr(u := env.unwrapped, "data"):
-        return None
-    import mujoco
-    state = np.empty(mujoco.mj_stateSize(u.model, mujoco.mjtState.mjSTATE_INTEGRATION))
-    mujoco.mj_getState(u.model, u.data, state, mujoco.mjtState.mjSTATE_INTEGRATION)
-    return state, u.np_random.bit_generator.state
-
-
-def set_physics(env, saved):
-    if saved is not None:
-        import mujoco
-        mujoco.mj_setState(env.unwrapped.model, env.unwrapped.data, saved[0], mujoco.mjtState.mjSTATE_INTEGRATION)
-        env.unwrapped.np_random.bit_generator.state = saved[1]
-    return env
+    return VecNormalize(
+        gym.vector.SyncVectorEnv(
+            [make_env(i) for i in range(args.num_envs)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+        ),
+        args,
+    )
 
 
 def update_rms(rms, x):
@@ -293,7 +215,11 @@ class VecNormalize(gym.vector.VectorWrapper):
         scaling = self.args.reward_scaling  # by the std of the returns (C8), of the rewards (seed 004), or no scaling
         self.ret_rms = update_rms(self.ret_rms, self.ret if scaling == "returns" else reward)
         mean, std = self.ret_rms[0] if scaling == "rewards" else 0.0, np.sqrt(self.ret_rms[1] + 1e-8)  # seed 004's code
-        scaled = reward if scaling == "none" else np.clip((reward - mean) / std + mean, -self.args.clip_reward, self.args.clip_reward)
+        scaled = (
+            reward
+            if scaling == "none"
+            else np.clip((reward - mean) / std + mean, -self.args.clip_reward, self.args.clip_reward)
+        )
         self.ret = self.ret if gymnasium_rules else np.where(terminations | truncations, 0.0, self.ret)
         obs = normalize_obs(obs, self.obs_rms, self.args)
         return obs, scaled, terminations, truncations, {**infos, "reward": reward}
@@ -310,10 +236,20 @@ class Agent(nn.Module):
     def __init__(self, obs_dim, action_dim, ortho_init=True):
         super().__init__()
         # detail 13 / C4: separate actor and critic networks, 64-64 tanh each
-        self.critic = nn.Sequential(layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(), layer_init(nn.Linear(64, 64)), nn.Tanh(),
-                                    layer_init(nn.Linear(64, 1), std=1.0))
-        self.actor_mean = nn.Sequential(layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(), layer_init(nn.Linear(64, 64)),
-                                        nn.Tanh(), layer_init(nn.Linear(64, action_dim), std=0.01))  # detail C1
+        self.critic = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 1), std=1.0),
+        )
+        self.actor_mean = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, action_dim), std=0.01),
+        )  # detail C1
         self.actor_logstd = nn.Parameter(torch.zeros(1, action_dim))  # detail C2: state-independent, initially 0
         if not ortho_init:  # detail 2 off: seed 004's PPO-M init (its released "xavier"), before any edit made below
             for layer in (m for m in self.modules() if isinstance(m, nn.Linear)):
@@ -431,7 +367,7 @@ def trpo_step(agent, b, args, max_kl):
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
     objective, first_logratio, _ = surrogate(agent, b, advantages, args)
     g = flat_grad(objective, params)
-    sample = torch.randperm(args.batch_size, device=g.device)[:max(int(args.batch_size * args.fisher_frac), 1)]
+    sample = torch.randperm(args.batch_size, device=g.device)[: max(int(args.batch_size * args.fisher_frac), 1)]
     fvp = fisher_product(agent, b["obs"][sample], params, args.cg_damping)  # T2, on a random part of the batch
     direction = conjugate_gradient(fvp, g, args.cg_steps)
     full_step = direction * torch.sqrt(2 * max_kl / (direction @ fvp(direction)))  # T3: s.F s / 2 = delta
@@ -449,11 +385,21 @@ def trpo_step(agent, b, args, max_kl):
             assign(params, theta)
             (new_objective, logratio, entropy), kl, improvement, backtracks = surrogate(agent, b, advantages, args), 0, 0, -1
     old_approx_kl, approx_kl, clipfrac = ratio_stats(logratio, args.clip_coef)
-    first = {"ratio_max_dev": first_logratio.detach().exp().sub(1).abs().max().item(),
-             "approx_kl": ratio_stats(first_logratio.detach(), args.clip_coef)[1].item()}
-    return {"policy_loss": -new_objective.item(), "entropy": entropy.item(), "old_approx_kl": old_approx_kl.item(),
-            "approx_kl": approx_kl.item(), "clipfrac": clipfrac.item(), "kl": kl, "kl_bound": max_kl,
-            "backtracks": backtracks, "surrogate_improvement": improvement}, first
+    first = {
+        "ratio_max_dev": first_logratio.detach().exp().sub(1).abs().max().item(),
+        "approx_kl": ratio_stats(first_logratio.detach(), args.clip_coef)[1].item(),
+    }
+    return {
+        "policy_loss": -new_objective.item(),
+        "entropy": entropy.item(),
+        "old_approx_kl": old_approx_kl.item(),
+        "approx_kl": approx_kl.item(),
+        "clipfrac": clipfrac.item(),
+        "kl": kl,
+        "kl_bound": max_kl,
+        "backtracks": backtracks,
+        "surrogate_improvement": improvement,
+    }, first
 
 
 def update(agent, optimizer, b, args, max_kl):
@@ -471,6 +417,364 @@ def update(agent, optimizer, b, args, max_kl):
             nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # detail 11
             optimizer.step()
     return {**losses, "value_loss": v_loss.item()}, first
+
+
+def train(args: Args, given=None):
+    """Train; return a dict with the per-episode returns/lengths, per-iteration losses, the agent and optimizer."""
+    ckpt, args = load_checkpoint(args.resume, args, given) if args.resume else (None, args)
+    check_args(args, ckpt)
+    args.batch_size = args.num_envs * args.num_steps
+    args.minibatch_size = args.batch_size // args.num_minibatches
+    args.num_iterations = args.total_timesteps // args.batch_size
+    if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
+        run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
+        run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
+        print(f"{SCRIPT}: resuming {run_name} after iteration {ckpt['iteration']} in {run_dir}", file=sys.stderr)
+    else:
+        run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+        run_name = os.path.basename(run_dir)
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=asdict(args),
+            name=run_name,
+            save_code=True,
+            resume="allow",
+        )
+    from torch.utils.tensorboard import SummaryWriter
+
+    # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
+    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None)
+    # the Args, then a row with the installed MuJoCo (a version, not a flag): MuJoCo 4 changed some envs' physics
+    rows = {**asdict(args), "mujoco": importlib.metadata.version("mujoco") if importlib.util.find_spec("mujoco") else "none"}
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in rows.items()))
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    torch.set_num_threads(args.torch_threads or torch.get_num_threads())
+    if args.cuda and not torch.cuda.is_available():
+        print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+
+    envs = make_envs(args, run_name)
+    obs_shape, action_shape = envs.single_observation_space.shape, envs.single_action_space.shape
+    agent = Agent(int(np.prod(obs_shape)), int(np.prod(action_shape)), args.ortho_init).to(device)
+    # detail 3: eps 1e-5; fused: the same Adam in one kernel per step, on CPU and CUDA. The critic is a param group of
+    # its own, at --value-lr (seed 004's value network learning rate; by default the same rate as the policy)
+    critic = {id(p) for p in agent.critic.parameters()}
+    optimizer = torch.optim.Adam(
+        [
+            {"params": [p for p in agent.parameters() if id(p) not in critic]},
+            {"params": agent.critic.parameters(), "lr": args.value_lr or args.learning_rate},
+        ],
+        lr=args.learning_rate,
+        eps=1e-5,
+        fused=True,
+    )
+
+    T, N = args.num_steps, args.num_envs
+    # what the envs return is stored in numpy (cheap per-step writes), what the agent returns in torch
+    obs, rewards, dones = np.zeros((T, N) + obs_shape, np.float32), np.zeros((T, N), np.float32), np.zeros((T, N), np.float32)
+    episode_return, episode_length = np.zeros(N), np.zeros(N, dtype=np.int64)
+    history = {
+        "episodic_return": [],
+        "episodic_length": [],
+        "losses": [],
+        "first_minibatch": [],
+        "learning_rate": [],
+        "seconds": {"env": 0.0, "inference": 0.0, "update": 0.0},
+    }  # where the wall time goes
+    seconds, start_iteration, global_step = history["seconds"], 1, 0
+    next_obs, _ = envs.reset(seed=args.seed)
+    if ckpt:
+        agent.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
+        if ckpt["envs"] is not None:  # continue the very same episodes
+            envs.close()
+            try:  # pickled by the version of this file that saved them, which may have had other wrappers
+                envs = make_envs(args, run_name, pickle.loads(ckpt["envs"]))
+            except Exception as e:
+                raise ConfigError(
+                    f"the envs in {args.resume} do not fit this version of {SCRIPT} ({type(e).__name__}: "
+                    f"{e}); resume it with the version that wrote it, or start a new run"
+                ) from None
+            next_obs, episode_return, episode_length = ckpt["next_obs"], ckpt["episode_return"], ckpt["episode_length"]
+        else:  # keep the fresh episodes' first observations: the saved ones belong to other games
+            print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
+        envs.obs_rms, envs.ret_rms, envs.ret = ckpt["obs_rms"], ckpt["ret_rms"], ckpt["ret"]  # details C6-C9 go on
+        if ckpt["envs"] is None:  # the fresh episodes' first observations, normalised by those statistics
+            next_obs, _ = envs.reset(seed=args.seed)
+        random.setstate(ckpt["rng"]["python"])
+        np.random.set_state(ckpt["rng"]["numpy"])
+        torch.set_rng_state(ckpt["rng"]["torch"])
+        if device.type == "cuda" and "cuda" in ckpt["rng"]:
+            torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+
+    saved, stuck = (args.resume, ckpt["iteration"]) if ckpt else None, 0  # check_finite's checkpoint, T4's no-step streak
+    gc.freeze()  # the ~300k objects made so far (mostly torch's) are never garbage: full collections skip them
+    start_time, start_step = time.time(), global_step
+    for iteration in range(start_iteration, args.num_iterations + 1):
+        if args.anneal_lr:  # detail 4, in every param group from its own initial rate (a critic's own rate too)
+            frac = 1 - (iteration - 1) / max(args.num_iterations - 1, 1)
+            for group in optimizer.param_groups:
+                group["lr"] = group.setdefault("initial_lr", group["lr"]) * frac
+        # T6: the KL schedule of seed 004's footnote 5, the bound moved before each step as the paper's code writes it
+        max_kl = (
+            args.max_kl
+            if args.max_kl_final is None
+            else args.max_kl + (args.max_kl_final - args.max_kl) * iteration / args.num_iterations
+        )
+
+        rollout = []  # the agent's (action, logprob, value) of each step, stacked into [T, N] tensors after it
+        for step in range(T):
+            global_step += N
+            obs[step] = next_obs
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                action, logprob, _, value = agent.get_action_and_value(
+                    torch.as_tensor(next_obs, dtype=torch.float32, device=device)
+                )
+            rollout.append((action, logprob, value))
+            t1 = time.perf_counter()
+            next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+            seconds["inference"] += t1 - t0
+            seconds["env"] += time.perf_counter() - t1
+            rewards[step], dones[step] = reward, terminations | truncations
+            if args.bootstrap_truncated and (idx := np.flatnonzero(truncations & ~terminations)).size:
+                # r + gamma * V(final obs) for time-limit ends, so the done cut leaves the right target
+                final = normalize_obs(np.stack([infos["final_obs"][i] for i in idx]), envs.obs_rms, args)
+                final = torch.as_tensor(final, device=device)
+                with torch.no_grad():
+                    rewards[step, idx] += args.gamma * agent.get_value(final).cpu().numpy()
+
+            episode_return, episode_length = episode_return + infos["reward"], episode_length + 1  # unscaled (C8)
+            for i in np.flatnonzero(dones[step]):
+                writer.add_scalar("charts/episodic_return", episode_return[i], global_step)
+                writer.add_scalar("charts/episodic_length", episode_length[i], global_step)
+                history["episodic_return"].append(float(episode_return[i]))
+                history["episodic_length"].append(int(episode_length[i]))
+                episode_return[i], episode_length[i] = 0.0, 0
+
+        t0 = time.perf_counter()
+        actions, logprobs, values = (torch.stack(x) for x in zip(*rollout))
+        with torch.no_grad():
+            next_value = agent.get_value(torch.as_tensor(next_obs, dtype=torch.float32, device=device))
+            advantages, returns = compute_gae(
+                torch.as_tensor(rewards, device=device),
+                values,
+                torch.as_tensor(dones, device=device),
+                next_value,
+                args.gamma,
+                args.gae_lambda,
+            )
+        b = {
+            "obs": torch.as_tensor(obs, device=device).reshape((-1,) + obs_shape),
+            "actions": actions.flatten(0, 1),
+            "logprobs": logprobs.reshape(-1),
+            "values": values.reshape(-1),
+            "advantages": advantages.reshape(-1),
+            "returns": returns.reshape(-1),
+        }
+        with torch.no_grad():  # cloned: the logstd is a view of the parameter that the update changes in place
+            old_policy = [x.clone() for x in agent.get_mean_and_logstd(b["obs"])]
+        losses, first = update(agent, optimizer, b, args, max_kl)
+        with torch.no_grad():  # seed 004's Figure 2: how far this update moved the policy on the batch's states
+            _, newlogprob, _, _ = agent.get_action_and_value(b["obs"], b["actions"])
+            kl = gaussian_kl(*old_policy, *agent.get_mean_and_logstd(b["obs"]))
+            figure2 = torch.stack([(newlogprob - b["logprobs"]).exp().max(), kl.mean(), kl.max()]).tolist()
+        losses.update(zip(("max_ratio", "mean_kl", "max_kl"), figure2))
+        stuck = stuck + 1 if losses["backtracks"] < 0 else 0  # T4 took no step: the policy has not moved
+        if stuck == 10:  # said once a streak: the run goes on, as a few such iterations in a row are normal
+            print(
+                f"{SCRIPT}: the line search has taken no step for 10 iterations in a row ({iteration - 9}-{iteration}): "
+                "the policy is not learning; likely too high a --max-kl or --accept-ratio",
+                file=sys.stderr,
+            )
+        seconds["update"] += time.perf_counter() - t0
+        y_pred, y_true = b["values"].cpu().numpy(), b["returns"].cpu().numpy()
+        losses["explained_variance"] = np.nan if np.var(y_true) == 0 else 1 - np.var(y_true - y_pred) / np.var(y_true)
+        history["first_minibatch"].append(first)
+        history["losses"].append(losses)
+        history["learning_rate"].append(optimizer.param_groups[-1]["lr"])  # the critic's: the policy has no rate
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[-1]["lr"], global_step)
+        for k, v in losses.items():
+            writer.add_scalar(f"losses/{k}", v, global_step)
+        sps = int((global_step - start_step) / (time.time() - start_time))
+        writer.add_scalar("charts/SPS", sps, global_step)
+        # progress with the time left: one updating line in a terminal, a line every 10 iterations in a log file
+        tty, last = sys.stdout.isatty(), iteration == args.num_iterations
+        if tty or iteration % 10 == 0 or last:
+            left = int((args.num_iterations - iteration) * args.batch_size / max(sps, 1))
+            line = (
+                f"step {global_step}/{args.num_iterations * args.batch_size} SPS {sps} "
+                f"ETA {left // 3600}:{left % 3600 // 60:02d}:{left % 60:02d} "
+                f"return(last 20) {np.mean(history['episodic_return'][-20:] or np.nan):.1f}"
+            )
+            print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
+
+        check_finite(iteration, losses, agent, optimizer, saved)
+        if args.save_model and (iteration % args.save_every == 0 or iteration == args.num_iterations):
+            try:
+                env_state = pickle.dumps([(env, get_physics(env)) for env in envs.unwrapped.envs])  # the same episodes
+            except Exception:
+                env_state = None
+            rng = {
+                "python": random.getstate(),
+                "numpy": np.random.get_state(),
+                "torch": torch.get_rng_state(),
+                **({"cuda": torch.cuda.get_rng_state_all()} if device.type == "cuda" else {}),
+            }
+            with signals_held():  # a signal in between would name the checkpoint before this one
+                save_checkpoint(
+                    f"{run_dir}/checkpoint.pt",
+                    {
+                        "script": SCRIPT,
+                        "args": asdict(args),
+                        "run_name": run_name,
+                        "iteration": iteration,
+                        "global_step": global_step,
+                        "model": agent.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "rng": rng,
+                        "next_obs": next_obs,
+                        "episode_return": episode_return,
+                        "episode_length": episode_length,
+                        "envs": env_state,
+                        "obs_rms": envs.obs_rms,
+                        "ret_rms": envs.ret_rms,
+                        "ret": envs.ret,
+                    },
+                )
+                saved = (f"{run_dir}/checkpoint.pt", iteration)
+
+    envs.close()
+    writer.close()
+    print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()) + f", total {time.time() - start_time:.1f}")
+    history.update(
+        run_name=run_name,
+        run_dir=run_dir,
+        global_step=global_step,
+        agent=agent,
+        optimizer=optimizer,
+        obs_rms=envs.obs_rms,
+        ret_rms=envs.ret_rms,
+        ret=envs.ret,
+        checkpoint=f"{run_dir}/checkpoint.pt" if args.save_model else None,
+    )
+    return history
+
+
+# ---- Below: input checks, run directory, checkpoints, signals, evaluation and the CLI; none of it changes training ----
+
+
+class ConfigError(ValueError):
+    """Bad input found before training, a checkpoint that cannot be written, or training gone non-finite (check_finite);
+    __main__ prints it as one line."""
+
+
+# every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created; ent_coef may
+# be negative (seed 004's PPO-NoClip penalises entropy), and a clip's bound may be inf: no clip (OFF_AT_INF)
+RANGES = [
+    ("total_timesteps num_envs num_steps num_minibatches update_epochs save_every eval_episodes", 1, math.inf, True),
+    ("cg_steps backtrack_steps", 1, math.inf, True),
+    ("learning_rate value_lr clip_coef max_grad_norm max_kl max_kl_final clip_obs clip_reward", 0, math.inf, False),
+    ("vf_coef torch_threads cg_damping", 0, math.inf, True),
+    ("ent_coef", -math.inf, math.inf, True),
+    ("gamma gae_lambda accept_ratio", 0, 1, True),
+    ("fisher_frac", 0, 1, False),
+    ("seed", 0, 2**32 - 1, True),
+]
+OFF_AT_INF = {"max_grad_norm", "clip_obs", "clip_reward"}
+# the flags that may change beside --resume: the budget, and how the run is saved or placed
+RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "track"}
+
+
+def check_args(args: Args, ckpt=None) -> None:
+    """Fail before any training with a message that names the problem and the fix."""
+    if "/" in args.exp_name or len(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}-99".encode()) > 255:
+        raise ConfigError(
+            f"--exp-name {args.exp_name[:60]!r} must be one directory's name in runs/: no '/', and short enough "
+            "that the run name (env id, exp name, seed, time) fits in 255 bytes; choose a short plain name"
+        )
+    for names, low, high, closed in RANGES:
+        for name, v in ((name, getattr(args, name)) for name in names.split()):
+            if v is not None and not (
+                (math.isfinite(v) or v == math.inf and name in OFF_AT_INF) and (low <= v if closed else low < v) and v <= high
+            ):
+                raise ConfigError(
+                    f"--{name.replace('_', '-')} must be a finite number"
+                    + (f" {'>=' if closed else '>'} {low}" if low > -math.inf else "")
+                    + (f" and <= {high}" if high < math.inf else "")
+                    + (" or inf (no clip)" if name in OFF_AT_INF else "")
+                    + f", got {v}"
+                )
+    if args.reward_scaling not in ("returns", "rewards", "none"):
+        raise ConfigError(f"--reward-scaling must be returns, rewards or none, got {args.reward_scaling!r}")
+    need = args.num_envs * (2e6 + args.num_steps * 2e3)  # measured: ~1.1 MB per MuJoCo env, ~1 kB per env-step
+    if need > (ram := os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")):
+        raise ConfigError(
+            f"--num-envs {args.num_envs} needs about {need / 1e9:.1f} GB (envs and rollout storage), "
+            f"more than this machine's {ram / 1e9:.1f} GB; use fewer envs"
+        )
+    batch = args.num_envs * args.num_steps
+    if batch % args.num_minibatches != 0 or batch // args.num_minibatches < 2:
+        raise ConfigError(
+            f"num_envs * num_steps = {batch} is not divisible by --num-minibatches "
+            f"{args.num_minibatches} into minibatches of 2 or more; choose a number that divides it"
+        )
+    if args.total_timesteps < batch or (ckpt and args.total_timesteps // batch <= ckpt["iteration"]):
+        raise ConfigError(
+            f"--total-timesteps {args.total_timesteps} leaves no iteration to run (one is {batch} "
+            f"steps{'; the checkpoint is at iteration %d' % ckpt['iteration'] if ckpt else ''})"
+        )
+    for flag, package in (("capture_video", "moviepy"), ("track", "wandb")):
+        if getattr(args, flag) and importlib.util.find_spec(package) is None:
+            raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
+    try:
+        probe = gym.make(args.env_id, **({"render_mode": "rgb_array"} if args.capture_video else {}))
+        if args.capture_video:  # MuJoCo renders through OpenGL (MUJOCO_GL=egl gives it one without a display)
+            probe.reset(seed=0)
+            probe.render()
+        probe.close()
+    except gym.error.DependencyNotInstalled as e:
+        raise ConfigError(f"{args.env_id} could not be created ({e}): pip install 'gymnasium[mujoco]'") from None
+    except gym.error.Error:
+        raise ConfigError(f"unknown env id {args.env_id!r}; see gymnasium.pprint_registry() for the ids") from None
+    except Exception as e:  # mujoco.FatalError: no OpenGL context to render in; the v2/v3 ids: their mujoco-py is gone
+        fix = "without a display: MUJOCO_GL=egl" if args.capture_video else "use another version of the id (MuJoCo: -v4, -v5)"
+        raise ConfigError(f"cannot create or render {args.env_id} ({e}); {fix}") from None
+    if not isinstance(probe.action_space, gym.spaces.Box):
+        raise ConfigError(
+            f"{args.env_id} has a {type(probe.action_space).__name__} action space; {SCRIPT} handles "
+            "Box only (use ppo.py for Discrete actions)"
+        )
+
+
+def get_physics(env):
+    """A MuJoCo env's integration state and random generator, which its pickle (constructor arguments) lacks."""
+    if not hasattr(u := env.unwrapped, "data"):
+        return None
+    import mujoco
+
+    state = np.empty(mujoco.mj_stateSize(u.model, mujoco.mjtState.mjSTATE_INTEGRATION))
+    mujoco.mj_getState(u.model, u.data, state, mujoco.mjtState.mjSTATE_INTEGRATION)
+    return state, u.np_random.bit_generator.state
+
+
+def set_physics(env, saved):
+    if saved is not None:
+        import mujoco
+
+        mujoco.mj_setState(env.unwrapped.model, env.unwrapped.data, saved[0], mujoco.mjtState.mjSTATE_INTEGRATION)
+        env.unwrapped.np_random.bit_generator.state = saved[1]
+    return env
 
 
 def new_run_dir(name, suffix=""):
@@ -513,8 +817,10 @@ def load_checkpoint(path, args=None, given=None):
     if owner != SCRIPT or not isinstance(ckpt.get("args"), dict) or set(ckpt["args"]) - set(asdict(Args())):
         raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not by this {SCRIPT}")
     if any(torch.is_tensor(v) and v.is_floating_point() and not v.isfinite().all() for v in ckpt.get("model", {}).values()):
-        raise ConfigError(f"checkpoint {path!r} holds non-finite weights (nan or inf), which neither train nor evaluate; "
-                          "use an earlier checkpoint of the run")
+        raise ConfigError(
+            f"checkpoint {path!r} holds non-finite weights (nan or inf), which neither train nor evaluate; "
+            "use an earlier checkpoint of the run"
+        )
     if args is not None:  # resuming: a save that SIGKILL cut short left its .tmp beside this whole checkpoint
         with contextlib.suppress(FileNotFoundError):  # (every rank resuming together tries)
             os.remove(f"{path}.tmp")
@@ -522,8 +828,10 @@ def load_checkpoint(path, args=None, given=None):
     given = set(values) & (set(given) if given is not None else {k for k, v in values.items() if v != default[k]})
     for k in sorted(given - RESUMABLE):
         if values[k] != ckpt["args"].get(k):
-            raise ConfigError(f"--{k.replace('_', '-')} cannot change when resuming (the checkpoint has "
-                              f"{ckpt['args'].get(k)!r}); start a new run to train with {values[k]!r}")
+            raise ConfigError(
+                f"--{k.replace('_', '-')} cannot change when resuming (the checkpoint has "
+                f"{ckpt['args'].get(k)!r}); start a new run to train with {values[k]!r}"
+            )
     return ckpt, Args(**{**ckpt["args"], **{k: values[k] for k in given & RESUMABLE}})
 
 
@@ -535,13 +843,21 @@ def check_finite(iteration, losses, agent, optimizer, saved):
     # a nan or inf makes its tensor's sum one too: a sum per tensor, one sync per iteration (measured on an AMD EPYC,
     # 1 thread: 0.8 ms in ppo.py, 4 ms in ppo_atari.py, under 0.1% of an iteration; a max-abs norm took 3-7 times longer)
     sums = torch.stack([t.sum() for t in params + state]).tolist()
-    bad = [f"the {k.replace('_', ' ')} is {v}" for k, v in losses.items() if k != "explained_variance" and not math.isfinite(v)]
-    bad += [f"the {what} {v}" for what, v in (("weights hold", sum(sums[:len(params)])),
-                                              ("optimizer state holds", sum(sums[len(params):]))) if not math.isfinite(v)]
+    bad = [
+        f"the {k.replace('_', ' ')} is {v}" for k, v in losses.items() if k != "explained_variance" and not math.isfinite(v)
+    ]
+    bad += [
+        f"the {what} {v}"
+        for what, v in (("weights hold", sum(sums[: len(params)])), ("optimizer state holds", sum(sums[len(params) :])))
+        if not math.isfinite(v)
+    ]
     if bad:
-        raise ConfigError(f"iteration {iteration}: {bad[0]}; " + (f"the last finite checkpoint is {saved[0]} (iteration "
-                          f"{saved[1]})" if saved else "no checkpoint was saved") + "; likely too high a --max-kl "
-                          "or too low a --cg-damping or --accept-ratio (or the critic's --learning-rate too high)")
+        raise ConfigError(
+            f"iteration {iteration}: {bad[0]}; "
+            + (f"the last finite checkpoint is {saved[0]} (iteration {saved[1]})" if saved else "no checkpoint was saved")
+            + "; likely too high a --max-kl "
+            "or too low a --cg-damping or --accept-ratio (or the critic's --learning-rate too high)"
+        )
 
 
 def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
@@ -549,8 +865,9 @@ def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
     as in training, with the training statistics, frozen (the reference's evaluation starts fresh ones)."""
     ckpt, args = load_checkpoint(checkpoint_path)
     check_args(Args(env_id=args.env_id, eval_episodes=eval_episodes, seed=seed))
-    env = gym.wrappers.TransformObservation(gym.wrappers.ClipAction(gym.make(args.env_id)),
-                                            lambda obs: normalize_obs(obs, ckpt["obs_rms"], args), None)
+    env = gym.wrappers.TransformObservation(
+        gym.wrappers.ClipAction(gym.make(args.env_id)), lambda obs: normalize_obs(obs, ckpt["obs_rms"], args), None
+    )
     agent = Agent(int(np.prod(env.observation_space.shape)), int(np.prod(env.action_space.shape))).to(device)
     agent.load_state_dict(ckpt["model"])
     returns, (obs, _), episode_return = [], env.reset(seed=seed), 0.0
@@ -567,194 +884,19 @@ def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
     return returns
 
 
-def train(args: Args, given=None):
-    """Train; return a dict with the per-episode returns/lengths, per-iteration losses, the agent and optimizer."""
-    ckpt, args = load_checkpoint(args.resume, args, given) if args.resume else (None, args)
-    check_args(args, ckpt)
-    args.batch_size = args.num_envs * args.num_steps
-    args.minibatch_size = args.batch_size // args.num_minibatches
-    args.num_iterations = args.total_timesteps // args.batch_size
-    if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
-        run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
-        run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
-        print(f"{SCRIPT}: resuming {run_name} after iteration {ckpt['iteration']} in {run_dir}", file=sys.stderr)
-    else:
-        run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
-        run_name = os.path.basename(run_dir)
-    if args.track:
-        import wandb
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                   config=asdict(args), name=run_name, save_code=True, resume="allow")
-    from torch.utils.tensorboard import SummaryWriter
-
-    # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
-    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None)
-    # the Args, then a row with the installed MuJoCo (a version, not a flag): MuJoCo 4 changed some envs' physics
-    rows = {**asdict(args), "mujoco": importlib.metadata.version("mujoco") if importlib.util.find_spec("mujoco") else "none"}
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in rows.items()))
-
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    torch.set_num_threads(args.torch_threads or torch.get_num_threads())
-    if args.cuda and not torch.cuda.is_available():
-        print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
-    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
-
-    envs = make_envs(args, run_name)
-    obs_shape, action_shape = envs.single_observation_space.shape, envs.single_action_space.shape
-    agent = Agent(int(np.prod(obs_shape)), int(np.prod(action_shape)), args.ortho_init).to(device)
-    # detail 3: eps 1e-5; fused: the same Adam in one kernel per step, on CPU and CUDA. The critic is a param group of
-    # its own, at --value-lr (seed 004's value network learning rate; by default the same rate as the policy)
-    critic = {id(p) for p in agent.critic.parameters()}
-    optimizer = torch.optim.Adam([{"params": [p for p in agent.parameters() if id(p) not in critic]},
-                                  {"params": agent.critic.parameters(), "lr": args.value_lr or args.learning_rate}],
-                                 lr=args.learning_rate, eps=1e-5, fused=True)
-
-    T, N = args.num_steps, args.num_envs
-    # what the envs return is stored in numpy (cheap per-step writes), what the agent returns in torch
-    obs, rewards, dones = np.zeros((T, N) + obs_shape, np.float32), np.zeros((T, N), np.float32), np.zeros((T, N), np.float32)
-    episode_return, episode_length = np.zeros(N), np.zeros(N, dtype=np.int64)
-    history = {"episodic_return": [], "episodic_length": [], "losses": [], "first_minibatch": [], "learning_rate": [],
-               "seconds": {"env": 0.0, "inference": 0.0, "update": 0.0}}  # where the wall time goes
-    seconds, start_iteration, global_step = history["seconds"], 1, 0
-    next_obs, _ = envs.reset(seed=args.seed)
-    if ckpt:
-        agent.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
-        if ckpt["envs"] is not None:  # continue the very same episodes
-            envs.close()
-            try:  # pickled by the version of this file that saved them, which may have had other wrappers
-                envs = make_envs(args, run_name, pickle.loads(ckpt["envs"]))
-            except Exception as e:
-                raise ConfigError(f"the envs in {args.resume} do not fit this version of {SCRIPT} ({type(e).__name__}: "
-                                  f"{e}); resume it with the version that wrote it, or start a new run") from None
-            next_obs, episode_return, episode_length = ckpt["next_obs"], ckpt["episode_return"], ckpt["episode_length"]
-        else:  # keep the fresh episodes' first observations: the saved ones belong to other games
-            print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
-        envs.obs_rms, envs.ret_rms, envs.ret = ckpt["obs_rms"], ckpt["ret_rms"], ckpt["ret"]  # details C6-C9 go on
-        if ckpt["envs"] is None:  # the fresh episodes' first observations, normalised by those statistics
-            next_obs, _ = envs.reset(seed=args.seed)
-        random.setstate(ckpt["rng"]["python"])
-        np.random.set_state(ckpt["rng"]["numpy"])
-        torch.set_rng_state(ckpt["rng"]["torch"])
-        if device.type == "cuda" and "cuda" in ckpt["rng"]:
-            torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
-
-    saved, stuck = (args.resume, ckpt["iteration"]) if ckpt else None, 0  # check_finite's checkpoint, T4's no-step streak
-    gc.freeze()  # the ~300k objects made so far (mostly torch's) are never garbage: full collections skip them
-    start_time, start_step = time.time(), global_step
-    for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:  # detail 4, in every param group from its own initial rate (a critic's own rate too)
-            frac = 1 - (iteration - 1) / max(args.num_iterations - 1, 1)
-            for group in optimizer.param_groups:
-                group["lr"] = group.setdefault("initial_lr", group["lr"]) * frac
-        # T6: the KL schedule of seed 004's footnote 5, the bound moved before each step as the paper's code writes it
-        max_kl = args.max_kl if args.max_kl_final is None else \
-            args.max_kl + (args.max_kl_final - args.max_kl) * iteration / args.num_iterations
-
-        rollout = []  # the agent's (action, logprob, value) of each step, stacked into [T, N] tensors after it
-        for step in range(T):
-            global_step += N
-            obs[step] = next_obs
-            t0 = time.perf_counter()
-            with torch.inference_mode():
-                action, logprob, _, value = agent.get_action_and_value(
-                    torch.as_tensor(next_obs, dtype=torch.float32, device=device))
-            rollout.append((action, logprob, value))
-            t1 = time.perf_counter()
-            next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
-            seconds["inference"] += t1 - t0
-            seconds["env"] += time.perf_counter() - t1
-            rewards[step], dones[step] = reward, terminations | truncations
-            if args.bootstrap_truncated and (idx := np.flatnonzero(truncations & ~terminations)).size:
-                # r + gamma * V(final obs) for time-limit ends, so the done cut leaves the right target
-                final = normalize_obs(np.stack([infos["final_obs"][i] for i in idx]), envs.obs_rms, args)
-                final = torch.as_tensor(final, device=device)
-                with torch.no_grad():
-                    rewards[step, idx] += args.gamma * agent.get_value(final).cpu().numpy()
-
-            episode_return, episode_length = episode_return + infos["reward"], episode_length + 1  # unscaled (C8)
-            for i in np.flatnonzero(dones[step]):
-                writer.add_scalar("charts/episodic_return", episode_return[i], global_step)
-                writer.add_scalar("charts/episodic_length", episode_length[i], global_step)
-                history["episodic_return"].append(float(episode_return[i]))
-                history["episodic_length"].append(int(episode_length[i]))
-                episode_return[i], episode_length[i] = 0.0, 0
-
-        t0 = time.perf_counter()
-        actions, logprobs, values = (torch.stack(x) for x in zip(*rollout))
-        with torch.no_grad():
-            next_value = agent.get_value(torch.as_tensor(next_obs, dtype=torch.float32, device=device))
-            advantages, returns = compute_gae(torch.as_tensor(rewards, device=device), values,
-                                              torch.as_tensor(dones, device=device), next_value, args.gamma, args.gae_lambda)
-        b = {"obs": torch.as_tensor(obs, device=device).reshape((-1,) + obs_shape), "actions": actions.flatten(0, 1),
-             "logprobs": logprobs.reshape(-1), "values": values.reshape(-1),
-             "advantages": advantages.reshape(-1), "returns": returns.reshape(-1)}
-        with torch.no_grad():  # cloned: the logstd is a view of the parameter that the update changes in place
-            old_policy = [x.clone() for x in agent.get_mean_and_logstd(b["obs"])]
-        losses, first = update(agent, optimizer, b, args, max_kl)
-        with torch.no_grad():  # seed 004's Figure 2: how far this update moved the policy on the batch's states
-            _, newlogprob, _, _ = agent.get_action_and_value(b["obs"], b["actions"])
-            kl = gaussian_kl(*old_policy, *agent.get_mean_and_logstd(b["obs"]))
-            figure2 = torch.stack([(newlogprob - b["logprobs"]).exp().max(), kl.mean(), kl.max()]).tolist()
-        losses.update(zip(("max_ratio", "mean_kl", "max_kl"), figure2))
-        stuck = stuck + 1 if losses["backtracks"] < 0 else 0  # T4 took no step: the policy has not moved
-        if stuck == 10:  # said once a streak: the run goes on, as a few such iterations in a row are normal
-            print(f"{SCRIPT}: the line search has taken no step for 10 iterations in a row ({iteration - 9}-{iteration}): "
-                  "the policy is not learning; likely too high a --max-kl or --accept-ratio", file=sys.stderr)
-        seconds["update"] += time.perf_counter() - t0
-        y_pred, y_true = b["values"].cpu().numpy(), b["returns"].cpu().numpy()
-        losses["explained_variance"] = np.nan if np.var(y_true) == 0 else 1 - np.var(y_true - y_pred) / np.var(y_true)
-        history["first_minibatch"].append(first)
-        history["losses"].append(losses)
-        history["learning_rate"].append(optimizer.param_groups[-1]["lr"])  # the critic's: the policy has no rate
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[-1]["lr"], global_step)
-        for k, v in losses.items():
-            writer.add_scalar(f"losses/{k}", v, global_step)
-        sps = int((global_step - start_step) / (time.time() - start_time))
-        writer.add_scalar("charts/SPS", sps, global_step)
-        # progress with the time left: one updating line in a terminal, a line every 10 iterations in a log file
-        tty, last = sys.stdout.isatty(), iteration == args.num_iterations
-        if tty or iteration % 10 == 0 or last:
-            left = int((args.num_iterations - iteration) * args.batch_size / max(sps, 1))
-            line = (f"step {global_step}/{args.num_iterations * args.batch_size} SPS {sps} ETA {left // 3600}:{left % 3600 // 60:02d}"
-                    f":{left % 60:02d} return(last 20) {np.mean(history['episodic_return'][-20:] or np.nan):.1f}")
-            print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
-
-        check_finite(iteration, losses, agent, optimizer, saved)
-        if args.save_model and (iteration % args.save_every == 0 or iteration == args.num_iterations):
-            try:
-                env_state = pickle.dumps([(env, get_physics(env)) for env in envs.unwrapped.envs])  # the same episodes
-            except Exception:
-                env_state = None
-            rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                   **({"cuda": torch.cuda.get_rng_state_all()} if device.type == "cuda" else {})}
-            with signals_held():  # a signal in between would name the checkpoint before this one
-                save_checkpoint(f"{run_dir}/checkpoint.pt", {
-                    "script": SCRIPT, "args": asdict(args), "run_name": run_name, "iteration": iteration,
-                    "global_step": global_step, "model": agent.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng,
-                    "next_obs": next_obs, "episode_return": episode_return, "episode_length": episode_length, "envs": env_state,
-                    "obs_rms": envs.obs_rms, "ret_rms": envs.ret_rms, "ret": envs.ret})
-                saved = (f"{run_dir}/checkpoint.pt", iteration)
-
-    envs.close()
-    writer.close()
-    print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()) + f", total {time.time() - start_time:.1f}")
-    history.update(run_name=run_name, run_dir=run_dir, global_step=global_step, agent=agent, optimizer=optimizer,
-                   obs_rms=envs.obs_rms, ret_rms=envs.ret_rms, ret=envs.ret,
-                   checkpoint=f"{run_dir}/checkpoint.pt" if args.save_model else None)
-    return history
-
-
 def interrupted(e: KeyboardInterrupt) -> int:
     """Ctrl-C or SIGTERM: one line naming the last checkpoint train() saved (its `saved`, in the frame the signal stopped)
     and the command that resumes it; the exit status of the signal, 130 or 143."""
     saved = next((f.f_locals.get("saved") for f, _ in traceback.walk_tb(e.__traceback__) if f.f_code is train.__code__), None)
-    print(f"{SCRIPT}: interrupted; " + (f"the last checkpoint is {saved[0]} (iteration {saved[1]}); continue with: python "
-          f"{SCRIPT} --resume {saved[0]}" if saved else "no checkpoint was saved"), file=sys.stderr)
+    print(
+        f"{SCRIPT}: interrupted; "
+        + (
+            f"the last checkpoint is {saved[0]} (iteration {saved[1]}); continue with: python {SCRIPT} --resume {saved[0]}"
+            if saved
+            else "no checkpoint was saved"
+        ),
+        file=sys.stderr,
+    )
     return 128 + (e.args[0] if e.args else signal.SIGINT)
 
 

@@ -75,8 +75,7 @@ def write_gif(screens, shown, out):
         ImageDraw.Draw(picture).text((picture.width - 4, 2), f"{score:.0f}", fill=(255, 255, 255), anchor="ra")
         pictures.append(picture)
     # PIL merges a picture equal to the one before into it (their durations added): fewer frames, the same film
-    pictures[0].save(f"{out}.tmp", format="GIF", save_all=True, append_images=pictures[1:], duration=PICTURE_MS,
-                     loop=0)
+    pictures[0].save(f"{out}.tmp", format="GIF", save_all=True, append_images=pictures[1:], duration=PICTURE_MS, loop=0)
     os.replace(f"{out}.tmp", out)
     return os.path.getsize(out)
 
@@ -97,8 +96,12 @@ def main(argv=None):
     g = sub.add_parser("gif", help="one game of the agent as an animated GIF")
     g.add_argument("weights")
     g.add_argument("out")
-    g.add_argument("--seed", type=int, default=ppo_atari.Args.seed,
-                   help="the game's seed (default: ppo_atari.py's --seed, whose first game --eval-checkpoint plays)")
+    g.add_argument(
+        "--seed",
+        type=int,
+        default=ppo_atari.Args.seed,
+        help="the game's seed (default: ppo_atari.py's --seed, whose first game --eval-checkpoint plays)",
+    )
     g.add_argument("--every", type=int, default=2, help="draw every n-th step of the agent")
     g.add_argument("--max-frames", type=int, default=1500, help="draw at most this many pictures")
     args = parser.parse_args(argv)
@@ -109,16 +112,14 @@ def main(argv=None):
             print(f"{args.out}: {size / 2**20:.1f} MiB, the network of {args.checkpoint}")
             return
         if args.every < 1 or args.max_frames < 1:
-            raise ppo_atari.ConfigError(f"--every and --max-frames must be >= 1, got {args.every} and "
-                                        f"{args.max_frames}")
+            raise ppo_atari.ConfigError(f"--every and --max-frames must be >= 1, got {args.every} and {args.max_frames}")
         if args.seed < 0:
             raise ppo_atari.ConfigError(f"--seed must be >= 0, got {args.seed}")
         if not args.out.lower().endswith(".gif"):
             raise ppo_atari.ConfigError(f"{args.out!r} does not end in .gif; name the picture <name>.gif")
         score, steps, screens, shown = play(args.weights, args.seed, args.every, args.max_frames)
         size = write_gif(screens, shown, args.out)
-        print(f"{args.out}: score {score:.0f} in {steps} steps of the agent, {len(screens)} pictures, "
-              f"{size / 2**20:.1f} MiB")
+        print(f"{args.out}: score {score:.0f} in {steps} steps of the agent, {len(screens)} pictures, {size / 2**20:.1f} MiB")
     except ppo_atari.ConfigError as e:
         sys.exit(f"atari_agent.py: error: {e}")
 

@@ -36,9 +36,13 @@ def rollout(agent, envs, args):
         obs, actions = torch.as_tensor(np.stack(obs)).flatten(0, 1), torch.stack(actions).flatten()
         _, logprobs, _, values = agent.get_action_and_value(obs, actions)
         advantages, returns = ppo_atari.compute_gae(
-            torch.as_tensor(np.stack(rewards), dtype=torch.float32), values.view(args.num_steps, -1),
-            torch.as_tensor(np.stack(dones), dtype=torch.float32), agent.get_value(torch.as_tensor(next_obs)),
-            args.gamma, args.gae_lambda)
+            torch.as_tensor(np.stack(rewards), dtype=torch.float32),
+            values.view(args.num_steps, -1),
+            torch.as_tensor(np.stack(dones), dtype=torch.float32),
+            agent.get_value(torch.as_tensor(next_obs)),
+            args.gamma,
+            args.gae_lambda,
+        )
     return obs, actions, logprobs, values, advantages.flatten(), returns.flatten()
 
 
@@ -48,8 +52,7 @@ def gradient(agent, batch, mb, args, bf16):
     agent.zero_grad()
     _, newlogprob, entropy, newvalue = agent.get_action_and_value(obs[mb], actions[mb])
     mb_advantages = (advantages[mb] - advantages[mb].mean()) / (advantages[mb].std() + 1e-8)
-    loss = ppo_atari.ppo_losses(newlogprob, logprobs[mb], mb_advantages, newvalue, values[mb], returns[mb], entropy,
-                                args)[0]
+    loss = ppo_atari.ppo_losses(newlogprob, logprobs[mb], mb_advantages, newvalue, values[mb], returns[mb], entropy, args)[0]
     loss.backward()
     return loss.item(), torch.cat([p.grad.flatten() for p in agent.parameters()])
 
@@ -73,8 +76,10 @@ def main():
         for mb in torch.randperm(args.batch_size).view(-1, args.minibatch_size):
             (loss32, g32), (loss16, g16) = (gradient(agent, batch, mb, args, bf16) for bf16 in (False, True))
             fp32_grads.append(g32)
-            print(f"{label}: loss fp32 {loss32:.5f} bf16 {loss16:.5f}; gradient cosine {F.cosine_similarity(g32, g16, 0):.4f}, "
-                  f"norm bf16/fp32 {g16.norm() / g32.norm():.3f}, |bf16 - fp32| / |fp32| {(g16 - g32).norm() / g32.norm():.3f}")
+            print(
+                f"{label}: loss fp32 {loss32:.5f} bf16 {loss16:.5f}; gradient cosine {F.cosine_similarity(g32, g16, 0):.4f}, "
+                f"norm bf16/fp32 {g16.norm() / g32.norm():.3f}, |bf16 - fp32| / |fp32| {(g16 - g32).norm() / g32.norm():.3f}"
+            )
         cosines = [F.cosine_similarity(a, b, 0).item() for i, a in enumerate(fp32_grads) for b in fp32_grads[:i]]
         print(f"{label}: fp32 gradients of two different minibatches: cosine {min(cosines):.3f} to {max(cosines):.3f}")
     envs.close()

@@ -14,9 +14,10 @@ lists the windows that differ and says where the final means fall. With one seed
 ("n=1: no test") and no "same".
 
 Writes into OUTDIR: report.md (the Args the runs logged that differ between the groups, the MuJoCo each group ran on
-where its runs logged one, a verdict per tag, then a table per tag), <tag>.png per tag (each group's mean over seeds and its min-max band on one step axis, each seed's
-values averaged in 100 bins; the windows that differ shaded), and curves.csv, the tables' numbers for
-benchmark/summary.py: per tag, window and group the mean, min and max over seeds, the per-seed values, the verdict.
+where its runs logged one, a verdict per tag, then a table per tag), <tag>.png per tag (each group's mean over seeds and
+its min-max band on one step axis, each seed's values averaged in 100 bins; the windows that differ shaded), and
+curves.csv, the tables' numbers for benchmark/summary.py: per tag, window and group the mean, min and max over seeds,
+the per-seed values, the verdict.
 """
 
 import argparse
@@ -34,8 +35,21 @@ from run import RETURN_TAG, ConfigError, make_out_dir, mujoco_line, read_run  # 
 
 TAGS = [RETURN_TAG, "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac"]
 # curves.csv: one row per tag, window and group; per_seed is empty where the runs were gone when it was written
-CURVE_COLUMNS = ["tag", "window", "start", "end", "group", "script", "env_id", "seeds", "mean", "min", "max", "per_seed",
-                 "verdict"]
+CURVE_COLUMNS = [
+    "tag",
+    "window",
+    "start",
+    "end",
+    "group",
+    "script",
+    "env_id",
+    "seeds",
+    "mean",
+    "min",
+    "max",
+    "per_seed",
+    "verdict",
+]
 PLOT_BINS = 100  # points of the plotted curves: each seed's values averaged in this many equal bins of the step axis
 
 
@@ -95,8 +109,10 @@ def parse_group(items, flag):
             raise ConfigError(f"{flag} {label}: {d!r} is not a directory; give TensorBoard run directories")
         found = find_run_dirs(d)
         if not found:
-            raise ConfigError(f"{flag} {label}: no TensorBoard event files under {d!r}; give a run directory "
-                              "(one that holds events.out.tfevents.*) or a folder of them")
+            raise ConfigError(
+                f"{flag} {label}: no TensorBoard event files under {d!r}; give a run directory "
+                "(one that holds events.out.tfevents.*) or a folder of them"
+            )
         runs += found
     return label, runs
 
@@ -110,11 +126,12 @@ def load(runs, tags, label):
             data = read_run(d, tag)
             if not data["steps"] and data["last_step"] == 0 and not data["hparams"]:  # not one event could be read
                 files = ", ".join(repr(os.path.join(d, f)) for f in sorted(os.listdir(d)) if f.startswith("events.out"))
-                raise ConfigError(f"{label}: no events could be read from {files}: it is damaged or not a TensorBoard "
-                                  "event file; replace it, or leave that run out")
+                raise ConfigError(
+                    f"{label}: no events could be read from {files}: it is damaged or not a TensorBoard "
+                    "event file; replace it, or leave that run out"
+                )
             if not data["steps"]:
-                raise ConfigError(f"{label} run {d!r} logged no {tag}; leave it out of --tags "
-                                  f"(default: {' '.join(TAGS)})")
+                raise ConfigError(f"{label} run {d!r} logged no {tag}; leave it out of --tags (default: {' '.join(TAGS)})")
             rec[tag] = (data["steps"], data["returns"])
             rec["hparams"] = data["hparams"]
             rec["last_step"] = max(rec["last_step"], data["last_step"])
@@ -128,12 +145,21 @@ def cautions(groups, tags):
     ends, said = {tag: max(r[tag][0][-1] for _, runs in groups for r in runs) for tag in tags}, []
     for label, r in ((label, r) for label, runs in groups for r in runs):
         short = [tag for tag in tags if r[tag][0][-1] < 0.95 * ends[tag]]  # one line a run: its first short tag
-        said += [f"{label} run {r['dir']!r} logs {short[0]} up to step {r[short[0]][0][-1]}, short of the others' "
-                 f"{ends[short[0]]}: it stopped early, or its event file is truncated"] if short else []
+        said += (
+            [
+                f"{label} run {r['dir']!r} logs {short[0]} up to step {r[short[0]][0][-1]}, short of the others' "
+                f"{ends[short[0]]}: it stopped early, or its event file is truncated"
+            ]
+            if short
+            else []
+        )
     envs = {label: sorted({r["hparams"].get("env_id", "?") for r in runs}) for label, runs in groups}
     if len(set(sum(envs.values(), [])) - {"?"}) > 1:
-        said.append("the groups' runs are of different envs (" + "; ".join(f"{label}: {', '.join(e)}" for label, e in
-                                                                        envs.items()) + "): the verdicts compare different tasks")
+        said.append(
+            "the groups' runs are of different envs ("
+            + "; ".join(f"{label}: {', '.join(e)}" for label, e in envs.items())
+            + "): the verdicts compare different tasks"
+        )
     return said
 
 
@@ -154,8 +180,9 @@ def compare_tag(groups, tag, edges, alpha):
         rows.append({"window": w, "sides": sides, "p": np.nan if p is None else p, "note": note})
     shared = [r for r in rows if r["note"] != "no data"]
     if len(shared) < 2:
-        raise ConfigError(f"{tag}: both groups have data in only {len(shared)} of {len(rows)} windows; "
-                          "give fewer --windows or longer runs")
+        raise ConfigError(
+            f"{tag}: both groups have data in only {len(shared)} of {len(rows)} windows; give fewer --windows or longer runs"
+        )
     for r, adj in zip(rows, holm([r["p"] for r in rows])):
         r["holm"] = adj
         r["differs"] = bool(adj < alpha)
@@ -174,8 +201,9 @@ def compare_tag(groups, tag, edges, alpha):
         short = verdict = "same"
     else:
         short = "differ: " + (windows or "final means outside the seed spread")
-        verdict = "differ: " + "; ".join(([f"{windows} (Holm-adjusted p < {alpha})"] if flagged else [])
-                                         + [f"final means {where}"])
+        verdict = "differ: " + "; ".join(
+            ([f"{windows} (Holm-adjusted p < {alpha})"] if flagged else []) + [f"final means {where}"]
+        )
     return {"tag": tag, "rows": rows, "verdict": verdict, "short": short, "flagged": flagged}
 
 
@@ -242,26 +270,46 @@ def settings_diff(groups):
 
 def write_report(groups, results, edges, args, argv, out):
     (la, ra), (lb, rb) = groups
-    md = [f"# {la} vs {lb} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
-          f"- command: `python benchmark/compare.py {' '.join(argv)}`",
-          *(f"- {label}: {len(runs)} run{'s' * (len(runs) > 1)}, last steps {', '.join(str(r['last_step']) for r in runs)}: "
-            + ", ".join(f"`{r['dir']}`" for r in runs) for label, runs in groups),
-          f"- settings that differ (the Args each run logged): {'; '.join(settings_diff(groups))}",
-          *mujoco_line([(label, [r["hparams"].get("mujoco") for r in runs]) for label, runs in groups]),
-          f"- {args.windows} windows of {edges[1]:.0f} steps over 0-{edges[-1]:.0f}; per window each seed's values "
-          "averaged; columns: mean over seeds [min, max] (seeds); Welch's t-test p over the per-seed means "
-          "(scipy.stats.ttest_ind, equal_var=False), Holm-Bonferroni adjusted across the windows",
-          f"- verdict: \"same\" when no window's adjusted p < {args.alpha} and each group's final (last window) "
-          "mean lies within the other's min-max over seeds; n=1: no test", "",
-          "| tag | verdict |", "|---|---|", *(f"| {r['tag']} | {r['verdict']} |" for r in results)]
+    md = [
+        f"# {la} vs {lb} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
+        "",
+        f"- command: `python benchmark/compare.py {' '.join(argv)}`",
+        *(
+            f"- {label}: {len(runs)} run{'s' * (len(runs) > 1)}, last steps {', '.join(str(r['last_step']) for r in runs)}: "
+            + ", ".join(f"`{r['dir']}`" for r in runs)
+            for label, runs in groups
+        ),
+        f"- settings that differ (the Args each run logged): {'; '.join(settings_diff(groups))}",
+        *mujoco_line([(label, [r["hparams"].get("mujoco") for r in runs]) for label, runs in groups]),
+        f"- {args.windows} windows of {edges[1]:.0f} steps over 0-{edges[-1]:.0f}; per window each seed's values "
+        "averaged; columns: mean over seeds [min, max] (seeds); Welch's t-test p over the per-seed means "
+        "(scipy.stats.ttest_ind, equal_var=False), Holm-Bonferroni adjusted across the windows",
+        f"- verdict: \"same\" when no window's adjusted p < {args.alpha} and each group's final (last window) "
+        "mean lies within the other's min-max over seeds; n=1: no test",
+        "",
+        "| tag | verdict |",
+        "|---|---|",
+        *(f"| {r['tag']} | {r['verdict']} |" for r in results),
+    ]
     for r in results:
-        md += ["", f"## {r['tag']}", "", f"Verdict: **{r['verdict']}**", "", f"![{r['tag']}]({fname(r['tag'])})", "",
-               f"| window | steps | {la} | {lb} | Welch p | Holm p | differs |", "|---|---|---|---|---|---|---|"]
+        md += [
+            "",
+            f"## {r['tag']}",
+            "",
+            f"Verdict: **{r['verdict']}**",
+            "",
+            f"![{r['tag']}]({fname(r['tag'])})",
+            "",
+            f"| window | steps | {la} | {lb} | Welch p | Holm p | differs |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for row in r["rows"]:
             w, adjusted = row["window"], "" if np.isnan(row["holm"]) else f"{row['holm']:.3g}"
-            md.append(f"| {w + 1} | {edges[w]:.0f}-{edges[w + 1]:.0f} | {side_str(row['sides'][0])} "
-                      f"| {side_str(row['sides'][1])} | {p_str(row['p'], row['note'])} "
-                      f"| {adjusted} | {'yes' if row['differs'] else ''} |")
+            md.append(
+                f"| {w + 1} | {edges[w]:.0f}-{edges[w + 1]:.0f} | {side_str(row['sides'][0])} "
+                f"| {side_str(row['sides'][1])} | {p_str(row['p'], row['note'])} "
+                f"| {adjusted} | {'yes' if row['differs'] else ''} |"
+            )
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     return md
@@ -278,9 +326,24 @@ def curve_row(tag, window, start, end, label, run_dirs, seeds, stats, per_seed, 
     """One row of curves.csv: a group's window over `seeds` seeds, `stats` the (mean, min, max) of their window means
     (None when no seed logged in it), `per_seed` those means where known, with the script and env id of its runs."""
     script, env_id = (" ".join(sorted(set(x))) for x in zip(*map(run_identity, run_dirs))) if run_dirs else ("", "")
-    return dict(zip(CURVE_COLUMNS, [tag, window, f"{start:.0f}", f"{end:.0f}", label, script, env_id, seeds,
-                                    *([f"{x:.10g}" for x in stats] if stats else ["", "", ""]),
-                                    " ".join(f"{v:.10g}" for v in per_seed), verdict]))
+    return dict(
+        zip(
+            CURVE_COLUMNS,
+            [
+                tag,
+                window,
+                f"{start:.0f}",
+                f"{end:.0f}",
+                label,
+                script,
+                env_id,
+                seeds,
+                *([f"{x:.10g}" for x in stats] if stats else ["", "", ""]),
+                " ".join(f"{v:.10g}" for v in per_seed),
+                verdict,
+            ],
+        )
+    )
 
 
 def write_curves(path, rows):
@@ -325,10 +388,26 @@ def main(argv=None):
         print(f"compare.py: error: {e}", file=sys.stderr)
         return 2
     md = write_report(groups, results, edges, args, argv, args.out)
-    write_curves(os.path.join(args.out, "curves.csv"), [
-        curve_row(r["tag"], row["window"] + 1, edges[row["window"]], edges[row["window"] + 1], label, [run["dir"] for run in runs],
-                  len(s), (np.mean(s), np.min(s), np.max(s)) if len(s) else None, s, r["verdict"])
-        for r in results for row in r["rows"] for (label, runs), s in zip(groups, row["sides"])])
+    write_curves(
+        os.path.join(args.out, "curves.csv"),
+        [
+            curve_row(
+                r["tag"],
+                row["window"] + 1,
+                edges[row["window"]],
+                edges[row["window"] + 1],
+                label,
+                [run["dir"] for run in runs],
+                len(s),
+                (np.mean(s), np.min(s), np.max(s)) if len(s) else None,
+                s,
+                r["verdict"],
+            )
+            for r in results
+            for row in r["rows"]
+            for (label, runs), s in zip(groups, row["sides"])
+        ],
+    )
     if not args.no_plots:
         for r in results:
             plot_tag(groups, r, edges, os.path.join(args.out, fname(r["tag"])))

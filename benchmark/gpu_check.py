@@ -45,8 +45,8 @@ CPU dry run (the same runs and report, small): python benchmark/gpu_check.py --n
 --no-correctness: the speed runs alone.
 --install DIR...: pip installs DIR/*.whl (--no-index) into --site/<DIR's name>, replacing it, and copies DIR/lib there
 (shared libraries the device lacks: gpu_wheels.sh says which); ours' processes see every folder of --site but cleanrl
-and leanrl, CleanRL's see cleanrl first, LeanRL's leanrl, then cleanrl (it is a CleanRL fork: gymnasium 0.29); both load libraries from each site's lib first. --install-only stops there (a call that
-carries one bundle).
+and leanrl, CleanRL's see cleanrl first, LeanRL's leanrl, then cleanrl (it is a CleanRL fork: gymnasium 0.29); both load
+libraries from each site's lib first. --install-only stops there (a call that carries one bundle).
 Exit status: 0 when every check that ran passed, 1 when one failed, 2 on bad input (one line).
 """
 
@@ -83,54 +83,93 @@ NAME = "gpu_check.py"
 PPO_TINY = "--num-envs 2 --num-steps 32 --num-minibatches 2 --update-epochs 2"
 CNN_TINY = "--num-envs 2 --num-steps 32 --num-minibatches 2 --update-epochs 1"
 MICRORTS_TINY = "--num-envs 2 --num-steps 16 --num-minibatches 2 --update-epochs 2 --max-steps 20"
-TINY = {"ppo.py": (PPO_TINY, 64), "ppo_shared.py": (PPO_TINY, 64), "ppo_atari.py": (CNN_TINY, 64),
-        "ppo_atari_lstm.py": (CNN_TINY, 64), "ppo_atari_envpool.py": (CNN_TINY, 64),
-        "ppo_atari_multigpu.py": (CNN_TINY, 64),
-        "ppo_continuous_action.py": (PPO_TINY, 64), "trpo_continuous_action.py": (PPO_TINY, 64),
-        "ppo_procgen.py": ("--num-envs 2 --num-steps 16 --num-minibatches 2 --update-epochs 1", 32),
-        "ppo_multidiscrete.py": (MICRORTS_TINY, 32), "ppo_multidiscrete_mask.py": (MICRORTS_TINY, 32),
-        "a2c_paac.py": ("--num-envs 2 --num-workers 2 --num-steps 5", 10),
-        # one actor: which actor's unrolls make the first batch is a race, and --bf16's first losses are compared
-        "impala_vtrace.py": ("--num-actors 1 --batch-size 4 --unroll-length 10", 40),
-        "impala_vtrace_distributed.py": ("--batch-size 4 --unroll-length 10", 40)}
+TINY = {
+    "ppo.py": (PPO_TINY, 64),
+    "ppo_shared.py": (PPO_TINY, 64),
+    "ppo_atari.py": (CNN_TINY, 64),
+    "ppo_atari_lstm.py": (CNN_TINY, 64),
+    "ppo_atari_envpool.py": (CNN_TINY, 64),
+    "ppo_atari_multigpu.py": (CNN_TINY, 64),
+    "ppo_continuous_action.py": (PPO_TINY, 64),
+    "trpo_continuous_action.py": (PPO_TINY, 64),
+    "ppo_procgen.py": ("--num-envs 2 --num-steps 16 --num-minibatches 2 --update-epochs 1", 32),
+    "ppo_multidiscrete.py": (MICRORTS_TINY, 32),
+    "ppo_multidiscrete_mask.py": (MICRORTS_TINY, 32),
+    "a2c_paac.py": ("--num-envs 2 --num-workers 2 --num-steps 5", 10),
+    # one actor: which actor's unrolls make the first batch is a race, and --bf16's first losses are compared
+    "impala_vtrace.py": ("--num-actors 1 --batch-size 4 --unroll-length 10", 40),
+    "impala_vtrace_distributed.py": ("--batch-size 4 --unroll-length 10", 40),
+}
 # the speed runs' steps at each script's defaults: whole iterations, ~10 s each on an H100 by a guess from CPU timings
 # (no GPU figure existed when these were set); --speed-scale stretches them all. The two of LEANRL: 10 of LeanRL's
 # iterations (batches of 2048 and 1024 at its defaults), the fewest after which it logs its speed
-SPEED_STEPS = {"ppo.py": 16_384, "ppo_shared.py": 16_384, "ppo_atari.py": 8_192, "ppo_atari_lstm.py": 8_192,
-               "ppo_atari_envpool.py": 10_240, "ppo_atari_multigpu.py": 8_192, "ppo_continuous_action.py": 20_480,
-               "trpo_continuous_action.py": 10_240, "ppo_procgen.py": 49_152, "ppo_multidiscrete.py": 8_192,
-               "ppo_multidiscrete_mask.py": 8_192, "a2c_paac.py": 16_000, "impala_vtrace.py": 6_400,
-               "impala_vtrace_distributed.py": 6_400}
+SPEED_STEPS = {
+    "ppo.py": 16_384,
+    "ppo_shared.py": 16_384,
+    "ppo_atari.py": 8_192,
+    "ppo_atari_lstm.py": 8_192,
+    "ppo_atari_envpool.py": 10_240,
+    "ppo_atari_multigpu.py": 8_192,
+    "ppo_continuous_action.py": 20_480,
+    "trpo_continuous_action.py": 10_240,
+    "ppo_procgen.py": 49_152,
+    "ppo_multidiscrete.py": 8_192,
+    "ppo_multidiscrete_mask.py": 8_192,
+    "a2c_paac.py": 16_000,
+    "impala_vtrace.py": 6_400,
+    "impala_vtrace_distributed.py": 6_400,
+}
 CORE = ("torch", "gymnasium", "tyro", "tensorboard")
 ATARI = ("ale_py", "cv2")
-NEEDS = {"ppo_atari.py": ATARI, "ppo_atari_lstm.py": ATARI, "ppo_atari_multigpu.py": ATARI, "a2c_paac.py": ATARI,
-         "impala_vtrace.py": ATARI, "impala_vtrace_distributed.py": ATARI, "ppo_atari_envpool.py": ("envpool", "cv2"),
-         "ppo_continuous_action.py": ("mujoco",), "trpo_continuous_action.py": ("mujoco",), "ppo_procgen.py": ("procgen",),
-         "ppo_multidiscrete.py": ("gym_microrts", "jpype"), "ppo_multidiscrete_mask.py": ("gym_microrts", "jpype")}
-CLEANRL_NEEDS = {"ppo.py": ("torch", "gymnasium", "tyro"), "ppo_atari.py": ("torch", "gymnasium", "tyro", *ATARI),
-                 "ppo_atari_envpool.py": ("torch", "gym", "envpool", "tyro"),
-                 "ppo_continuous_action.py": ("torch", "gymnasium", "tyro", "mujoco")}
+NEEDS = {
+    "ppo_atari.py": ATARI,
+    "ppo_atari_lstm.py": ATARI,
+    "ppo_atari_multigpu.py": ATARI,
+    "a2c_paac.py": ATARI,
+    "impala_vtrace.py": ATARI,
+    "impala_vtrace_distributed.py": ATARI,
+    "ppo_atari_envpool.py": ("envpool", "cv2"),
+    "ppo_continuous_action.py": ("mujoco",),
+    "trpo_continuous_action.py": ("mujoco",),
+    "ppo_procgen.py": ("procgen",),
+    "ppo_multidiscrete.py": ("gym_microrts", "jpype"),
+    "ppo_multidiscrete_mask.py": ("gym_microrts", "jpype"),
+}
+CLEANRL_NEEDS = {
+    "ppo.py": ("torch", "gymnasium", "tyro"),
+    "ppo_atari.py": ("torch", "gymnasium", "tyro", *ATARI),
+    "ppo_atari_envpool.py": ("torch", "gym", "envpool", "tyro"),
+    "ppo_continuous_action.py": ("torch", "gymnasium", "tyro", "mujoco"),
+}
 # issue 53: LeanRL's torch.compile/cudagraphs rewrites of CleanRL's scripts (github.com/pytorch-labs/LeanRL, leanrl/)
-LEANRL = {"ppo_continuous_action.py": "ppo_continuous_action_torchcompile.py",
-          "ppo_atari_envpool.py": "ppo_atari_envpool_torchcompile.py"}
-LEANRL_NEEDS = {"ppo_continuous_action.py": ("torch", "tensordict", "gymnasium", "tyro", "tqdm", "mujoco"),
-                "ppo_atari_envpool.py": ("torch", "tensordict", "gym", "envpool", "tyro", "tqdm")}
+LEANRL = {
+    "ppo_continuous_action.py": "ppo_continuous_action_torchcompile.py",
+    "ppo_atari_envpool.py": "ppo_atari_envpool_torchcompile.py",
+}
+LEANRL_NEEDS = {
+    "ppo_continuous_action.py": ("torch", "tensordict", "gymnasium", "tyro", "tqdm", "mujoco"),
+    "ppo_atari_envpool.py": ("torch", "tensordict", "gym", "envpool", "tyro", "tqdm"),
+}
 LEANRL_FAST = ["--compile", "--cudagraphs"]
 OLD_ENVPOOL_API = {"ppo_atari_envpool.py"}  # the peers' script is written for envpool 0.8's gym API
 SHIMS = os.path.join(HERE, "peer_shims")
 BURN_IN = 2  # iterations the window steps/s leaves out, as LeanRL's measure_burnin=3 does (it times from the 3rd)
 WANDB = "gpu_check.wandb "  # peer_shims/wandb.py's prefix
 TORCHRUN = {"ppo_atari_multigpu.py": (1, 1), "impala_vtrace_distributed.py": (2, 3)}  # processes: correctness, speed
-NO_TWIN = {"ppo_atari_multigpu.py": "its update all-reduces over the ranks; ppo_atari.py's is the same",
-           "trpo_continuous_action.py": "its losses follow a step whose Fisher sample the device's generator draws"}
+NO_TWIN = {
+    "ppo_atari_multigpu.py": "its update all-reduces over the ranks; ppo_atari.py's is the same",
+    "trpo_continuous_action.py": "its losses follow a step whose Fisher sample the device's generator draws",
+}
 ATARI_GOAL = ("ppo_atari.py", "ppo_atari_envpool.py")  # the issue's goal: --bf16 at 1.3x CleanRL's steps/s
 RATIO_TOL, TWIN_RTOL, TWIN_ATOL = 1e-5, 1e-4, 1e-5
 BF16_RTOL, BF16_ATOL = 2e-2, 2e-3
 LOSSES = ("policy_loss", "value_loss", "entropy")
 CHILD_TIMEOUT_S = 300  # a process still running after this dumps its stacks and exits (a hung collective, say)
 SYNC = "synchronizing CUDA operation"
-PROBE = ("import importlib, json, sys\nbad = {}\nfor m in sys.argv[1:]:\n    try:\n        importlib.import_module(m)\n"
-         "    except Exception as e:\n        bad[m] = f'{type(e).__name__}: {e}'.splitlines()[0]\nprint(json.dumps(bad))")
+PROBE = (
+    "import importlib, json, sys\nbad = {}\nfor m in sys.argv[1:]:\n    try:\n        importlib.import_module(m)\n"
+    "    except Exception as e:\n        bad[m] = f'{type(e).__name__}: {e}'.splitlines()[0]\nprint(json.dumps(bad))"
+)
 
 
 class ConfigError(ValueError):
@@ -170,9 +209,13 @@ def train(mod, flags):
 
 def summary(history):
     first = history["losses"][0]
-    return {"global_step": int(history["global_step"]), "checkpoint": history.get("checkpoint"),
-            "ratio": max((f["ratio_max_dev"] for f in history.get("first_minibatch", [])), default=None),
-            "losses": {k: float(first[k]) for k in LOSSES}, "seconds": {k: float(v) for k, v in history["seconds"].items()}}
+    return {
+        "global_step": int(history["global_step"]),
+        "checkpoint": history.get("checkpoint"),
+        "ratio": max((f["ratio_max_dev"] for f in history.get("first_minibatch", [])), default=None),
+        "losses": {k: float(first[k]) for k in LOSSES},
+        "seconds": {k: float(v) for k, v in history["seconds"].items()},
+    }
 
 
 class Probe:
@@ -184,7 +227,7 @@ class Probe:
         self.calls, self.first, self.seen, self.count, self.returns = [], None, 0, 0, set()
 
     def counted(self):
-        for w in self.caught[self.seen:]:
+        for w in self.caught[self.seen :]:
             self.count += SYNC in str(w.message)
         self.seen = len(self.caught)
         return self.count
@@ -200,8 +243,14 @@ class Probe:
 
         def update(agent, optimizer, b, args, *rest):
             if probe.keep and probe.first is None:
-                probe.first = (copy.deepcopy(agent), type(optimizer), dict(optimizer.defaults),
-                               tree(b, lambda t: t.detach().clone()), copy.deepcopy(args), rest)
+                probe.first = (
+                    copy.deepcopy(agent),
+                    type(optimizer),
+                    dict(optimizer.defaults),
+                    tree(b, lambda t: t.detach().clone()),
+                    copy.deepcopy(args),
+                    rest,
+                )
             try:
                 return probe.real_update(agent, optimizer, b, args, *rest)
             finally:
@@ -232,15 +281,19 @@ class Probe:
             gaps[grad].append(m - n)
             if after == grad and i + 1 not in self.returns:
                 inner[grad].append(m - n)
-        stats = {phase: {"calls": len(gaps[grad]), "median": statistics.median(inner[grad] or gaps[grad])
-                         if gaps[grad] else None, "max": max(gaps[grad], default=None)}
-                 for phase, grad in (("rollout", False), ("update", True))}
+        stats = {
+            phase: {
+                "calls": len(gaps[grad]),
+                "median": statistics.median(inner[grad] or gaps[grad]) if gaps[grad] else None,
+                "max": max(gaps[grad], default=None),
+            }
+            for phase, grad in (("rollout", False), ("update", True))
+        }
         return {**stats, "per_iteration": self.count / iterations, "counted": self.syncs}
 
 
 def step_train(mod, spec, state):
-    with Probe(mod, spec["device"] == "cuda" and state["rank"] == 0,
-               "twin" in spec["steps"] and state["rank"] == 0) as probe:
+    with Probe(mod, spec["device"] == "cuda" and state["rank"] == 0, "twin" in spec["steps"] and state["rank"] == 0) as probe:
         args, history, _ = train(mod, spec["train"])
     state.update(first=probe.first, update=probe.real_update)
     if state["rank"] == 0:  # the other ranks' train() returns no history (IMPALA's actors) or a partial one
@@ -263,8 +316,9 @@ def step_twin(mod, spec, state):
             torch.manual_seed(0)
             torch.backends.cudnn.allow_tf32 = False
             try:
-                result = state["update"](copied, optimizer_type(copied.parameters(), **defaults),
-                                         tree(b, lambda t: t.to(device)), args, *rest)
+                result = state["update"](
+                    copied, optimizer_type(copied.parameters(), **defaults), tree(b, lambda t: t.to(device)), args, *rest
+                )
             finally:
                 torch.backends.cudnn.allow_tf32 = tf32
         losses = result[0] if isinstance(result, tuple) else result
@@ -283,8 +337,10 @@ def step_resume(mod, spec, state):
 
 def step_eval(mod, spec, state):
     checkpoint = state.get("checkpoint") or spec.get("checkpoint")
-    return {"cpu": [float(r) for r in mod.evaluate(checkpoint, 1, 1)],  # what --eval-checkpoint runs
-            "device": [float(r) for r in mod.evaluate(checkpoint, 1, 1, spec["device"])]}
+    return {
+        "cpu": [float(r) for r in mod.evaluate(checkpoint, 1, 1)],  # what --eval-checkpoint runs
+        "device": [float(r) for r in mod.evaluate(checkpoint, 1, 1, spec["device"])],
+    }
 
 
 def step_bf16(mod, spec, state):
@@ -297,10 +353,15 @@ def step_speed(mod, spec, state):
     args, history, wall = train(mod, spec["speed"])
     if state["rank"] == 0:
         first = history["losses"][0] if history.get("losses") else {}
-        return {"sps": read_run(history["run_dir"])["sps"], "wall": wall, "global_step": int(history["global_step"]),
-                "env_id": getattr(args, "env_id", ""), "seconds": {k: float(v) for k, v in history["seconds"].items()},
-                "window": window_sps(tb_scalars(history["run_dir"], ["charts/SPS"])["charts/SPS"]),
-                "losses": {k: float(first[k]) for k in LOSSES if k in first} or None}
+        return {
+            "sps": read_run(history["run_dir"])["sps"],
+            "wall": wall,
+            "global_step": int(history["global_step"]),
+            "env_id": getattr(args, "env_id", ""),
+            "seconds": {k: float(v) for k, v in history["seconds"].items()},
+            "window": window_sps(tb_scalars(history["run_dir"], ["charts/SPS"])["charts/SPS"]),
+            "losses": {k: float(first[k]) for k in LOSSES if k in first} or None,
+        }
 
 
 def tb_scalars(run_dir, tags):
@@ -324,8 +385,14 @@ def window_sps(series, burn_in=BURN_IN):
     return (g1 - g0) / seconds if seconds > 0 else None
 
 
-STEPS = {"train": step_train, "twin": step_twin, "resume": step_resume, "eval": step_eval, "bf16": step_bf16,
-         "speed": step_speed}
+STEPS = {
+    "train": step_train,
+    "twin": step_twin,
+    "resume": step_resume,
+    "eval": step_eval,
+    "bf16": step_bf16,
+    "speed": step_speed,
+}
 
 
 def child(spec_path):
@@ -381,8 +448,11 @@ def judge(r, batch):
             # the loss nearest its bound: its difference and what it is allowed
             worst = max(LOSSES, key=lambda k: abs(d[k] - c[k]) / (TWIN_RTOL * abs(c[k]) + TWIN_ATOL))
             allowed = TWIN_RTOL * abs(c[worst]) + TWIN_ATOL
-            cell("twin", all(abs(d[k] - c[k]) <= TWIN_RTOL * abs(c[k]) + TWIN_ATOL for k in LOSSES),
-                 f"{worst} {abs(d[worst] - c[worst]):.1e} of {allowed:.1e}")
+            cell(
+                "twin",
+                all(abs(d[k] - c[k]) <= TWIN_RTOL * abs(c[k]) + TWIN_ATOL for k in LOSSES),
+                f"{worst} {abs(d[worst] - c[worst]):.1e} of {allowed:.1e}",
+            )
     if "bf16" in r:
         e = error("bf16") or error("train")
         if e:
@@ -391,8 +461,13 @@ def judge(r, batch):
             b, f = r["bf16"], r["train"]["losses"]
             close = all(abs(b["losses"][k] - f[k]) <= BF16_RTOL * abs(f[k]) + BF16_ATOL for k in LOSSES)
             on_policy = b["ratio"] is None or b["ratio"] < RATIO_TOL
-            cell("bf16", close and on_policy, f"ratio {'—' if b['ratio'] is None else format(b['ratio'], '.1e')}, "
-                 + ("losses within" if close else "losses off") + f" {BF16_RTOL:.0%} + {BF16_ATOL} of fp32")
+            cell(
+                "bf16",
+                close and on_policy,
+                f"ratio {'—' if b['ratio'] is None else format(b['ratio'], '.1e')}, "
+                + ("losses within" if close else "losses off")
+                + f" {BF16_RTOL:.0%} + {BF16_ATOL} of fp32",
+            )
     return cells, failed
 
 
@@ -407,18 +482,40 @@ class Check:
         sites = sorted(glob.glob(os.path.join(args.site, "*")))
         ours = [s for s in sites if os.path.basename(s) not in ("cleanrl", "leanrl")]
         extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        libs = [p for p in [*sorted(glob.glob(os.path.join(args.site, "*", "lib"))),
-                            *os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)] if p]
+        libs = [
+            p
+            for p in [
+                *sorted(glob.glob(os.path.join(args.site, "*", "lib"))),
+                *os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep),
+            ]
+            if p
+        ]
         base = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(libs))
         self.env = dict(base, PYTHONPATH=os.pathsep.join(ours + extra))
         if args.cleanrl_dir:  # its scripts import cleanrl_utils from the top of the checkout; its pins come first
-            self.cleanrl_env = dict(base, PYTHONPATH=os.pathsep.join([os.path.abspath(args.cleanrl_dir), *[
-                s for s in sites if os.path.basename(s) == "cleanrl"], *ours, *extra]))
+            self.cleanrl_env = dict(
+                base,
+                PYTHONPATH=os.pathsep.join(
+                    [os.path.abspath(args.cleanrl_dir), *[s for s in sites if os.path.basename(s) == "cleanrl"], *ours, *extra]
+                ),
+            )
         if args.leanrl_dir:  # the wandb stand-in first; its own pins (tensordict), then CleanRL's (gymnasium 0.29)
-            self.leanrl_env = dict(base, PYTHONPATH=os.pathsep.join([SHIMS, os.path.abspath(args.leanrl_dir), *[
-                s for name in ("leanrl", "cleanrl") for s in sites if os.path.basename(s) == name], *ours, *extra]))
-        self.installed = {os.path.basename(s): sorted(d.removesuffix(".dist-info") for d in os.listdir(s)
-                                                      if d.endswith(".dist-info")) for s in sites}
+            self.leanrl_env = dict(
+                base,
+                PYTHONPATH=os.pathsep.join(
+                    [
+                        SHIMS,
+                        os.path.abspath(args.leanrl_dir),
+                        *[s for name in ("leanrl", "cleanrl") for s in sites if os.path.basename(s) == name],
+                        *ours,
+                        *extra,
+                    ]
+                ),
+            )
+        self.installed = {
+            os.path.basename(s): sorted(d.removesuffix(".dist-info") for d in os.listdir(s) if d.endswith(".dist-info"))
+            for s in sites
+        }
 
     def past_deadline(self, what):
         """Whether --deadline has passed; if so, `what` goes to the list of what did not run."""
@@ -432,13 +529,21 @@ class Check:
         measured, or the error that ended it."""
         cwd = os.path.join(self.work, os.path.splitext(script)[0])
         os.makedirs(cwd, exist_ok=True)
-        spec = {**spec, "script": script, "device": self.device, "timeout": CHILD_TIMEOUT_S,
-                "result": os.path.join(cwd, f"{tag}.json")}
+        spec = {
+            **spec,
+            "script": script,
+            "device": self.device,
+            "timeout": CHILD_TIMEOUT_S,
+            "result": os.path.join(cwd, f"{tag}.json"),
+        }
         spec_path = os.path.join(cwd, f"{tag}.spec.json")
         with open(spec_path, "w") as f:
             json.dump(spec, f)
-        head = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc \
+        head = (
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+            if nproc
             else [sys.executable]
+        )
         cmd = [*head, os.path.abspath(__file__), "--child", spec_path]
         # the correctness runs share the cores; a speed run has the machine, with each script's own thread default
         env = self.env if spec["steps"] == ["speed"] else dict(self.env, OMP_NUM_THREADS=str(self.threads))
@@ -471,9 +576,11 @@ class Check:
         t0, r, launch = time.time(), {}, f"torchrun x{nproc}" if nproc else "python"
         flags, batch = TINY[script]
         cuda = ["--cuda" if self.device == "cuda" else "--no-cuda", "--seed", "1"]
-        spec = {"train": [*flags.split(), *cuda, "--total-timesteps", str(2 * batch), "--save-model", "--save-every", "1"],
-                "resume": ["--total-timesteps", str(3 * batch), cuda[0]],
-                "bf16": [*flags.split(), *cuda, "--total-timesteps", str(2 * batch), "--bf16"]}
+        spec = {
+            "train": [*flags.split(), *cuda, "--total-timesteps", str(2 * batch), "--save-model", "--save-every", "1"],
+            "resume": ["--total-timesteps", str(3 * batch), cuda[0]],
+            "bf16": [*flags.split(), *cuda, "--total-timesteps", str(2 * batch), "--bf16"],
+        }
         twin = [] if script in NO_TWIN else ["twin"]
         bf16 = ["bf16"] if self.has_bf16(script) and self.meta["bf16"] else []
         try:
@@ -482,8 +589,14 @@ class Check:
             else:
                 for i, steps in enumerate((["train", *twin], ["resume", "eval"], bf16) if full else (["train"],)):
                     if steps and (i == 0 or "error" not in r["train"]):
-                        r.update(self.launch(script, f"check{nproc}-{i}", {
-                            **spec, "steps": steps, "checkpoint": r.get("train", {}).get("checkpoint")}, nproc))
+                        r.update(
+                            self.launch(
+                                script,
+                                f"check{nproc}-{i}",
+                                {**spec, "steps": steps, "checkpoint": r.get("train", {}).get("checkpoint")},
+                                nproc,
+                            )
+                        )
             cells, failed = judge(r, batch)
             if script in NO_TWIN:
                 cells["twin"] = f"— ({NO_TWIN[script]})"
@@ -493,17 +606,35 @@ class Check:
             cells, failed = {"train": f"**FAIL** gpu_check.py: {one_line(e)}"}, ["gpu_check.py"]
         with self.lock:
             self.checks[script if full else f"{script} ({launch})"] = {
-                "launch": launch, "cells": cells, "failed": failed, "raw": r, "seconds": time.time() - t0}
-        print(f"{script} ({launch}): {'ok' if not failed else 'FAILED ' + ', '.join(failed)} ({time.time() - t0:.0f} s)",
-              flush=True)
+                "launch": launch,
+                "cells": cells,
+                "failed": failed,
+                "raw": r,
+                "seconds": time.time() - t0,
+            }
+        print(
+            f"{script} ({launch}): {'ok' if not failed else 'FAILED ' + ', '.join(failed)} ({time.time() - t0:.0f} s)",
+            flush=True,
+        )
         self.write()
 
     def speed_run(self, script, flag=None):
         steps = 2 * TINY[script][1] if self.args.tiny else int(SPEED_STEPS[script] * self.args.speed_scale)
-        flags = ["--total-timesteps", str(steps), "--seed", "1", "--cuda" if self.device == "cuda" else "--no-cuda",
-                 *(TINY[script][0].split() if self.args.tiny else []), *([flag] if flag else [])]
-        return self.launch(script, f"speed{flag or ''}".replace("--", "-"), {"steps": ["speed"], "speed": flags},
-                           TORCHRUN.get(script, (0, 0))[1])["speed"]
+        flags = [
+            "--total-timesteps",
+            str(steps),
+            "--seed",
+            "1",
+            "--cuda" if self.device == "cuda" else "--no-cuda",
+            *(TINY[script][0].split() if self.args.tiny else []),
+            *([flag] if flag else []),
+        ]
+        return self.launch(
+            script,
+            f"speed{flag or ''}".replace("--", "-"),
+            {"steps": ["speed"], "speed": flags},
+            TORCHRUN.get(script, (0, 0))[1],
+        )["speed"]
 
     def peer(self, script, side, path, flags=()):
         """CleanRL's or LeanRL's script for `script` at ours' env, steps and seed, in the same order of runs."""
@@ -517,8 +648,12 @@ class Check:
         if result is None:
             raise Stopped
         with self.lock:
-            self.logs.append(f"$ {' '.join(cmd)}  # {side}'s {script}: " + json.dumps(
-                {k: v for k, v in result.items() if k != "output"}) + "\n" + result.pop("output", ""))
+            self.logs.append(
+                f"$ {' '.join(cmd)}  # {side}'s {script}: "
+                + json.dumps({k: v for k, v in result.items() if k != "output"})
+                + "\n"
+                + result.pop("output", "")
+            )
         return result
 
     def speeds(self, script, extras=False):
@@ -533,8 +668,16 @@ class Check:
         if not extras:
             runs.append(("ours", lambda: self.speed_run(script)))
             if script in LEANRL:
-                runs.append(("compile", lambda: self.speed_run(script, "--compile") if self.has_flag(script, "compile")
-                             else {"not_run": f"{script} has no --compile"}))
+                runs.append(
+                    (
+                        "compile",
+                        lambda: (
+                            self.speed_run(script, "--compile")
+                            if self.has_flag(script, "compile")
+                            else {"not_run": f"{script} has no --compile"}
+                        ),
+                    )
+                )
             if script in self.cleanrl:
                 runs.append(("cleanrl", lambda: self.peer(script, "cleanrl", self.cleanrl[script])))
             if script in self.leanrl:
@@ -555,8 +698,7 @@ class Check:
                 result = {"error": f"gpu_check.py: {one_line(e)}"}
             with self.lock:
                 row[name] = result
-            print(f"{script} {name}: steps/s {result.get('sps') or result.get('error') or result.get('not_run')}",
-                  flush=True)
+            print(f"{script} {name}: steps/s {result.get('sps') or result.get('error') or result.get('not_run')}", flush=True)
             self.write()
 
     def peer_scripts(self, peer, folder, runnable, needs, path_of, names=None):
@@ -568,8 +710,7 @@ class Check:
         found = {s: path_of(folder, s) for s in runnable if s in needs}
         for s in [s for s, path in found.items() if path is None]:
             self.not_run[f"{peer}'s {name(s, s)}"] = f"no {side}/{name(s, s)} in {folder}"
-        usable = self.missing({s: needs[s] for s, path in found.items() if path}, getattr(self, f"{side}_env"),
-                              f"{peer}'s ")
+        usable = self.missing({s: needs[s] for s, path in found.items() if path}, getattr(self, f"{side}_env"), f"{peer}'s ")
         return {s: found[s] for s in usable}
 
     def has_bf16(self, script):
@@ -582,8 +723,7 @@ class Check:
 
     def probe(self, modules, env):
         """The modules of `modules` that do not import under `env`: {module: the error's first line}."""
-        out = subprocess.run([sys.executable, "-c", PROBE, *modules], capture_output=True, text=True, env=env,
-                             cwd=self.work)
+        out = subprocess.run([sys.executable, "-c", PROBE, *modules], capture_output=True, text=True, env=env, cwd=self.work)
         if out.returncode != 0:  # the interpreter itself failed: every module counts as missing
             return {m: last_line(out) for m in modules}
         return json.loads(out.stdout.strip().splitlines()[-1])
@@ -601,15 +741,18 @@ class Check:
         import torch
 
         cuda = self.device == "cuda"
-        self.meta = {"torch": torch.__version__, "cuda": torch.version.cuda,
-                     "devices": torch.cuda.device_count() if cuda else 0,
-                     "device": torch.cuda.get_device_name() if cuda else "CPU (dry run, --no-cuda)",
-                     # the scripts' own test of --bf16
-                     "bf16": torch.cuda.is_bf16_supported() if cuda else
-                     torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported(),
-                     "tf32": f"convolutions {torch.backends.cudnn.allow_tf32}, "
-                             f"matmul {torch.backends.cuda.matmul.allow_tf32}",
-                     "commit": git_commit(os.path.join(ROOT, "ppo.py")) or "unknown (no git checkout here)"}
+        self.meta = {
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "devices": torch.cuda.device_count() if cuda else 0,
+            "device": torch.cuda.get_device_name() if cuda else "CPU (dry run, --no-cuda)",
+            # the scripts' own test of --bf16
+            "bf16": torch.cuda.is_bf16_supported()
+            if cuda
+            else torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported(),
+            "tf32": f"convolutions {torch.backends.cudnn.allow_tf32}, matmul {torch.backends.cuda.matmul.allow_tf32}",
+            "commit": git_commit(os.path.join(ROOT, "ppo.py")) or "unknown (no git checkout here)",
+        }
         self.threads = max(1, (os.cpu_count() or 1) // self.args.workers)
         runnable = self.missing({s: CORE + NEEDS.get(s, ()) for s in self.args.scripts}, self.env)
         if not self.args.no_speed:
@@ -634,72 +777,111 @@ class Check:
             with open(os.path.join(self.args.out, "gpu_check.md"), "w") as f:
                 f.write(self.markdown())
             with open(os.path.join(self.args.out, "gpu_check.json"), "w") as f:
-                json.dump({"meta": self.meta, "installed": self.installed, "checks": self.checks, "speed": self.speed,
-                           "not_run": self.not_run}, f, indent=1, default=str)
+                json.dump(
+                    {
+                        "meta": self.meta,
+                        "installed": self.installed,
+                        "checks": self.checks,
+                        "speed": self.speed,
+                        "not_run": self.not_run,
+                    },
+                    f,
+                    indent=1,
+                    default=str,
+                )
             with open(os.path.join(self.args.out, "gpu_check.log"), "w") as f:
                 f.write("\n\n".join(self.logs) + "\n")
 
     def markdown(self):
         m, mi, d, lean = self.meta, self.machine, self.args.cleanrl_dir, self.args.leanrl_dir
         commit = d and cleanrl_commit(d)
-        md = [f"# GPU check ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(self.start))}, "
-              f"{time.time() - self.start:.0f} s)", "",
-              f"- command: `python benchmark/gpu_check.py {' '.join(self.argv)}`",
-              f"- device: {m.get('device')} x{m.get('devices')}; {mi['cores']} cores, {mi['cpu']}; python {mi['python']}, "
-              f"torch {m.get('torch')}, CUDA {m.get('cuda')}, bf16 {m.get('bf16')}, TF32 for {m.get('tf32')}",
-              f"- ours: commit {m.get('commit')}; CleanRL: " + (f"{d} (commit {commit})" if d else "not run")
-              + "; LeanRL: " + (f"{lean} (commit {cleanrl_commit(lean, 'leanrl')})" if lean else "not run"),
-              "- installed: " + ("; ".join(f"{k}: {', '.join(v)}" for k, v in self.installed.items())
-                                 or "nothing (this Python's own packages)"),
-              "", "## Correctness", "",
-              "Two iterations of each script's small settings (TINY in gpu_check.py) with --save-model --save-every 1, "
-              "--resume to three, the checkpoint evaluated on the CPU (as --eval-checkpoint does) and on the device "
-              f"(one game each). Ratio: the max |ratio - 1| of every first minibatch (< {RATIO_TOL:g}). CPU vs device: "
-              "the first update's batch and weights through update() as one minibatch on both, cuDNN's TF32 off; of "
-              "policy loss, value loss and entropy, the one nearest its tolerance, its difference and the tolerance "
-              f"({TWIN_RTOL:g} relative + {TWIN_ATOL:g}). --bf16: a third run, "
-              "its ratio and its first losses against fp32's" + ("." if m.get("bf16") else
-              ", not run: this device has no bfloat16 kernels, and the scripts refuse --bf16 there."), "",
-              "| script | launch | train | --resume | eval CPU / device | ratio | CPU vs device | --bf16 | verdict |",
-              "|---|---|---|---|---|---|---|---|---|"]
+        md = [
+            f"# GPU check ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(self.start))}, {time.time() - self.start:.0f} s)",
+            "",
+            f"- command: `python benchmark/gpu_check.py {' '.join(self.argv)}`",
+            f"- device: {m.get('device')} x{m.get('devices')}; {mi['cores']} cores, {mi['cpu']}; python {mi['python']}, "
+            f"torch {m.get('torch')}, CUDA {m.get('cuda')}, bf16 {m.get('bf16')}, TF32 for {m.get('tf32')}",
+            f"- ours: commit {m.get('commit')}; CleanRL: "
+            + (f"{d} (commit {commit})" if d else "not run")
+            + "; LeanRL: "
+            + (f"{lean} (commit {cleanrl_commit(lean, 'leanrl')})" if lean else "not run"),
+            "- installed: "
+            + ("; ".join(f"{k}: {', '.join(v)}" for k, v in self.installed.items()) or "nothing (this Python's own packages)"),
+            "",
+            "## Correctness",
+            "",
+            "Two iterations of each script's small settings (TINY in gpu_check.py) with --save-model --save-every 1, "
+            "--resume to three, the checkpoint evaluated on the CPU (as --eval-checkpoint does) and on the device "
+            f"(one game each). Ratio: the max |ratio - 1| of every first minibatch (< {RATIO_TOL:g}). CPU vs device: "
+            "the first update's batch and weights through update() as one minibatch on both, cuDNN's TF32 off; of "
+            "policy loss, value loss and entropy, the one nearest its tolerance, its difference and the tolerance "
+            f"({TWIN_RTOL:g} relative + {TWIN_ATOL:g}). --bf16: a third run, "
+            "its ratio and its first losses against fp32's"
+            + (
+                "."
+                if m.get("bf16")
+                else ", not run: this device has no bfloat16 kernels, and the scripts refuse --bf16 there."
+            ),
+            "",
+            "| script | launch | train | --resume | eval CPU / device | ratio | CPU vs device | --bf16 | verdict |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         checks = sorted(self.checks.items(), key=lambda item: list(TINY).index(item[0].split()[0]))
         for name, c in checks:
-            md.append(f"| {name} | {c['launch']} | " + " | ".join(c["cells"].get(k, "—") for k in (
-                "train", "resume", "eval", "ratio", "twin", "bf16")) + f" | {'ok' if not c['failed'] else 'FAILED'} |")
-        md += ["", "## Speed at the defaults", "",
-               "steps/s: the last charts/SPS of one run each, seed 1, one after the other on the same card; threads: "
-               "ours' --torch-threads defaults, CleanRL's torch's default; time: ours' env / inference / update "
-               "seconds. Goals (issue 36): every PPO script at CleanRL's steps/s or more; ppo_atari.py and "
-               "ppo_atari_envpool.py at 1.3x it with --bf16.", "",
-               "| script | env | steps | ours | ours --bf16 | CleanRL | ours / CleanRL | --bf16 / CleanRL | goal "
-               "| time (s) |",
-               "|---|---|---|---|---|---|---|---|---|---|"]
+            md.append(
+                f"| {name} | {c['launch']} | "
+                + " | ".join(c["cells"].get(k, "—") for k in ("train", "resume", "eval", "ratio", "twin", "bf16"))
+                + f" | {'ok' if not c['failed'] else 'FAILED'} |"
+            )
+        md += [
+            "",
+            "## Speed at the defaults",
+            "",
+            "steps/s: the last charts/SPS of one run each, seed 1, one after the other on the same card; threads: "
+            "ours' --torch-threads defaults, CleanRL's torch's default; time: ours' env / inference / update "
+            "seconds. Goals (issue 36): every PPO script at CleanRL's steps/s or more; ppo_atari.py and "
+            "ppo_atari_envpool.py at 1.3x it with --bf16.",
+            "",
+            "| script | env | steps | ours | ours --bf16 | CleanRL | ours / CleanRL | --bf16 / CleanRL | goal | time (s) |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for s, row in self.speed.items():
             if "ours" in row:
                 md.append(speed_line(s, row))
         rows = [(s, row) for s, row in self.speed.items() if s in LEANRL and "ours" in row]
         if rows:
-            md += ["", "## Against CleanRL and LeanRL (issue 53)", "",
-                   "The same env, steps and seed, one run each, one after the other on the same card. Logged: the "
-                   "run's own last steps/s (ours, CleanRL: charts/SPS, from the start; LeanRL: its `speed`, from the "
-                   "start of its 3rd iteration). From iteration 3: the same window for ours and CleanRL, from their "
-                   "charts/SPS series, so that start-up and compilation in the first two iterations count for none. "
-                   "Ratios: of the from-iteration-3 steps/s. First losses: the first update's last minibatch "
-                   "(policy / value / entropy); LeanRL logs none. Goals: ours --compile at or above LeanRL "
-                   "--compile --cudagraphs; ppo_atari_envpool.py eager at or above CleanRL's.", "",
-                   "| script | run | steps/s logged | from iteration 3 | / CleanRL | / LeanRL --compile --cudagraphs "
-                   "| first losses | wall (s) |", "|---|---|---|---|---|---|---|---|"]
+            md += [
+                "",
+                "## Against CleanRL and LeanRL (issue 53)",
+                "",
+                "The same env, steps and seed, one run each, one after the other on the same card. Logged: the "
+                "run's own last steps/s (ours, CleanRL: charts/SPS, from the start; LeanRL: its `speed`, from the "
+                "start of its 3rd iteration). From iteration 3: the same window for ours and CleanRL, from their "
+                "charts/SPS series, so that start-up and compilation in the first two iterations count for none. "
+                "Ratios: of the from-iteration-3 steps/s. First losses: the first update's last minibatch "
+                "(policy / value / entropy); LeanRL logs none. Goals: ours --compile at or above LeanRL "
+                "--compile --cudagraphs; ppo_atari_envpool.py eager at or above CleanRL's.",
+                "",
+                "| script | run | steps/s logged | from iteration 3 | / CleanRL | / LeanRL --compile --cudagraphs "
+                "| first losses | wall (s) |",
+                "|---|---|---|---|---|---|---|---|",
+            ]
             for s, row in rows:
                 md += peer_lines(s, row)
-        md += ["", "## Host-device syncs", "",
-               "During the first correctness training, torch.cuda.set_sync_debug_mode('warn'): the syncs between one "
-               "call of Agent.get_action_and_value and the next; the median over the gaps a call of the same phase "
-               "follows (over all where none does), and in brackets the max over all, which holds GAE, logging and "
-               "checkpoints; rollout = "
-               "gradients off, update = on (one minibatch; IMPALA, PAAC: one learner batch; IMPALA's rollout runs in "
-               "CPU actor processes, not seen here). Per iteration: all syncs / iterations.", "",
-               "| script | per rollout step | per minibatch | per iteration | calls: rollout / update |",
-               "|---|---|---|---|---|"]
+        md += [
+            "",
+            "## Host-device syncs",
+            "",
+            "During the first correctness training, torch.cuda.set_sync_debug_mode('warn'): the syncs between one "
+            "call of Agent.get_action_and_value and the next; the median over the gaps a call of the same phase "
+            "follows (over all where none does), and in brackets the max over all, which holds GAE, logging and "
+            "checkpoints; rollout = "
+            "gradients off, update = on (one minibatch; IMPALA, PAAC: one learner batch; IMPALA's rollout runs in "
+            "CPU actor processes, not seen here). Per iteration: all syncs / iterations.",
+            "",
+            "| script | per rollout step | per minibatch | per iteration | calls: rollout / update |",
+            "|---|---|---|---|---|",
+        ]
         for name, c in checks:
             syncs = (c["raw"].get("train") or {}).get("syncs")
             if syncs:
@@ -720,15 +902,16 @@ def peer_run(cmd, env, children):
     TensorBoard run (charts/SPS, the first losses/*); LeanRL's: the wandb stand-in's lines (its last "speed")."""
     with tempfile.TemporaryDirectory() as tmp, open(os.path.join(tmp, "output.log"), "w+") as log:
         start = time.perf_counter()
-        status = children.run(["timeout", "-k", "10", str(CHILD_TIMEOUT_S), *cmd], cwd=tmp, env=env, stdout=log,
-                              stderr=subprocess.STDOUT)
+        status = children.run(
+            ["timeout", "-k", "10", str(CHILD_TIMEOUT_S), *cmd], cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
         wall = time.perf_counter() - start
         if status is None:
             return None
         log.seek(0)
         lines = log.read().replace("\r", "\n").splitlines()
         out = {"wall": wall, "output": "\n".join(line for line in lines if line.strip())[-4000:]}
-        wandb = [json.loads(line[len(WANDB):]) for line in lines if line.startswith(WANDB)]
+        wandb = [json.loads(line[len(WANDB) :]) for line in lines if line.startswith(WANDB)]
         dirs = glob.glob(os.path.join(tmp, "runs", "*"))
         if status != 0:
             last = next((line for line in reversed(lines) if line.strip()), "no output")
@@ -736,18 +919,31 @@ def peer_run(cmd, env, children):
         if wandb:  # LeanRL: wandb.log({"speed": ...}) at every 10th iteration
             speeds = [w["log"]["speed"] for w in wandb if "speed" in w.get("log", {})]
             if not speeds:
-                return {**out, "error": "logged no speed: LeanRL logs it at every 10th iteration from its 3rd; give "
-                                        "it 10 iterations or more"}
-            return {**out, "sps": speeds[-1], "window": speeds[-1], "losses": None,
-                    "global_step": max(w["step"] for w in wandb if "step" in w)}
+                return {
+                    **out,
+                    "error": "logged no speed: LeanRL logs it at every 10th iteration from its 3rd; give "
+                    "it 10 iterations or more",
+                }
+            return {
+                **out,
+                "sps": speeds[-1],
+                "window": speeds[-1],
+                "losses": None,
+                "global_step": max(w["step"] for w in wandb if "step" in w),
+            }
         if len(dirs) != 1:
             return {**out, "error": f"expected one run directory under runs/ or a wandb line, found {len(dirs)} dirs"}
         tags = tb_scalars(dirs[0], ["charts/SPS", *(f"losses/{k}" for k in LOSSES)])
         if not tags["charts/SPS"]:
             return {**out, "error": "no charts/SPS logged"}
         first = {k: tags[f"losses/{k}"][0][1] for k in LOSSES if tags[f"losses/{k}"]}
-        return {**out, "sps": tags["charts/SPS"][-1][1], "window": window_sps(tags["charts/SPS"]),
-                "losses": first if len(first) == len(LOSSES) else None, "global_step": tags["charts/SPS"][-1][0]}
+        return {
+            **out,
+            "sps": tags["charts/SPS"][-1][1],
+            "window": window_sps(tags["charts/SPS"]),
+            "losses": first if len(first) == len(LOSSES) else None,
+            "global_step": tags["charts/SPS"][-1][0],
+        }
 
 
 def cleanrl_commit(folder, package="cleanrl"):
@@ -774,18 +970,28 @@ def speed_line(script, row):
         atari = script in ATARI_GOAL and bool(ratio_b)
         met = ratio >= 1 and (not atari or ratio_b >= 1.3)
         goal = ("met" if met else "not met") + (" (1.0x, 1.3x with --bf16)" if atari else " (1.0x)")
-    secs = " / ".join(f"{o['seconds'].get(k, math.nan):.1f}" for k in ("env", "inference", "update")) \
-        if o.get("seconds") else "—"
-    return (f"| {script} | {o.get('env_id', '')} | {o.get('global_step', '')} | {sps(o)} | {sps(b)} | {sps(c)} | "
-            f"{f'{ratio:.2f}' if ratio else '—'} | {f'{ratio_b:.2f}' if ratio_b else '—'} | {goal} | {secs} |")
+    secs = (
+        " / ".join(f"{o['seconds'].get(k, math.nan):.1f}" for k in ("env", "inference", "update")) if o.get("seconds") else "—"
+    )
+    return (
+        f"| {script} | {o.get('env_id', '')} | {o.get('global_step', '')} | {sps(o)} | {sps(b)} | {sps(c)} | "
+        f"{f'{ratio:.2f}' if ratio else '—'} | {f'{ratio_b:.2f}' if ratio_b else '—'} | {goal} | {secs} |"
+    )
 
 
-PEER_RUNS = {"ours": "ours", "compile": "ours --compile", "bf16": "ours --bf16", "cleanrl": "CleanRL",
-             "leanrl": "LeanRL --compile --cudagraphs", "leanrl_eager": "LeanRL eager"}
+PEER_RUNS = {
+    "ours": "ours",
+    "compile": "ours --compile",
+    "bf16": "ours --bf16",
+    "cleanrl": "CleanRL",
+    "leanrl": "LeanRL --compile --cudagraphs",
+    "leanrl_eager": "LeanRL eager",
+}
 
 
 def peer_lines(script, row):
     """The issue-53 rows of one script (every run it has), then its goals."""
+
     def rate(r):
         return r.get("window") if r else None
 
@@ -801,16 +1007,21 @@ def peer_lines(script, row):
             continue
         w = rate(r)
         losses = r.get("losses")
-        first = " / ".join(f"{losses[k]:.4g}" for k in LOSSES) if losses else (
-            "not logged" if key.startswith("leanrl") else "—")
-        lines.append(f"| {script} | {label} | {r['sps']:.0f} | {f'{w:.0f}' if w else '—'} | "
-                     f"{f'{w / cleanrl:.2f}' if w and cleanrl else '—'} | {f'{w / leanrl:.2f}' if w and leanrl else '—'} "
-                     f"| {first} | {r.get('wall', 0):.0f} |")
+        first = (
+            " / ".join(f"{losses[k]:.4g}" for k in LOSSES) if losses else ("not logged" if key.startswith("leanrl") else "—")
+        )
+        lines.append(
+            f"| {script} | {label} | {r['sps']:.0f} | {f'{w:.0f}' if w else '—'} | "
+            f"{f'{w / cleanrl:.2f}' if w and cleanrl else '—'} | {f'{w / leanrl:.2f}' if w and leanrl else '—'} "
+            f"| {first} | {r.get('wall', 0):.0f} |"
+        )
     goals = []
     compiled = rate(row.get("compile"))
     if compiled and leanrl:
-        goals.append(f"ours --compile {'at or above' if compiled >= leanrl else 'below'} LeanRL --compile --cudagraphs "
-                     f"({compiled / leanrl:.2f}x)")
+        goals.append(
+            f"ours --compile {'at or above' if compiled >= leanrl else 'below'} LeanRL --compile --cudagraphs "
+            f"({compiled / leanrl:.2f}x)"
+        )
     if script == "ppo_atari_envpool.py" and rate(row.get("ours")) and cleanrl:
         ratio = rate(row["ours"]) / cleanrl
         goals.append(f"eager {'at or above' if ratio >= 1 else 'below'} CleanRL's ({ratio:.2f}x)")
@@ -833,9 +1044,24 @@ def install(dirs, site):
     for d in dirs:
         target = os.path.join(site, os.path.basename(os.path.normpath(d)))
         shutil.rmtree(target, ignore_errors=True)
-        out = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                              "--no-cache-dir", "--target", target, *sorted(glob.glob(os.path.join(d, "*.whl")))],
-                             capture_output=True, text=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-index",
+                "--no-deps",
+                "--no-compile",
+                "--no-cache-dir",
+                "--target",
+                target,
+                *sorted(glob.glob(os.path.join(d, "*.whl"))),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if out.returncode != 0:
             raise RuntimeError(f"pip could not install {d} into {target}: {last_line(out)}")
         if os.path.isdir(os.path.join(d, "lib")):
@@ -845,15 +1071,18 @@ def install(dirs, site):
 
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--scripts", nargs="+", default=[s for s in TINY if os.path.isfile(os.path.join(ROOT, s))],
-                   help="the scripts to check (default: all)")
+    p.add_argument(
+        "--scripts",
+        nargs="+",
+        default=[s for s in TINY if os.path.isfile(os.path.join(ROOT, s))],
+        help="the scripts to check (default: all)",
+    )
     p.add_argument("--out", help="the folder of the report (on the device: $OUT)")
     p.add_argument("--install", nargs="+", default=[], metavar="DIR", help="folders of wheels to install first")
     p.add_argument("--install-only", action="store_true", help="install, then stop (a call that carries one folder)")
     p.add_argument("--site", default=os.path.join(ROOT, ".gpu", "site"), help="where --install puts the packages")
     p.add_argument("--cleanrl-dir", help="CleanRL's scripts: cleanrl/<script> (gpu_wheels.sh's .gpu/cleanrl-src)")
-    p.add_argument("--leanrl-dir", help="LeanRL's scripts: leanrl/<name>_torchcompile.py (gpu_wheels.sh's "
-                                        ".gpu/leanrl-src)")
+    p.add_argument("--leanrl-dir", help="LeanRL's scripts: leanrl/<name>_torchcompile.py (gpu_wheels.sh's .gpu/leanrl-src)")
     p.add_argument("--no-cuda", action="store_true", help="the CPU dry run: every run with --no-cuda")
     p.add_argument("--tiny", action="store_true", help="speed runs on the correctness runs' small settings")
     p.add_argument("--no-speed", action="store_true", help="correctness and syncs only")
@@ -874,14 +1103,23 @@ def parse(argv):
         (args.workers < 1, f"--workers must be 1 or more, got {args.workers}"),
         (not args.deadline > 0, f"--deadline must be > 0 seconds, got {args.deadline}"),
         (not args.speed_scale > 0, f"--speed-scale must be > 0, got {args.speed_scale}"),
-        *((not glob.glob(os.path.join(d, "*.whl")), f"--install {d}: no *.whl there; bash benchmark/gpu_wheels.sh "
-           "CLEANRL_DIR gathers them") for d in args.install),
-        (args.cleanrl_dir and not any(reference_path(args.cleanrl_dir, s) for s in CLEANRL_NEEDS),
-         f"--cleanrl-dir {args.cleanrl_dir} holds none of cleanrl/{{{','.join(CLEANRL_NEEDS)}}}; give a CleanRL "
-         "checkout or gpu_wheels.sh's .gpu/cleanrl-src"),
-        (args.leanrl_dir and not any(os.path.isfile(os.path.join(args.leanrl_dir, "leanrl", n)) for n in LEANRL.values()),
-         f"--leanrl-dir {args.leanrl_dir} holds none of leanrl/{{{','.join(LEANRL.values())}}}; give a LeanRL checkout "
-         "or gpu_wheels.sh's .gpu/leanrl-src"),
+        *(
+            (
+                not glob.glob(os.path.join(d, "*.whl")),
+                f"--install {d}: no *.whl there; bash benchmark/gpu_wheels.sh CLEANRL_DIR gathers them",
+            )
+            for d in args.install
+        ),
+        (
+            args.cleanrl_dir and not any(reference_path(args.cleanrl_dir, s) for s in CLEANRL_NEEDS),
+            f"--cleanrl-dir {args.cleanrl_dir} holds none of cleanrl/{{{','.join(CLEANRL_NEEDS)}}}; give a CleanRL "
+            "checkout or gpu_wheels.sh's .gpu/cleanrl-src",
+        ),
+        (
+            args.leanrl_dir and not any(os.path.isfile(os.path.join(args.leanrl_dir, "leanrl", n)) for n in LEANRL.values()),
+            f"--leanrl-dir {args.leanrl_dir} holds none of leanrl/{{{','.join(LEANRL.values())}}}; give a LeanRL checkout "
+            "or gpu_wheels.sh's .gpu/leanrl-src",
+        ),
         (args.no_speed and args.no_correctness, "--no-speed with --no-correctness leaves nothing to run"),
         *((not os.path.isfile(os.path.join(ROOT, s)), f"--scripts {s}: no such file in {ROOT}") for s in args.scripts),
     ]
@@ -914,8 +1152,11 @@ def main(argv=None):
     import torch
 
     if not args.no_cuda and not torch.cuda.is_available():
-        print(f"{NAME}: error: no CUDA device is visible to {sys.executable} (torch {torch.__version__}); "
-              "run with --no-cuda for the CPU dry run", file=sys.stderr)
+        print(
+            f"{NAME}: error: no CUDA device is visible to {sys.executable} (torch {torch.__version__}); "
+            "run with --no-cuda for the CPU dry run",
+            file=sys.stderr,
+        )
         return 2
     try:
         os.makedirs(args.out, exist_ok=True)

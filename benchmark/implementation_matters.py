@@ -53,11 +53,11 @@ SETTINGS = {  # (algorithm, env): flags; policy and value learning rates, lambda
     ("PPO-M", "Walker2d-v4"): f"--learning-rate 1e-4 --value-lr 2e-4 {MINIMAL}",
     ("PPO-M", "Hopper-v4"): f"--learning-rate 1.7e-4 --value-lr 4e-4 {MINIMAL}",
     ("PPO-NoClip", "Walker2d-v4"): "--learning-rate 7.25e-5 --value-lr 6e-4 --clip-coef 1e32 --ent-coef=-0.01 "
-                                   "--gae-lambda 0.85 --reward-scaling rewards --clip-reward 30 --clip-obs inf "
-                                   "--max-grad-norm 0.1 --grad-clip-scope actor --no-clip-vloss",
+    "--gae-lambda 0.85 --reward-scaling rewards --clip-reward 30 --clip-obs inf "
+    "--max-grad-norm 0.1 --grad-clip-scope actor --no-clip-vloss",
     ("PPO-NoClip", "Hopper-v4"): "--learning-rate 6e-5 --value-lr 4e-4 --clip-coef 1e32 --ent-coef=-0.005 "
-                                 "--gae-lambda 0.925 --reward-scaling rewards --clip-reward 2.5 --max-grad-norm 4 "
-                                 "--grad-clip-scope actor --no-clip-vloss",
+    "--gae-lambda 0.925 --reward-scaling rewards --clip-reward 2.5 --max-grad-norm 4 "
+    "--grad-clip-scope actor --no-clip-vloss",
     ("TRPO", "Walker2d-v4"): "--max-kl 0.04 --value-lr 3e-4",  # trpo_continuous_action.py's defaults: no details
     ("TRPO", "Hopper-v4"): "--max-kl 0.13 --value-lr 2e-4",
     # TRPO+'s delta: the configs' max_kl, constant; their max_kl_final never reached the released step (DIFFERENCES)
@@ -66,19 +66,35 @@ SETTINGS = {  # (algorithm, env): flags; policy and value learning rates, lambda
 }
 SCRIPTS = {"TRPO": "trpo_continuous_action.py", "TRPO+": "trpo_continuous_action.py"}  # the others: PPO's
 # the released configs/<name>.py of each cell, which benchmark/paper_code.py runs on the same envs
-RELEASED = {f"{game}_{name}": (cell, env) for game, env in (("walker", "Walker2d-v4"), ("hopper", "Hopper-v4"))
-            for name, cell in (("ppo", "PPO"), ("ppom", "PPO-M"), ("ppo_noclip", "PPO-NoClip"), ("trpo", "TRPO"),
-                               ("trpo_plus", "TRPO+"))}
+RELEASED = {
+    f"{game}_{name}": (cell, env)
+    for game, env in (("walker", "Walker2d-v4"), ("hopper", "Hopper-v4"))
+    for name, cell in (
+        ("ppo", "PPO"),
+        ("ppom", "PPO-M"),
+        ("ppo_noclip", "PPO-NoClip"),
+        ("trpo", "TRPO"),
+        ("trpo_plus", "TRPO+"),
+    )
+}
 ALGOS = ["PPO", "PPO-M", "TRPO", "TRPO+", "PPO-NoClip"]
 # Figure 1: PPO's Walker2d settings with each of four details on or off (all on: the PPO cell's own runs)
-SWITCHES = {"value_clipping": "--no-clip-vloss", "reward_scaling": "--reward-scaling none",
-            "ortho_init": "--no-ortho-init", "anneal_lr": "--no-anneal-lr"}
+SWITCHES = {
+    "value_clipping": "--no-clip-vloss",
+    "reward_scaling": "--reward-scaling none",
+    "ortho_init": "--no-ortho-init",
+    "anneal_lr": "--no-anneal-lr",
+}
 TABLE_SEEDS, FIGURE1_SEEDS, ENVS = range(1, 11), range(1, 5), ["Walker2d-v4", "Hopper-v4"]
 CURVE_EVERY = 4  # iterations between stored Figure 2 points (the paper: 25)
 RUN_PY_ITERATIONS = 5  # the released run.py's final result: the mean of the last 5 iterations' mean episode returns
 LATE_WINDOWS = 3  # the report's second final return: the episodes of the last 3 stored windows (12 iterations)
-CURVE_TAGS = ("losses/max_ratio", "losses/mean_kl", "losses/max_kl",
-              "losses/explained_variance")  # the last: the critic's fit, read under Figure 1 (value clipping)
+CURVE_TAGS = (
+    "losses/max_ratio",
+    "losses/mean_kl",
+    "losses/max_kl",
+    "losses/explained_variance",
+)  # the last: the critic's fit, read under Figure 1 (value clipping)
 EARLY_ITERATIONS = 100  # the critic's fit over a run's first 100 iterations (205k steps)
 
 
@@ -99,9 +115,12 @@ def cells(mode):
     table = [(algo, env, SETTINGS[algo, env]) for env in ENVS for algo in ALGOS]
     plan = [(algo, env, seeds, flags) for seeds in ([1, 2], [3, 4]) for algo, env, flags in table]
     if mode == "full":
-        combos = [[s for i, s in enumerate(SWITCHES) if mask >> i & 1] for mask in range(1, 2**len(SWITCHES))]
-        plan += [("fig1 off: " + " ".join(off), "Walker2d-v4", seeds, figure1_flags(off))
-                 for seeds in ([1, 2], [3, 4]) for off in combos]
+        combos = [[s for i, s in enumerate(SWITCHES) if mask >> i & 1] for mask in range(1, 2 ** len(SWITCHES))]
+        plan += [
+            ("fig1 off: " + " ".join(off), "Walker2d-v4", seeds, figure1_flags(off))
+            for seeds in ([1, 2], [3, 4])
+            for off in combos
+        ]
         plan += [(algo, env, list(TABLE_SEEDS)[4:], flags) for algo, env, flags in table]
     return plan
 
@@ -116,17 +135,38 @@ def extra_args(flags, steps=STEPS):
 # the columns the readers of each file need, and how their cells read (str: any text); where a file has them, the other
 # columns' cells must read too (OPTIONAL); EMPTY: the cells that may be empty (a run.py reading not stored yet, a window
 # in which no episode ended, a curve stored before the critic's fit was)
-COLUMNS = {"runs.csv": {"cell": str, "script": str, "env_id": str, "seed": int, "args_hash": str, "flags": str,
-                        "final_return": float, "git_commit": str, "mujoco": str},
-           "iterations.csv": {"args_hash": str, "env_id": str, "seed": int, "iteration": int, "step": int,
-                              "mean_return": float, "max_ratio": float, "mean_kl": float, "max_kl": float},
-           "paper_code.csv": {"cell": str, "env_id": str, "seed": int, "config": str, "final_return": float,
-                              "final_5": float}}
+COLUMNS = {
+    "runs.csv": {
+        "cell": str,
+        "script": str,
+        "env_id": str,
+        "seed": int,
+        "args_hash": str,
+        "flags": str,
+        "final_return": float,
+        "git_commit": str,
+        "mujoco": str,
+    },
+    "iterations.csv": {
+        "args_hash": str,
+        "env_id": str,
+        "seed": int,
+        "iteration": int,
+        "step": int,
+        "mean_return": float,
+        "max_ratio": float,
+        "mean_kl": float,
+        "max_kl": float,
+    },
+    "paper_code.csv": {"cell": str, "env_id": str, "seed": int, "config": str, "final_return": float, "final_5": float},
+}
 OPTIONAL = {"final_5": float, "explained_variance": float, "episodes": int, "global_step": int, "wall_time_s": float}
 EMPTY = {("runs.csv", "final_5"), ("iterations.csv", "mean_return"), ("iterations.csv", "explained_variance")}
-FIX = {"runs.csv": "delete that line; the next store of its runs/ stores that run again",
-       "iterations.csv": "delete that line and its run's row in runs.csv; the next store of its runs/ stores both again",
-       "paper_code.csv": "delete that line; the next store of its runs/ stores that run again"}
+FIX = {
+    "runs.csv": "delete that line; the next store of its runs/ stores that run again",
+    "iterations.csv": "delete that line and its run's row in runs.csv; the next store of its runs/ stores both again",
+    "paper_code.csv": "delete that line; the next store of its runs/ stores that run again",
+}
 RESTORE = "restore the file from a copy (git, or the machine that stored the runs)"
 
 
@@ -241,6 +281,7 @@ def plan(mode, store, only=None, steps=STEPS):
 
 def installed(package):
     from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version(package)
     except PackageNotFoundError:
@@ -289,8 +330,9 @@ def descends(commit, ancestor):
     made outside a git checkout has none: no)."""
     if not commit:
         return False
-    res = subprocess.run(["git", "-C", ROOT, "merge-base", "--is-ancestor", ancestor, commit.split("+")[0]],
-                         capture_output=True)
+    res = subprocess.run(
+        ["git", "-C", ROOT, "merge-base", "--is-ancestor", ancestor, commit.split("+")[0]], capture_output=True
+    )
     return res.returncode == 0
 
 
@@ -304,10 +346,29 @@ def run_py_reading(returns, ends, iteration_ends, last=RUN_PY_ITERATIONS):
     return round(float(np.mean(means)), 2) if means else ""
 
 
-SUMMARY_KEYS = ("ok", "script", "args", "env_id", "seed", "tb_dir", "final_return", "episodes", "global_step",
-                "git_commit", "wall_time_s")  # what store reads of run.py's summary
-RELEASED_KEYS = ("config", "seed", "params", "iteration_rewards", "episode_returns", "final_return", "final_5",
-                 "wall_time_s")  # and of paper_code.py's result
+SUMMARY_KEYS = (
+    "ok",
+    "script",
+    "args",
+    "env_id",
+    "seed",
+    "tb_dir",
+    "final_return",
+    "episodes",
+    "global_step",
+    "git_commit",
+    "wall_time_s",
+)  # what store reads of run.py's summary
+RELEASED_KEYS = (
+    "config",
+    "seed",
+    "params",
+    "iteration_rewards",
+    "episode_returns",
+    "final_return",
+    "final_5",
+    "wall_time_s",
+)  # and of paper_code.py's result
 CURVE_KEYS = [tag.split("/")[1] for tag in CURVE_TAGS]
 ITERATION_COLUMNS = ["args_hash", "env_id", "seed", "iteration", "step", "mean_return"] + CURVE_KEYS
 
@@ -331,8 +392,9 @@ def add_runs(runs_dir, store, mujoco, steps):
     known = {(script_of(cell), args_hash(extra_args(flags, steps))): (cell, flags) for cell, _, _, flags in cells("full")}
     done, new_runs, new_curves, new_released = {key_of(r) for r in runs}, [], [], []
     lacking = {key_of(r) for r in runs if not r.get("final_5")}
-    lacking_curves = {(r["args_hash"], r["env_id"], int(r["seed"])) for r in curves
-                      if any(r.get(k, "") == "" for k in CURVE_KEYS)}
+    lacking_curves = {
+        (r["args_hash"], r["env_id"], int(r["seed"])) for r in curves if any(r.get(k, "") == "" for k in CURVE_KEYS)
+    }
     filled, filled_curves = {}, {}
     for path in sorted(glob.glob(os.path.join(runs_dir, "summaries", "*_continuous_action__*.json"))):
         summary = read_json(path, SUMMARY_KEYS, "delete it and rerun its run")
@@ -342,7 +404,9 @@ def add_runs(runs_dir, store, mujoco, steps):
             for tag, k in zip(CURVE_TAGS, CURVE_KEYS):
                 run = read_run(tb_dir, tag)
                 if run["hparams"].get("mujoco", mujoco) == mujoco:  # the run stored here, not one on another MuJoCo
-                    filled_curves.update({(*key[1:], step, k): f"{value:.5g}" for step, value in zip(run["steps"], run["returns"])})
+                    filled_curves.update(
+                        {(*key[1:], step, k): f"{value:.5g}" for step, value in zip(run["steps"], run["returns"])}
+                    )
         if key in lacking and summary["ok"]:  # stored before its run.py reading was
             tb_dir = os.path.join(runs_dir, summary["tb_dir"])
             run = read_run(tb_dir, RETURN_TAG)
@@ -351,30 +415,55 @@ def add_runs(runs_dir, store, mujoco, steps):
         if not summary["ok"] or key[:2] not in known or key in done:
             continue
         if "--reward-scaling rewards" in known[key[:2]][1] and not descends(summary["git_commit"], REWARDS_FIX):
-            print(f"implementation_matters.py: not stored: {path} ran --reward-scaling rewards as r / std (before "
-                  f"{REWARDS_FIX}); move its run out of {runs_dir} and rerun it")
+            print(
+                f"implementation_matters.py: not stored: {path} ran --reward-scaling rewards as r / std (before "
+                f"{REWARDS_FIX}); move its run out of {runs_dir} and rerun it"
+            )
             continue
         tb_dir = os.path.join(runs_dir, summary["tb_dir"])
         run, logged = read_run(tb_dir, RETURN_TAG), {tag: read_run(tb_dir, tag) for tag in CURVE_TAGS}
         if run["hparams"].get("mujoco", mujoco) != mujoco:
-            print(f"implementation_matters.py: not stored: {path} ran on MuJoCo {run['hparams']['mujoco']}, this python "
-                  f"has {mujoco}; store it with the python it ran with")
+            print(
+                f"implementation_matters.py: not stored: {path} ran on MuJoCo {run['hparams']['mujoco']}, this python "
+                f"has {mujoco}; store it with the python it ran with"
+            )
             continue
         steps_of = logged[CURVE_TAGS[0]]["steps"]
         cell, flags = known[key[:2]]
-        new_runs.append({
-            "cell": cell, "script": key[0], "env_id": key[2], "seed": key[3], "args_hash": key[1], "flags": flags,
-            "final_return": round(summary["final_return"], 2), "episodes": summary["episodes"],
-            "global_step": summary["global_step"], "git_commit": summary["git_commit"],
-            "mujoco": mujoco, "wall_time_s": summary["wall_time_s"],
-            "final_5": run_py_reading(run["returns"], run["steps"], steps_of)})
+        new_runs.append(
+            {
+                "cell": cell,
+                "script": key[0],
+                "env_id": key[2],
+                "seed": key[3],
+                "args_hash": key[1],
+                "flags": flags,
+                "final_return": round(summary["final_return"], 2),
+                "episodes": summary["episodes"],
+                "global_step": summary["global_step"],
+                "git_commit": summary["git_commit"],
+                "mujoco": mujoco,
+                "wall_time_s": summary["wall_time_s"],
+                "final_5": run_py_reading(run["returns"], run["steps"], steps_of),
+            }
+        )
         returns, ends = np.array(run["returns"]), np.array(run["steps"])
         for i in range(CURVE_EVERY - 1, len(steps_of), CURVE_EVERY):
             window = returns[(ends > (steps_of[i - CURVE_EVERY] if i >= CURVE_EVERY else 0)) & (ends <= steps_of[i])]
-            new_curves.append({"args_hash": key[1], "env_id": key[2], "seed": key[3], "iteration": i + 1,
-                               "step": steps_of[i], "mean_return": round(float(window.mean()), 2) if len(window) else "",
-                               **{k: f"{logged[tag]['returns'][i]:.5g}" if i < len(logged[tag]["returns"]) else ""
-                                  for tag, k in zip(CURVE_TAGS, CURVE_KEYS)}})
+            new_curves.append(
+                {
+                    "args_hash": key[1],
+                    "env_id": key[2],
+                    "seed": key[3],
+                    "iteration": i + 1,
+                    "step": steps_of[i],
+                    "mean_return": round(float(window.mean()), 2) if len(window) else "",
+                    **{
+                        k: f"{logged[tag]['returns'][i]:.5g}" if i < len(logged[tag]["returns"]) else ""
+                        for tag, k in zip(CURVE_TAGS, CURVE_KEYS)
+                    },
+                }
+            )
         done.add(key)
     if filled:
         for r in runs:
@@ -385,25 +474,41 @@ def add_runs(runs_dir, store, mujoco, steps):
             for k in CURVE_KEYS:
                 if r.get(k, "") == "":
                     r[k] = filled_curves.get((r["args_hash"], r["env_id"], int(r["seed"]), int(r["step"]), k), "")
-        print(f"implementation_matters.py: filled in the curves of {len({k[:3] for k in filled_curves})} stored run(s) "
-              "stored without them")
+        print(
+            f"implementation_matters.py: filled in the curves of {len({k[:3] for k in filled_curves})} stored run(s) "
+            "stored without them"
+        )
     stored_released = {(r["config"], int(r["seed"])) for r in released}
     for path in sorted(glob.glob(os.path.join(runs_dir, "paper_code", "*.json"))):  # paper_code.py's runs
         run = read_json(path, RELEASED_KEYS, "delete it and rerun benchmark/paper_code.py")
-        if run["config"] not in RELEASED or (run["config"], run["seed"]) in stored_released or \
-                len(run["iteration_rewards"]) * run["params"]["t"] < steps - run["params"]["t"]:
+        if (
+            run["config"] not in RELEASED
+            or (run["config"], run["seed"]) in stored_released
+            or len(run["iteration_rewards"]) * run["params"]["t"] < steps - run["params"]["t"]
+        ):
             continue  # another config, stored already, or a shortened run
         cell, env = RELEASED[run["config"]]
-        new_released.append({
-            "cell": cell, "env_id": env, "seed": run["seed"], "config": run["config"],
-            "final_return": round(run["final_return"], 2), "final_5": round(run["final_5"], 2),
-            "episodes": len(run["episode_returns"]), "mujoco": run.get("mujoco") or installed("mujoco"),
-            "wall_time_s": round(run["wall_time_s"], 1)})
+        new_released.append(
+            {
+                "cell": cell,
+                "env_id": env,
+                "seed": run["seed"],
+                "config": run["config"],
+                "final_return": round(run["final_return"], 2),
+                "final_5": round(run["final_5"], 2),
+                "episodes": len(run["episode_returns"]),
+                "mujoco": run.get("mujoco") or installed("mujoco"),
+                "wall_time_s": round(run["wall_time_s"], 1),
+            }
+        )
         stored_released.add((run["config"], run["seed"]))
     renewed = {(r["args_hash"], r["env_id"], r["seed"]) for r in new_runs}  # a stopped store's rows of these: replaced
     if new_runs or filled_curves:
-        write_rows(os.path.join(store, "iterations.csv"), [r for r in curves if (
-            r["args_hash"], r["env_id"], int(r["seed"])) not in renewed] + new_curves, ITERATION_COLUMNS)
+        write_rows(
+            os.path.join(store, "iterations.csv"),
+            [r for r in curves if (r["args_hash"], r["env_id"], int(r["seed"])) not in renewed] + new_curves,
+            ITERATION_COLUMNS,
+        )
     if new_released:
         write_rows(os.path.join(store, "paper_code.csv"), released + new_released)
     if new_runs or filled:
@@ -415,11 +520,18 @@ def add_runs(runs_dir, store, mujoco, steps):
 # ---- the report ---------------------------------------------------------------------------------------------
 
 # the paper's Tables 2 and 3 (v2 envs, >= 80 agents a cell): mean [bootstrapped 95% interval]
-PAPER = {("PPO", "Walker2d-v4"): (3292, 3157, 3426), ("PPO", "Hopper-v4"): (2513, 2391, 2632),
-         ("PPO-M", "Walker2d-v4"): (2735, 2602, 2866), ("PPO-M", "Hopper-v4"): (2142, 2008, 2279),
-         ("PPO-NoClip", "Walker2d-v4"): (2867, 2701, 3024), ("PPO-NoClip", "Hopper-v4"): (2371, 2316, 2424),
-         ("TRPO", "Walker2d-v4"): (2791, 2709, 2873), ("TRPO", "Hopper-v4"): (2043, 1948, 2136),
-         ("TRPO+", "Walker2d-v4"): (3050, 2976, 3126), ("TRPO+", "Hopper-v4"): (2466, 2381, 2549)}
+PAPER = {
+    ("PPO", "Walker2d-v4"): (3292, 3157, 3426),
+    ("PPO", "Hopper-v4"): (2513, 2391, 2632),
+    ("PPO-M", "Walker2d-v4"): (2735, 2602, 2866),
+    ("PPO-M", "Hopper-v4"): (2142, 2008, 2279),
+    ("PPO-NoClip", "Walker2d-v4"): (2867, 2701, 3024),
+    ("PPO-NoClip", "Hopper-v4"): (2371, 2316, 2424),
+    ("TRPO", "Walker2d-v4"): (2791, 2709, 2873),
+    ("TRPO", "Hopper-v4"): (2043, 1948, 2136),
+    ("TRPO+", "Walker2d-v4"): (3050, 2976, 3126),
+    ("TRPO+", "Hopper-v4"): (2466, 2381, 2549),
+}
 PAPER_AAI, PAPER_ACLI = {"Walker2d-v4": 242, "Hopper-v4": 99}, {"Walker2d-v4": 557, "Hopper-v4": 421}
 DIFFERENCES = [
     "Environments: MuJoCo v4 envs under gymnasium 1.x (the paper: v2 under mujoco-py); each run records its MuJoCo. "
@@ -510,11 +622,20 @@ def survival(values):
 def figure1_runs(runs):
     """[(set of switches off, {seed: final return})] of the stored Figure 1 combinations, all on = the PPO Walker2d
     cell's runs of Figure 1's seeds."""
-    by_seed = [(set(), {int(r["seed"]): float(r["final_return"]) for r in runs
-                        if r["cell"] == "PPO" and r["env_id"] == "Walker2d-v4" and int(r["seed"]) in FIGURE1_SEEDS})]
+    by_seed = [
+        (
+            set(),
+            {
+                int(r["seed"]): float(r["final_return"])
+                for r in runs
+                if r["cell"] == "PPO" and r["env_id"] == "Walker2d-v4" and int(r["seed"]) in FIGURE1_SEEDS
+            },
+        )
+    ]
     for cell in sorted({r["cell"] for r in runs if r["cell"].startswith("fig1 off: ")}):
-        by_seed.append((set(cell.split(": ")[1].split()), {int(r["seed"]): float(r["final_return"]) for r in runs
-                                                          if r["cell"] == cell}))
+        by_seed.append(
+            (set(cell.split(": ")[1].split()), {int(r["seed"]): float(r["final_return"]) for r in runs if r["cell"] == cell})
+        )
     return by_seed
 
 
@@ -529,8 +650,11 @@ def figure1_groups(runs):
 
 def explained_variance(rows):
     """[(iteration, the critic's explained variance)] of a run's stored rows that have it, in iteration order."""
-    return sorted((int(r["iteration"]), float(r["explained_variance"])) for r in rows
-                  if r.get("explained_variance", "") not in ("", "nan"))
+    return sorted(
+        (int(r["iteration"]), float(r["explained_variance"]))
+        for r in rows
+        if r.get("explained_variance", "") not in ("", "nan")
+    )
 
 
 def early_fit(curves, runs, cell, env="Walker2d-v4", last=EARLY_ITERATIONS):
@@ -554,27 +678,43 @@ def value_clipping_split(runs, curves, out, plt, stats):
     Figure 1's common seeds, once all 16 combinations are in) and the critic's early fit (every Figure 1 run stored
     with it, the all-on ones PPO's Walker2d runs at any seed), drawn to figure1_critic.png; returns the report's lines."""
     groups, _ = figure1_groups(runs)
-    names = {(vc, rs): f"value clipping {'on' if vc else 'off'}, reward scaling {'on' if rs else 'off'}"
-             for vc in (True, False) for rs in (True, False)}
-    lines = ["| value clipping | reward scaling on | reward scaling off | off - on [95%] | Mann-Whitney p |", "|---|---|---|---|---|"]
+    names = {
+        (vc, rs): f"value clipping {'on' if vc else 'off'}, reward scaling {'on' if rs else 'off'}"
+        for vc in (True, False)
+        for rs in (True, False)
+    }
+    lines = [
+        "| value clipping | reward scaling on | reward scaling off | off - on [95%] | Mann-Whitney p |",
+        "|---|---|---|---|---|",
+    ]
     moved, means = {}, {}  # value clipping on/off: (off - on, its interval, the p) of turning reward scaling off
     for vc in (True, False):
-        if len(groups) < 2**len(SWITCHES):  # split by two switches, the other two must be balanced: all 16 in
+        if len(groups) < 2 ** len(SWITCHES):  # split by two switches, the other two must be balanced: all 16 in
             lines.append(f"| {'on' if vc else 'off'} | interim, {len(groups)} of 16 combinations | | | |")
             continue
-        on, off = ([x for o, xs in groups for x in xs if ("value_clipping" not in o) == vc and ("reward_scaling" not in o) == rs]
-                   for rs in (True, False))
+        on, off = (
+            [x for o, xs in groups for x in xs if ("value_clipping" not in o) == vc and ("reward_scaling" not in o) == rs]
+            for rs in (True, False)
+        )
         d, low, high = difference(np.array(off), np.array(on), rng_for("value clipping", vc))
-        moved[vc], means[vc, True], means[vc, False] = (d, low, high, stats.mannwhitneyu(on, off).pvalue), np.mean(on), np.mean(off)
-        lines.append(f"| {'on' if vc else 'off'} | {np.mean(on):.0f}, n {len(on)} | {np.mean(off):.0f}, n {len(off)} | "
-                     f"{d:+.0f} [{low:+.0f}, {high:+.0f}] | {moved[vc][3]:.2g} |")
+        moved[vc], means[vc, True], means[vc, False] = (
+            (d, low, high, stats.mannwhitneyu(on, off).pvalue),
+            np.mean(on),
+            np.mean(off),
+        )
+        lines.append(
+            f"| {'on' if vc else 'off'} | {np.mean(on):.0f}, n {len(on)} | {np.mean(off):.0f}, n {len(off)} | "
+            f"{d:+.0f} [{low:+.0f}, {high:+.0f}] | {moved[vc][3]:.2g} |"
+        )
     fig1_cells = [c for c in sorted({r["cell"] for r in runs}) if c.startswith("fig1 off: ")]
     fits, unfit, colors = {g: [] for g in names}, 0, dict(zip(names, ("tab:blue", "tab:red", "tab:green", "tab:orange")))
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for cell in ["PPO"] + fig1_cells:
         g = (is_on("value_clipping", cell), is_on("reward_scaling", cell))
-        fit, final = early_fit(curves, runs, cell), {int(r["seed"]): float(r["final_return"]) for r in runs
-                                                      if r["cell"] == cell and r["env_id"] == "Walker2d-v4"}
+        fit, final = (
+            early_fit(curves, runs, cell),
+            {int(r["seed"]): float(r["final_return"]) for r in runs if r["cell"] == cell and r["env_id"] == "Walker2d-v4"},
+        )
         seeds = set(final) & set(FIGURE1_SEEDS) if cell == "PPO" else set(final)  # PPO's runs at Figure 1's seeds
         unfit += len(seeds - set(fit))
         for seed, rows in curves_of(curves, runs, cell, "Walker2d-v4").items():
@@ -588,8 +728,11 @@ def value_clipping_split(runs, curves, out, plt, stats):
             axes[1].scatter(*zip(*fits[g]), color=colors[g], s=14, label=f"{names[g]} ({len(fits[g])} runs)")
     axes[0].axvline(EARLY_ITERATIONS, color="k", ls=":")
     axes[0].set(xlabel="iteration", ylabel="explained variance", ylim=(-0.2, 1.02), title="Walker2d-v4: the critic's fit")
-    axes[1].set(xlabel=f"explained variance, mean over iterations 1-{EARLY_ITERATIONS}", ylabel="final return",
-                title="Walker2d-v4: final return against the critic's early fit")
+    axes[1].set(
+        xlabel=f"explained variance, mean over iterations 1-{EARLY_ITERATIONS}",
+        ylabel="final return",
+        title="Walker2d-v4: final return against the critic's early fit",
+    )
     for ax in axes:
         ax.title.set_fontsize(10)
         if ax.get_legend_handles_labels()[0]:
@@ -597,23 +740,48 @@ def value_clipping_split(runs, curves, out, plt, stats):
     fig.tight_layout()
     fig.savefig(os.path.join(out, "figure1_critic.png"), dpi=80)
     plt.close(fig)
-    lines += ["", f"The critic's fit (explained variance of the returns by the values before the update, the mean over a "
-              f"run's stored iterations up to {EARLY_ITERATIONS}, every {CURVE_EVERY}th; the median and range over the "
-              f"runs stored with it, at any seed{f'; {unfit} Figure 1 runs were stored without it' if unfit else ''}):", ""]
+    lines += [
+        "",
+        f"The critic's fit (explained variance of the returns by the values before the update, the mean over a "
+        f"run's stored iterations up to {EARLY_ITERATIONS}, every {CURVE_EVERY}th; the median and range over the "
+        f"runs stored with it, at any seed{f'; {unfit} Figure 1 runs were stored without it' if unfit else ''}):",
+        "",
+    ]
     span = {g: (min(f for f, _ in fits[g]), max(f for f, _ in fits[g])) for g in names if fits[g]}
-    lines += [f"- {names[g]}: " + (f"{np.median([f for f, _ in fits[g]]):.2f} [{span[g][0]:.2f}, {span[g][1]:.2f}], "
-                                   f"{len(fits[g])} runs" if g in span else "not stored") for g in names]
+    lines += [
+        f"- {names[g]}: "
+        + (
+            f"{np.median([f for f, _ in fits[g]]):.2f} [{span[g][0]:.2f}, {span[g][1]:.2f}], {len(fits[g])} runs"
+            if g in span
+            else "not stored"
+        )
+        for g in names
+    ]
     # a group whose every run fits worse than every run of the others
     lagging = [g for g in span if len(span) > 1 and all(span[g][1] < span[h][0] for h in span if h != g)]
     if moved:
-        lines += ["", "Turning reward scaling off moves the mean by " + " and by ".join(
-            f"{d:+.0f} with value clipping {'on' if vc else 'off'}"
-            + ("" if (high < 0 or low > 0) and p < 0.05 else " (not shown: the interval reaches 0 or Mann-Whitney p "
-               ">= 0.05)") for vc, (d, low, high, p) in moved.items())
+        lines += [
+            "",
+            "Turning reward scaling off moves the mean by "
+            + " and by ".join(
+                f"{d:+.0f} with value clipping {'on' if vc else 'off'}"
+                + (
+                    ""
+                    if (high < 0 or low > 0) and p < 0.05
+                    else " (not shown: the interval reaches 0 or Mann-Whitney p >= 0.05)"
+                )
+                for vc, (d, low, high, p) in moved.items()
+            )
             + f"; turning value clipping off moves it by {means[False, True] - means[True, True]:+.0f} with the rewards "
             f"scaled and by {means[False, False] - means[True, False]:+.0f} without"
-            + (f"; over its first {EARLY_ITERATIONS} iterations the critic fits worse in every stored run with "
-               f"{names[lagging[0]]} than in any other stored run" if lagging else "") + "."]
+            + (
+                f"; over its first {EARLY_ITERATIONS} iterations the critic fits worse in every stored run with "
+                f"{names[lagging[0]]} than in any other stored run"
+                if lagging
+                else ""
+            )
+            + ".",
+        ]
     return lines + ["", "![the critic's fit](figure1_critic.png)"]
 
 
@@ -654,9 +822,11 @@ def kl_trends(curves, runs, env):
         return "not run yet"
     peak = int(np.argmax(ppo))
     halfway = 0.2 <= (peak + 0.5) / len(ppo) <= 0.8 and ppo[-1] < 0.75 * ppo[peak]  # falls: by a quarter at least
-    return (f"PPO-M: {'yes' if ppo_m[-1] > ppo_m[0] else 'no'}, {ppo_m[0]:.3f} in the first tenth, {ppo_m[-1]:.3f} "
-            f"in the last; PPO: {'yes' if halfway else 'no'}, its peak {ppo[peak]:.3f} in tenth {peak + 1} of "
-            f"{len(ppo)}, {ppo[-1]:.3f} in the last")
+    return (
+        f"PPO-M: {'yes' if ppo_m[-1] > ppo_m[0] else 'no'}, {ppo_m[0]:.3f} in the first tenth, {ppo_m[-1]:.3f} "
+        f"in the last; PPO: {'yes' if halfway else 'no'}, its peak {ppo[peak]:.3f} in tenth {peak + 1} of "
+        f"{len(ppo)}, {ppo[-1]:.3f} in the last"
+    )
 
 
 def paper_reading(a, b, env):
@@ -682,46 +852,68 @@ def report(store, out, steps=STEPS):
     writable(out, "--out")
     import matplotlib  # after the checks: bad input is refused without their 2-3 s of imports
     import matplotlib.ticker
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from scipy import stats
 
     envs, algos = ENVS, ALGOS
-    lines = ["# Seed 004 reproduced: PPO, PPO-M, TRPO, TRPO+, PPO-NoClip (Engstrom et al. 2020)", "",
-             f"`bash benchmark/implementation_matters.sh`, then `python benchmark/implementation_matters.py report "
-             f"--store {os.path.relpath(os.path.abspath(store), ROOT)}{'' if steps == STEPS else f' --steps {steps}'}`. "
-             f"{len(stored_runs)} stored runs of ppo_continuous_action.py and trpo_continuous_action.py at "
-             f"{'1M' if steps == STEPS else f'{steps:,}'} steps "
-             f"(commits {', '.join(sorted({r['git_commit'][:7] for r in stored_runs}))}; MuJoCo "
-             f"{', '.join(sorted({r['mujoco'] for r in stored_runs}))}). Final return: the mean of a run's last 100 episodes.",
-             "", "## Tables 2 and 3", ""]
+    lines = [
+        "# Seed 004 reproduced: PPO, PPO-M, TRPO, TRPO+, PPO-NoClip (Engstrom et al. 2020)",
+        "",
+        f"`bash benchmark/implementation_matters.sh`, then `python benchmark/implementation_matters.py report "
+        f"--store {os.path.relpath(os.path.abspath(store), ROOT)}{'' if steps == STEPS else f' --steps {steps}'}`. "
+        f"{len(stored_runs)} stored runs of ppo_continuous_action.py and trpo_continuous_action.py at "
+        f"{'1M' if steps == STEPS else f'{steps:,}'} steps "
+        f"(commits {', '.join(sorted({r['git_commit'][:7] for r in stored_runs}))}; MuJoCo "
+        f"{', '.join(sorted({r['mujoco'] for r in stored_runs}))}). Final return: the mean of a run's last 100 episodes.",
+        "",
+        "## Tables 2 and 3",
+        "",
+    ]
     short = sum(len(finals(runs, a, e)) < len(TABLE_SEEDS) for a in algos for e in envs)
     if short:
-        lines += [f"Interim: {short} of the {len(algos) * len(envs)} cells have fewer than the study's "
-                  f"{len(TABLE_SEEDS)} seeds; `bash benchmark/implementation_matters.sh` goes on from the stored runs.", ""]
-    lines += ["| algorithm | " + " | ".join(f"{e}: ours, n | paper ({e.replace('-v4', '-v2')})" for e in envs) + " |",
-             "|---|" + "---|---|" * len(envs)]
+        lines += [
+            f"Interim: {short} of the {len(algos) * len(envs)} cells have fewer than the study's "
+            f"{len(TABLE_SEEDS)} seeds; `bash benchmark/implementation_matters.sh` goes on from the stored runs.",
+            "",
+        ]
+    lines += [
+        "| algorithm | " + " | ".join(f"{e}: ours, n | paper ({e.replace('-v4', '-v2')})" for e in envs) + " |",
+        "|---|" + "---|---|" * len(envs),
+    ]
     summary = {}
     for algo in algos:
         row_cells = []
         for env in envs:
             x = finals(runs, algo, env)
             summary[algo, env] = bootstrap(x, rng_for(algo, env)) if len(x) else None
-            ours = f"{summary[algo, env][0]:.0f} [{summary[algo, env][1]:.0f}, {summary[algo, env][2]:.0f}], " \
-                   f"{len(x)}" if len(x) else "not run yet"
+            ours = (
+                f"{summary[algo, env][0]:.0f} [{summary[algo, env][1]:.0f}, {summary[algo, env][2]:.0f}], {len(x)}"
+                if len(x)
+                else "not run yet"
+            )
             row_cells.append(f"{ours} | {PAPER[algo, env][0]} [{PAPER[algo, env][1]}, {PAPER[algo, env][2]}]")
         lines.append(f"| {algo} | " + " | ".join(row_cells) + " |")
-    lines += ["", "Mean [bootstrapped 95% interval of the mean, 1,000 resamples], and the number of seeds. AAI, what the "
-              "step method moves: max(|PPO - TRPO+|, |PPO-M - TRPO|); ACLI, what the code-level details move: "
-              "max(|PPO - PPO-M|, |TRPO+ - TRPO|):", ""]
+    lines += [
+        "",
+        "Mean [bootstrapped 95% interval of the mean, 1,000 resamples], and the number of seeds. AAI, what the "
+        "step method moves: max(|PPO - TRPO+|, |PPO-M - TRPO|); ACLI, what the code-level details move: "
+        "max(|PPO - PPO-M|, |TRPO+ - TRPO|):",
+        "",
+    ]
     aai_acli = {}
     for env in envs:
         m = {a: summary[a, env][0] for a in ("PPO", "PPO-M", "TRPO", "TRPO+") if summary[a, env]}
         if len(m) == 4:
-            aai_acli[env] = (max(abs(m["PPO"] - m["TRPO+"]), abs(m["PPO-M"] - m["TRPO"])),
-                             max(abs(m["PPO"] - m["PPO-M"]), abs(m["TRPO+"] - m["TRPO"])))
-            lines.append(f"- {env}: AAI {aai_acli[env][0]:.0f}, ACLI {aai_acli[env][1]:.0f} (the paper: AAI "
-                         f"{PAPER_AAI[env]}, ACLI {PAPER_ACLI[env]})")
+            aai_acli[env] = (
+                max(abs(m["PPO"] - m["TRPO+"]), abs(m["PPO-M"] - m["TRPO"])),
+                max(abs(m["PPO"] - m["PPO-M"]), abs(m["TRPO+"] - m["TRPO"])),
+            )
+            lines.append(
+                f"- {env}: AAI {aai_acli[env][0]:.0f}, ACLI {aai_acli[env][1]:.0f} (the paper: AAI "
+                f"{PAPER_AAI[env]}, ACLI {PAPER_ACLI[env]})"
+            )
         else:
             lines.append(f"- {env}: AAI and ACLI wait for {', '.join(sorted({'PPO', 'PPO-M', 'TRPO', 'TRPO+'} - set(m)))}")
     flags = PROTOCOL.split()
@@ -733,76 +925,122 @@ def report(store, out, steps=STEPS):
             late, n = late_returns(runs, curves, a, env), len(finals(runs, a, env))
             if len(late) and summary[a, env]:
                 moves.append(late.mean() - summary[a, env][0])
-                parts.append(f"{a} {late.mean():.0f} ({summary[a, env][0]:.0f}"
-                             + (f"; {len(late)} of its {n} runs have curves" if len(late) < n else "") + ")")
+                parts.append(
+                    f"{a} {late.mean():.0f} ({summary[a, env][0]:.0f}"
+                    + (f"; {len(late)} of its {n} runs have curves" if len(late) < n else "")
+                    + ")"
+                )
         late_lines.append(f"- {env}: " + ", ".join(parts))
     if moves:
-        lines += ["", f"The final return read nearer the end: each run's mean over its last {LATE_WINDOWS} stored "
-                  f"windows of iterations.csv ({LATE_WINDOWS * CURVE_EVERY} iterations, {late_steps:,} steps; each "
-                  "window's mean over the episodes that ended in it, the windows equally weighted), where the last 100 "
-                  "episodes of a 1,000-step task span up to 100,000 steps of a rising curve. The mean over seeds, the "
-                  f"table's in brackets; {sum(m > 0 for m in moves)} of {len(moves)} cells read higher, by "
-                  f"{min(moves):+.0f} to {max(moves):+.0f}:", ""] + late_lines
+        lines += [
+            "",
+            f"The final return read nearer the end: each run's mean over its last {LATE_WINDOWS} stored "
+            f"windows of iterations.csv ({LATE_WINDOWS * CURVE_EVERY} iterations, {late_steps:,} steps; each "
+            "window's mean over the episodes that ended in it, the windows equally weighted), where the last 100 "
+            "episodes of a 1,000-step task span up to 100,000 steps of a rising curve. The mean over seeds, the "
+            f"table's in brackets; {sum(m > 0 for m in moves)} of {len(moves)} cells read higher, by "
+            f"{min(moves):+.0f} to {max(moves):+.0f}:",
+            "",
+        ] + late_lines
     run_py_lines = []
     for env in envs:
-        parts = [f"{a} {x.mean():.0f} ({summary[a, env][0]:.0f}" + (f"; {len(x)} of its {n} runs" if len(x) < n else "")
-                 + ")" for a in algos for x, n in [(run_py_finals(runs, a, env), len(finals(runs, a, env)))] if len(x)]
+        parts = [
+            f"{a} {x.mean():.0f} ({summary[a, env][0]:.0f}" + (f"; {len(x)} of its {n} runs" if len(x) < n else "") + ")"
+            for a in algos
+            for x, n in [(run_py_finals(runs, a, env), len(finals(runs, a, env)))]
+            if len(x)
+        ]
         run_py_lines += [f"- {env}: " + ", ".join(parts)] if parts else []
     if run_py_lines:
-        lines += ["", f"The released run.py's reading (its final result): the mean of the last {RUN_PY_ITERATIONS} "
-                  "iterations' mean episode returns, each iteration's mean weighted alike however many episodes ended in "
-                  "it, which gives a long, high-return episode more weight than the last 100 episodes do. The mean over "
-                  "seeds, the table's in brackets:", ""] + run_py_lines
+        lines += [
+            "",
+            f"The released run.py's reading (its final result): the mean of the last {RUN_PY_ITERATIONS} "
+            "iterations' mean episode returns, each iteration's mean weighted alike however many episodes ended in "
+            "it, which gives a long, high-return episode more weight than the last 100 episodes do. The mean over "
+            "seeds, the table's in brackets:",
+            "",
+        ] + run_py_lines
 
     def beats(a, b, env, pool=None, label=()):  # a's mean above b's, the bootstrapped interval of the difference above 0
         pool = runs if pool is None else pool
         x, y = finals(pool, a, env), finals(pool, b, env)
         if len(x) < 3 or len(y) < 3:  # a bootstrap of 2 seeds has 3 possible means: no interval to read
-            return ("not run yet" if not len(x) or not len(y) else
-                    f"too few seeds for a verdict: {x.mean() - y.mean():+.0f}, n {len(x)} and {len(y)}"), None
+            return (
+                "not run yet"
+                if not len(x) or not len(y)
+                else f"too few seeds for a verdict: {x.mean() - y.mean():+.0f}, n {len(x)} and {len(y)}"
+            ), None
         diff, low, high = difference(x, y, rng_for(*label, a, b, env))
         word = "yes" if low > 0 else "no (the reverse)" if high < 0 else "not shown (the interval holds 0)"
         return f"{word}: {diff:+.0f} [{low:+.0f}, {high:+.0f}], n {len(x)} and {len(y)}", low > 0
 
     released = read_csv(os.path.join(store, "paper_code.csv"))
     if released:  # the released code on the same envs (benchmark/paper_code.py): where ours and the paper part
-        lines += ["", "## The released code on the same envs", "", "benchmark/paper_code.py: the paper's released "
-                  "Trainer and configs on these v4 envs (advanced logging off), read as ours (the last 100 episodes) "
-                  f"and as its run.py reads it (the last {RUN_PY_ITERATIONS} iterations' mean episode rewards; "
-                  "ours read the same way, above). The paper's number is for v2.", "",
-                  "| cell | env | paper | last 100 episodes: ours, n | released, n | ours - released [95%] | "
-                  "run.py's reading: ours, n | released | ours - released [95%] |", "|---|---|---|" + "---|" * 6]
+        lines += [
+            "",
+            "## The released code on the same envs",
+            "",
+            "benchmark/paper_code.py: the paper's released "
+            "Trainer and configs on these v4 envs (advanced logging off), read as ours (the last 100 episodes) "
+            f"and as its run.py reads it (the last {RUN_PY_ITERATIONS} iterations' mean episode rewards; "
+            "ours read the same way, above). The paper's number is for v2.",
+            "",
+            "| cell | env | paper | last 100 episodes: ours, n | released, n | ours - released [95%] | "
+            "run.py's reading: ours, n | released | ours - released [95%] |",
+            "|---|---|---|" + "---|" * 6,
+        ]
         for cell, env in sorted({(r["cell"], r["env_id"]) for r in released}):
             mine = [r for r in released if (r["cell"], r["env_id"]) == (cell, env)]
             row = f"| {cell} | {env} | {PAPER[cell, env][0]} |"
-            for reading, x, y in (("last 100", finals(runs, cell, env), [r["final_return"] for r in mine]),
-                                  ("run.py", run_py_finals(runs, cell, env), [r["final_5"] for r in mine])):
+            for reading, x, y in (
+                ("last 100", finals(runs, cell, env), [r["final_return"] for r in mine]),
+                ("run.py", run_py_finals(runs, cell, env), [r["final_5"] for r in mine]),
+            ):
                 y = np.array(y, dtype=float)
                 rng = rng_for("released", cell, env, reading)
-                diff = ("%+.0f [%+.0f, %+.0f]" % difference(x, y, rng)) if len(x) >= 3 and len(y) >= 3 \
+                diff = (
+                    ("%+.0f [%+.0f, %+.0f]" % difference(x, y, rng))
+                    if len(x) >= 3 and len(y) >= 3
                     else "too few seeds for an interval"
+                )
                 row += f" {f'{x.mean():.0f}, {len(x)}' if len(x) else 'not run yet'} | {y.mean():.0f}, {len(y)} | {diff} |"
             lines.append(row)
     for path in sorted(glob.glob(os.path.join(store, "mujoco-*", "runs.csv"))):  # the study on another MuJoCo
         folder = os.path.basename(os.path.dirname(path))
-        version, other = folder[len("mujoco-"):], [r for r in read_csv(path) if (r["script"], r["args_hash"]) in planned]
-        lines += ["", f"## On MuJoCo {version}", "", f"The same cells on MuJoCo {version} (`bash scripts/install.sh "
-                  "mujoco-ref`, then the study with .venv-mujoco-ref/bin on the PATH; stored in "
-                  f"{folder}/), beside the tables' runs on MuJoCo {lock_mujoco()}; the difference's bootstrapped 95% "
-                  "interval from 3 seeds a side on. The paper's number is for v2.", "",
-                  f"| cell | env | paper | {version}: ours [95%], n | {lock_mujoco()}: ours, n | {version} - "
-                  f"{lock_mujoco()} [95%] | run.py's reading: {version} | {lock_mujoco()} |", "|---|---|---|" + "---|" * 5]
+        version, other = folder[len("mujoco-") :], [r for r in read_csv(path) if (r["script"], r["args_hash"]) in planned]
+        lines += [
+            "",
+            f"## On MuJoCo {version}",
+            "",
+            f"The same cells on MuJoCo {version} (`bash scripts/install.sh "
+            "mujoco-ref`, then the study with .venv-mujoco-ref/bin on the PATH; stored in "
+            f"{folder}/), beside the tables' runs on MuJoCo {lock_mujoco()}; the difference's bootstrapped 95% "
+            "interval from 3 seeds a side on. The paper's number is for v2.",
+            "",
+            f"| cell | env | paper | {version}: ours [95%], n | {lock_mujoco()}: ours, n | {version} - "
+            f"{lock_mujoco()} [95%] | run.py's reading: {version} | {lock_mujoco()} |",
+            "|---|---|---|" + "---|" * 5,
+        ]
         for cell, env in sorted({(r["cell"], r["env_id"]) for r in other}):
             x = finals(other, cell, env)
             y, low, high = bootstrap(x, rng_for(folder, cell, env))
             z = finals(runs, cell, env)
-            diff = ("%+.0f [%+.0f, %+.0f]" % difference(x, z, rng_for(folder, "diff", cell, env))) \
-                if len(x) >= 3 and len(z) >= 3 else "too few seeds for an interval"
+            diff = (
+                ("%+.0f [%+.0f, %+.0f]" % difference(x, z, rng_for(folder, "diff", cell, env)))
+                if len(x) >= 3 and len(z) >= 3
+                else "too few seeds for an interval"
+            )
             paper = f"{PAPER[cell, env][0]}" if (cell, env) in PAPER else "—"
             x5, z5 = run_py_finals(other, cell, env), run_py_finals(runs, cell, env)
-            lines.append(f"| {cell} | {env} | {paper} | {y:.0f} [{low:.0f}, {high:.0f}], {len(x)} | "
-                         + (f"{z.mean():.0f}, {len(z)}" if len(z) else "not run yet") + f" | {diff} | "
-                         + (f"{x5.mean():.0f}" if len(x5) else "—") + " | " + (f"{z5.mean():.0f}" if len(z5) else "—") + " |")
+            lines.append(
+                f"| {cell} | {env} | {paper} | {y:.0f} [{low:.0f}, {high:.0f}], {len(x)} | "
+                + (f"{z.mean():.0f}, {len(z)}" if len(z) else "not run yet")
+                + f" | {diff} | "
+                + (f"{x5.mean():.0f}" if len(x5) else "—")
+                + " | "
+                + (f"{z5.mean():.0f}" if len(z5) else "—")
+                + " |"
+            )
         present = sorted({(r["cell"], r["env_id"]) for r in other})
         fig, axes = plt.subplots(1, len(present), figsize=(3.2 * len(present), 3.6), squeeze=False)
         for ax, (cell, env) in zip(axes[0], present):  # every run's final return on each MuJoCo, the paper's interval
@@ -813,8 +1051,10 @@ def report(store, out, steps=STEPS):
                 ax.plot(np.full(len(x), i) + np.linspace(-0.12, 0.12, len(x)), x, "o", alpha=0.7, label=f"MuJoCo {name}")
                 if len(x):
                     ax.plot([i - 0.25, i + 0.25], [x.mean()] * 2, "k-")
-            ax.set_xticks([0, 1], [f"{lock_mujoco()}\n(n {len(finals(runs, cell, env))})",
-                                   f"{version}\n(n {len(finals(other, cell, env))})"])
+            ax.set_xticks(
+                [0, 1],
+                [f"{lock_mujoco()}\n(n {len(finals(runs, cell, env))})", f"{version}\n(n {len(finals(other, cell, env))})"],
+            )
             ax.set_title(f"{cell} on {env}", fontsize=10)
             ax.set_ylabel("final return (each run; the bar: the mean)")
             ax.legend(fontsize=7)
@@ -822,13 +1062,19 @@ def report(store, out, steps=STEPS):
         fig.savefig(os.path.join(out, f"{folder}.png"), dpi=80)
         plt.close(fig)
         lines += ["", f"![each run on MuJoCo {lock_mujoco()} and {version}]({folder}.png)"]
-        claims = [f"{name} on {env}: {beats(a, b, env, other, (folder,))[0]}" for env in envs
-                  for name, a, b in (("(a) PPO beats PPO-M", "PPO", "PPO-M"), ("(b) PPO-NoClip beats PPO-M", "PPO-NoClip", "PPO-M"))
-                  if (a, env) in present and (b, env) in present]
+        claims = [
+            f"{name} on {env}: {beats(a, b, env, other, (folder,))[0]}"
+            for env in envs
+            for name, a, b in (("(a) PPO beats PPO-M", "PPO", "PPO-M"), ("(b) PPO-NoClip beats PPO-M", "PPO-NoClip", "PPO-M"))
+            if (a, env) in present and (b, env) in present
+        ]
         lines += ["", f"The claims on MuJoCo {version}'s runs alone: " + "; ".join(claims)] if claims else []
     lines += ["", "## The paper's claims", "", "| claim | " + " | ".join(envs) + " |", "|---|" + "---|" * len(envs)]
-    lines.append("| (a) PPO beats PPO-M | " + " | ".join(f"{beats('PPO', 'PPO-M', e)[0]} ({paper_reading('PPO', 'PPO-M', e)})"
-                                                          for e in envs) + " |")
+    lines.append(
+        "| (a) PPO beats PPO-M | "
+        + " | ".join(f"{beats('PPO', 'PPO-M', e)[0]} ({paper_reading('PPO', 'PPO-M', e)})" for e in envs)
+        + " |"
+    )
     row = []
     for env in envs:
         text, _ = beats("PPO-NoClip", "PPO-M", env)
@@ -836,8 +1082,10 @@ def report(store, out, steps=STEPS):
         if noclip and ppo:
             text += f"; NoClip's mean {'inside' if ppo[1] <= noclip[0] <= ppo[2] else 'outside'} PPO's interval"
         inside = PAPER["PPO", env][1] <= PAPER["PPO-NoClip", env][0] <= PAPER["PPO", env][2]
-        row.append(f"{text} ({paper_reading('PPO-NoClip', 'PPO-M', env)}; its NoClip's mean "
-                   f"{'inside' if inside else 'outside'} its PPO's interval)")
+        row.append(
+            f"{text} ({paper_reading('PPO-NoClip', 'PPO-M', env)}; its NoClip's mean "
+            f"{'inside' if inside else 'outside'} its PPO's interval)"
+        )
     lines.append("| (b) PPO-NoClip beats PPO-M, within PPO's interval | " + " | ".join(row) + " |")
 
     # Figure 2: the max ratio and the mean KL over training
@@ -850,8 +1098,14 @@ def report(store, out, steps=STEPS):
             for n, (seed, rows) in enumerate(sorted(curves_of(curves, runs, algo, env).items())):
                 it = [int(r["iteration"]) for r in rows]
                 for ax, key in zip(axes[i], ("mean_return", "max_ratio", "mean_kl")):
-                    ax.plot(it, [float(r[key]) if r[key] != "" else np.nan for r in rows], color=colors[algo],
-                            lw=0.8, alpha=0.7, label=algo if n == 0 else None)
+                    ax.plot(
+                        it,
+                        [float(r[key]) if r[key] != "" else np.nan for r in rows],
+                        color=colors[algo],
+                        lw=0.8,
+                        alpha=0.7,
+                        label=algo if n == 0 else None,
+                    )
                 if algo in ("PPO", "PPO-M"):
                     outside.append((algo, np.mean([float(r["max_ratio"]) > 1.2 for r in rows])))
                 if algo == "TRPO":
@@ -859,8 +1113,9 @@ def report(store, out, steps=STEPS):
         axes[i][1].axhline(1.2, color="k", ls=":", label="1 + epsilon")
         for algo in ("TRPO", "TRPO+"):
             axes[i][2].axhline(trpo_delta(env, algo), color=colors[algo], ls=":", label=f"{algo}'s delta")
-        for ax, title in zip(axes[i], ("mean episodic return", "max ratio new / old over the batch",
-                                       "mean KL(old || new) over the batch")):
+        for ax, title in zip(
+            axes[i], ("mean episodic return", "max ratio new / old over the batch", "mean KL(old || new) over the batch")
+        ):
             ax.set_title(f"{env}: {title}", fontsize=10)
             ax.set_xlabel("iteration")
         axes[i][1].set_yscale("log")  # PPO-NoClip's ratios reach far: a log axis, ticks at 1, 2, 5, 10, ... written plainly
@@ -871,11 +1126,15 @@ def report(store, out, steps=STEPS):
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=8)
         by_algo = {a: [f for b, f in outside if b == a] for a in ("PPO", "PPO-M")}
-        row.append("; ".join(f"{a}: {100 * np.mean(f):.0f}% of iterations above 1.2 ({len(f)} runs)"
-                             for a, f in by_algo.items() if f) or "not run yet")
+        row.append(
+            "; ".join(f"{a}: {100 * np.mean(f):.0f}% of iterations above 1.2 ({len(f)} runs)" for a, f in by_algo.items() if f)
+            or "not run yet"
+        )
         if trpo_kl:  # TRPO's bound, for contrast: its line search holds the mean KL at or under delta
-            row[-1] += (f"; TRPO's mean KL <= delta {trpo_delta(env)} in {100 * np.mean(np.array(trpo_kl) <= trpo_delta(env)):.0f}% "
-                        f"of iterations (median {np.median(trpo_kl):.3f})")
+            row[-1] += (
+                f"; TRPO's mean KL <= delta {trpo_delta(env)} in {100 * np.mean(np.array(trpo_kl) <= trpo_delta(env)):.0f}% "
+                f"of iterations (median {np.median(trpo_kl):.3f})"
+            )
     fig.tight_layout()
     fig.savefig(os.path.join(out, "figure2.png"), dpi=80)
     plt.close(fig)
@@ -883,7 +1142,7 @@ def report(store, out, steps=STEPS):
 
     # Figure 1: 1 - CDF of the final return, split by each switch
     groups, fig1_seeds = figure1_groups(runs)
-    complete = len(groups) == 2**len(SWITCHES)  # a split by one switch is confounded by the others until all are in
+    complete = len(groups) == 2 ** len(SWITCHES)  # a split by one switch is confounded by the others until all are in
     fig, axes = plt.subplots(1, len(SWITCHES), figsize=(4.5 * len(SWITCHES), 3.8), squeeze=False)
     shifts = []
     for ax, switch in zip(axes[0], SWITCHES):
@@ -899,13 +1158,16 @@ def report(store, out, steps=STEPS):
         if len(on) >= 3 and len(off) >= 3:
             p = stats.mannwhitneyu(on, off).pvalue
             verdict = (", shifted" if p < 0.05 else ", no shift shown") if complete else ""
-            shifts.append(f"{switch}: on {on.mean():.0f}, off {off.mean():.0f} (n {len(on)}/{len(off)}, "
-                          f"Mann-Whitney p {p:.2g}{verdict}")
+            shifts.append(
+                f"{switch}: on {on.mean():.0f}, off {off.mean():.0f} (n {len(on)}/{len(off)}, Mann-Whitney p {p:.2g}{verdict}"
+            )
             if complete:
                 d, p = paired_reading(groups, switch, stats)
-                shifts[-1] += (f"; paired with the others' setting and the seed, off - on {d.mean():+.0f}, n {len(d)}, "
-                               f"Wilcoxon p {p:.2g}, " + ("no shift shown" if p >= 0.05 else "off lower" if d.mean() < 0
-                                                          else "off higher"))
+                shifts[-1] += (
+                    f"; paired with the others' setting and the seed, off - on {d.mean():+.0f}, n {len(d)}, "
+                    f"Wilcoxon p {p:.2g}, "
+                    + ("no shift shown" if p >= 0.05 else "off lower" if d.mean() < 0 else "off higher")
+                )
             shifts[-1] += ")"
         else:
             shifts.append(f"{switch}: not run yet")
@@ -914,65 +1176,120 @@ def report(store, out, steps=STEPS):
     elif complete and fig1_seeds:  # the paper's second reading: the three were on in its best combination
         best_off, best = max(groups, key=lambda g: np.mean(g[1]))
         kept = [s for s in ("reward_scaling", "anneal_lr", "ortho_init") if s not in best_off]
-        shifts.append(f"the highest mean of the 16 at those seeds: {' '.join(s for s in SWITCHES if s in best_off) or 'none'} off, "
-                      f"{np.mean(best):.0f}, with {', '.join(kept) or 'none of the three'} on (the paper: all three "
-                      "on in its best)")
+        shifts.append(
+            f"the highest mean of the 16 at those seeds: {' '.join(s for s in SWITCHES if s in best_off) or 'none'} off, "
+            f"{np.mean(best):.0f}, with {', '.join(kept) or 'none of the three'} on (the paper: all three "
+            "on in its best)"
+        )
     fig.tight_layout()
     fig.savefig(os.path.join(out, "figure1.png"), dpi=80)
     plt.close(fig)
-    lines.append("| (d) reward scaling, annealing and init each shift the reward distribution | "
-                 + "; ".join(shifts) + " | (Figure 1 is on Walker2d-v4 alone) |")
-    lines.append("| (e) the code-level details move results more than the step method (ACLI > AAI) | " + " | ".join(
-        ("yes" if aai_acli[e][1] > aai_acli[e][0] else "no") + f": ACLI {aai_acli[e][1]:.0f}, AAI {aai_acli[e][0]:.0f}"
-        if e in aai_acli else "not run yet" for e in envs) + " |")
-    lines.append("| (f) PPO-M's mean KL trends up over training; PPO's peaks about halfway, then falls by a quarter or more (the paper's "
-                 "reading of Figure 2; a tenth: the median over runs and iterations) | "
-                 + " | ".join(kl_trends(curves, runs, e) for e in envs) + " |")
-    lines += ["", f"Figure 1 ({len(groups)} of 16 combinations stored, read at seeds "
-              f"{', '.join(map(str, fig1_seeds)) or 'none'}, the seeds all of them have; the study runs "
-              f"{FIGURE1_SEEDS.stop - 1}), "
-              "the paper's way: 1 - CDF of the final return, the runs split by each switch on or off.", "",
-              "![Figure 1](figure1.png)", "", "Each combination's stored runs (all their seeds), the highest mean "
-              "first:", "", "| switches off | final returns (seeds) | mean |", "|---|---|---|"]
-    lines += [f"| {' '.join(s for s in SWITCHES if s in off) or 'none (PPO)'} | "
-              f"{', '.join(f'{returns[k]:.0f} ({k})' for k in sorted(returns))} | {np.mean(list(returns.values())):.0f} |"
-              for off, returns in sorted(figure1_runs(runs), key=lambda g: -np.mean(list(g[1].values())))
-              if returns]
-    lines += ["", "### Reward scaling and value clipping", "",
-              "The clipped value loss, max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2), has no gradient "
-              "once a state's value has moved eps = 0.2 from the last iteration's towards its target: in one "
-              "iteration a state's own term pushes its value at most eps. With the rewards scaled (divided by the std of "
-              "the running discounted return) the critic fits returns in units of their own spread; unscaled, "
-              "Walker2d's reach 100 for staying upright alone (reward 1 a step, gamma 0.99). Figure 1's runs split by both switches "
-              "(at the seeds all combinations have):", ""]
+    lines.append(
+        "| (d) reward scaling, annealing and init each shift the reward distribution | "
+        + "; ".join(shifts)
+        + " | (Figure 1 is on Walker2d-v4 alone) |"
+    )
+    lines.append(
+        "| (e) the code-level details move results more than the step method (ACLI > AAI) | "
+        + " | ".join(
+            ("yes" if aai_acli[e][1] > aai_acli[e][0] else "no") + f": ACLI {aai_acli[e][1]:.0f}, AAI {aai_acli[e][0]:.0f}"
+            if e in aai_acli
+            else "not run yet"
+            for e in envs
+        )
+        + " |"
+    )
+    lines.append(
+        "| (f) PPO-M's mean KL trends up over training; PPO's peaks about halfway, then falls by a quarter or more "
+        "(the paper's reading of Figure 2; a tenth: the median over runs and iterations) | "
+        + " | ".join(kl_trends(curves, runs, e) for e in envs)
+        + " |"
+    )
+    lines += [
+        "",
+        f"Figure 1 ({len(groups)} of 16 combinations stored, read at seeds "
+        f"{', '.join(map(str, fig1_seeds)) or 'none'}, the seeds all of them have; the study runs "
+        f"{FIGURE1_SEEDS.stop - 1}), "
+        "the paper's way: 1 - CDF of the final return, the runs split by each switch on or off.",
+        "",
+        "![Figure 1](figure1.png)",
+        "",
+        "Each combination's stored runs (all their seeds), the highest mean first:",
+        "",
+        "| switches off | final returns (seeds) | mean |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {' '.join(s for s in SWITCHES if s in off) or 'none (PPO)'} | "
+        f"{', '.join(f'{returns[k]:.0f} ({k})' for k in sorted(returns))} | {np.mean(list(returns.values())):.0f} |"
+        for off, returns in sorted(figure1_runs(runs), key=lambda g: -np.mean(list(g[1].values())))
+        if returns
+    ]
+    lines += [
+        "",
+        "### Reward scaling and value clipping",
+        "",
+        "The clipped value loss, max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2), has no gradient "
+        "once a state's value has moved eps = 0.2 from the last iteration's towards its target: in one "
+        "iteration a state's own term pushes its value at most eps. With the rewards scaled (divided by the std of "
+        "the running discounted return) the critic fits returns in units of their own spread; unscaled, "
+        "Walker2d's reach 100 for staying upright alone (reward 1 a step, gamma 0.99). Figure 1's runs split by both switches "
+        "(at the seeds all combinations have):",
+        "",
+    ]
     lines += value_clipping_split(runs, curves, out, plt, stats)
-    lines += ["", "Figure 2: per iteration, one line per seed (stored every "
-              f"{CURVE_EVERY} iterations); the dotted lines: 1 + epsilon on the ratios, TRPO's and TRPO+'s delta on the KL.", "", "![Figure 2](figure2.png)", "",
-              "## What the paper's code does otherwise", ""] + [f"- {d}" for d in DIFFERENCES]
+    lines += [
+        "",
+        "Figure 2: per iteration, one line per seed (stored every "
+        f"{CURVE_EVERY} iterations); the dotted lines: 1 + epsilon on the ratios, TRPO's and TRPO+'s delta on the KL.",
+        "",
+        "![Figure 2](figure2.png)",
+        "",
+        "## What the paper's code does otherwise",
+        "",
+    ] + [f"- {d}" for d in DIFFERENCES]
     if others:  # stored under settings (or code: a suffix on their args_hash) no longer planned: shown apart
-        lines += ["", "## Other stored runs", "", "Runs of settings, or of code, the study no longer plans (not in the "
-                  "tables above; a cell named `<cell>, rewards / std` ran `--reward-scaling rewards` as r / std, before "
-                  "it became the paper's (r - mean) / std + mean; `<cell>, joint clip` clipped both networks' gradients "
-                  "as one norm, before `--grad-clip-scope actor`), beside "
-                  "the cell's runs now at the same seeds (the cell: the name before the comma), and now - then, "
-                  "paired by seed (with its bootstrapped 95% interval from 3 seeds on):", "",
-                  "| cell | env | flags | seeds | final returns | mean | now, same seeds | now - then |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Other stored runs",
+            "",
+            "Runs of settings, or of code, the study no longer plans (not in the "
+            "tables above; a cell named `<cell>, rewards / std` ran `--reward-scaling rewards` as r / std, before "
+            "it became the paper's (r - mean) / std + mean; `<cell>, joint clip` clipped both networks' gradients "
+            "as one norm, before `--grad-clip-scope actor`), beside "
+            "the cell's runs now at the same seeds (the cell: the name before the comma), and now - then, "
+            "paired by seed (with its bootstrapped 95% interval from 3 seeds on):",
+            "",
+            "| cell | env | flags | seeds | final returns | mean | now, same seeds | now - then |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for key in sorted({(r["cell"], r["env_id"], r["flags"]) for r in others}):
             x = [r for r in others if (r["cell"], r["env_id"], r["flags"]) == key]
             returns = [float(r["final_return"]) for r in x]
-            now = {r["seed"]: float(r["final_return"]) for r in runs if r["cell"] == key[0].split(",")[0]
-                   and r["env_id"] == key[1]}
+            now = {
+                r["seed"]: float(r["final_return"])
+                for r in runs
+                if r["cell"] == key[0].split(",")[0] and r["env_id"] == key[1]
+            }
             d = np.array([now[r["seed"]] - float(r["final_return"]) for r in x if r["seed"] in now])
-            paired = ("—", "—") if not len(d) else (
-                f"{np.mean([now[r['seed']] for r in x if r['seed'] in now]):.0f}, {len(d)}",
-                f"{d.mean():+.0f}" + (" [{:+.0f}, {:+.0f}]".format(*bootstrap(d, rng_for(*key))[1:]) if len(d) >= 3 else ""))
-            lines.append(f"| {key[0]} | {key[1]} | `{key[2]}` | {' '.join(r['seed'] for r in x)} | "
-                         f"{', '.join(f'{v:.0f}' for v in returns)} | {np.mean(returns):.0f} | {' | '.join(paired)} |")
+            paired = (
+                ("—", "—")
+                if not len(d)
+                else (
+                    f"{np.mean([now[r['seed']] for r in x if r['seed'] in now]):.0f}, {len(d)}",
+                    f"{d.mean():+.0f}"
+                    + (" [{:+.0f}, {:+.0f}]".format(*bootstrap(d, rng_for(*key))[1:]) if len(d) >= 3 else ""),
+                )
+            )
+            lines.append(
+                f"| {key[0]} | {key[1]} | `{key[2]}` | {' '.join(r['seed'] for r in x)} | "
+                f"{', '.join(f'{v:.0f}' for v in returns)} | {np.mean(returns):.0f} | {' | '.join(paired)} |"
+            )
     lines += ["", "## Settings of each cell (ppo_continuous_action.py's flags)", "", f"Every run: `{PROTOCOL}`.", ""]
     lines += [f"- {algo} on {env} ({script_of(algo)}): `{flags}`" for (algo, env), flags in SETTINGS.items()]
-    lines += [f"- Figure 1: PPO's Walker2d flags with {', '.join(f'`{f}`' for f in SWITCHES.values())} for a switch "
-              "turned off."]
+    lines += [
+        f"- Figure 1: PPO's Walker2d flags with {', '.join(f'`{f}`' for f in SWITCHES.values())} for a switch turned off."
+    ]
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print(f"implementation_matters.py: report in {os.path.join(out, 'report.md')}")

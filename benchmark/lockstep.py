@@ -29,9 +29,10 @@ two swapped is identical to CleanRL's at the first iteration).
 MuJoCo 4 changed the physics of Humanoid, HumanoidStandup, Ant (free joints: from the first reset) and Hopper (from its
 first contacts; tests/test_mujoco_physics.py), so on them a run on MuJoCo 4 and one on an earlier MuJoCo part early: the
 output names each side's MuJoCo (ours as our run logged it, CleanRL's from --cleanrl-mujoco, which its runs do not log),
-and such a pair is refused with exit status 2. CleanRL's runs and published v4 numbers are MuJoCo 2.3.3's: run ours on it from the mujoco-ref target
-(bash scripts/install.sh mujoco-ref; .venv-mujoco-ref/bin/python benchmark/lockstep.py ...). Humanoid-v4, seed 3, both
-on 2.3.3: identical through iteration 1 of 5 (2e-6), the first 188 games equal (benchmark/results/, the Walker2d report).
+and such a pair is refused with exit status 2. CleanRL's runs and published v4 numbers are MuJoCo 2.3.3's: run ours on
+it from the mujoco-ref target (bash scripts/install.sh mujoco-ref; .venv-mujoco-ref/bin/python benchmark/lockstep.py
+...). Humanoid-v4, seed 3, both on 2.3.3: identical through iteration 1 of 5 (2e-6), the first 188 games equal
+(benchmark/results/, the Walker2d report).
 """
 
 import argparse
@@ -50,14 +51,25 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import ConfigError, read_run  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TAGS = ["losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl", "losses/approx_kl",
-        "losses/clipfrac", "losses/explained_variance", "charts/learning_rate"]
+TAGS = [
+    "losses/value_loss",
+    "losses/policy_loss",
+    "losses/entropy",
+    "losses/old_approx_kl",
+    "losses/approx_kl",
+    "losses/clipfrac",
+    "losses/explained_variance",
+    "charts/learning_rate",
+]
 # (what ours has, CleanRL's choice in its place): detail 4's schedule, and a stop
 PATCHES = [
     ("frac = 1 - (iteration - 1) / max(args.num_iterations - 1, 1)", "frac = 1 - (iteration - 1) / args.num_iterations"),
-    ("""    for iteration in range(start_iteration, args.num_iterations + 1):
-""", """    for iteration in range(start_iteration, min(args.num_iterations, LOCKSTEP_ITERATIONS) + 1):
-"""),
+    (
+        """    for iteration in range(start_iteration, args.num_iterations + 1):
+""",
+        """    for iteration in range(start_iteration, min(args.num_iterations, LOCKSTEP_ITERATIONS) + 1):
+""",
+    ),
 ]
 # and the update's shuffle: ours draws torch.randperm(n) once an epoch (of the samples, or of the envs in
 # ppo_atari_lstm.py); CleanRL makes one np.arange(n) before the epochs and np.random.shuffle's it in place each epoch
@@ -66,8 +78,19 @@ RANDPERM = re.compile(r"torch\.randperm\(([^,]+), device=([^)]+)\)")
 
 # the Args both log that place or track a run and do not change what it computes: left out of the check that the two
 # runs were made with the same flags (and mujoco, our row after the Args: the MuJoCo check below judges it)
-NOT_COMPARED = {"exp_name", "cuda", "torch_deterministic", "track", "wandb_project_name", "wandb_entity", "capture_video",
-                "save_model", "upload_model", "hf_entity", "mujoco"}
+NOT_COMPARED = {
+    "exp_name",
+    "cuda",
+    "torch_deterministic",
+    "track",
+    "wandb_project_name",
+    "wandb_entity",
+    "capture_video",
+    "save_model",
+    "upload_model",
+    "hf_entity",
+    "mujoco",
+}
 # the envs whose physics MuJoCo 4 changed (issue 38; 1,000 random steps from reset(seed=3)): those with a free joint from
 # the first reset (Humanoid-v4's observation differs under 4.0.0 from 2.3.3 and 3.1.6, which agree to 4e-10), Hopper from
 # its first contacts (step 8). Walker2d agrees to 1e-12 under all three; HalfCheetah's rounding differences (1e-14)
@@ -83,30 +106,40 @@ def mujoco_check(env_id, ours, theirs):
     if env_id.split("-v")[0] not in CHANGED_IN_MUJOCO_4 or ours is None:
         return None
     if theirs is None:
-        return (f"MuJoCo 4 changed the physics of {env_id}: give --cleanrl-mujoco, the MuJoCo CleanRL's run ran on "
-                "($CLEANRL_PY -c 'import mujoco; print(mujoco.__version__)')")
+        return (
+            f"MuJoCo 4 changed the physics of {env_id}: give --cleanrl-mujoco, the MuJoCo CleanRL's run ran on "
+            "($CLEANRL_PY -c 'import mujoco; print(mujoco.__version__)')"
+        )
     if (int(ours.split(".")[0]) >= 4) != (int(theirs.split(".")[0]) >= 4):
-        return (f"ours runs MuJoCo {ours}, CleanRL's run ran on {theirs}: MuJoCo 4 changed the physics of {env_id}, so the "
-                "two would part by the physics, not the algorithm; run ours on the run's MuJoCo (2.3.3: bash "
-                "scripts/install.sh mujoco-ref, then .venv-mujoco-ref/bin/python benchmark/lockstep.py ...)")
+        return (
+            f"ours runs MuJoCo {ours}, CleanRL's run ran on {theirs}: MuJoCo 4 changed the physics of {env_id}, so the "
+            "two would part by the physics, not the algorithm; run ours on the run's MuJoCo (2.3.3: bash "
+            "scripts/install.sh mujoco-ref, then .venv-mujoco-ref/bin/python benchmark/lockstep.py ...)"
+        )
     return None
 
 
 # and in a discrete script, where it samples: CleanRL's Categorical(logits).sample() in place of the inverse CDF
-SAMPLING = ("action = (logp.exp().cumsum(-1) < torch.rand_like(logp[..., :1])).sum(-1).clamp(max=logp.shape[-1] - 1)",
-            "action = torch.distributions.Categorical(logits=logp).sample()  # lockstep: CleanRL's draw")
+SAMPLING = (
+    "action = (logp.exp().cumsum(-1) < torch.rand_like(logp[..., :1])).sum(-1).clamp(max=logp.shape[-1] - 1)",
+    "action = torch.distributions.Categorical(logits=logp).sample()  # lockstep: CleanRL's draw",
+)
 
 
 def patched(text, iterations):
     """Our script's text with CleanRL's shuffle and schedule (and its draw, in a discrete script), stopping after
     `iterations` iterations."""
     draws = RANDPERM.findall(text)
-    counts = [(ours, text.count(ours)) for ours, _ in PATCHES] + [(EPOCHS, text.count(EPOCHS)),
-                                                                 ("torch.randperm(n, device=...)", len(draws))]
+    counts = [(ours, text.count(ours)) for ours, _ in PATCHES] + [
+        (EPOCHS, text.count(EPOCHS)),
+        ("torch.randperm(n, device=...)", len(draws)),
+    ]
     for line, count in counts:
         if count != 1:
-            raise ConfigError(f"the script has {count} copies of the line {line.strip().splitlines()[-1]!r}, "
-                              "not one; lockstep patches that line (update PATCHES to the script's new text)")
+            raise ConfigError(
+                f"the script has {count} copies of the line {line.strip().splitlines()[-1]!r}, "
+                "not one; lockstep patches that line (update PATCHES to the script's new text)"
+            )
     for ours, theirs in PATCHES:
         text = text.replace(ours, theirs)
     ((n, device),) = draws
@@ -115,7 +148,9 @@ def patched(text, iterations):
     if text.count(SAMPLING[0]) > 1:
         raise ConfigError(f"the script samples by inverse CDF in {text.count(SAMPLING[0])} places, not one")
     text = text.replace(*SAMPLING)  # the discrete scripts: CleanRL's draw (one multinomial per row)
-    return text.replace("\nSCRIPT = ", f"""
+    return text.replace(
+        "\nSCRIPT = ",
+        f"""
 LOCKSTEP_ITERATIONS = {iterations}
 
 
@@ -124,7 +159,9 @@ def cleanrl_shuffle(order):  # lockstep: CleanRL's draw of an epoch's order, np.
     return order.copy()
 
 
-SCRIPT = """, 1)
+SCRIPT = """,
+        1,
+    )
 
 
 def parsed_flags(script, flags):
@@ -166,28 +203,42 @@ def side_by_side(ours_dir, ref_dir, iterations, tolerance):
     a, b = read_run(ours_dir), read_run(ref_dir)
     n = min(len(a["returns"]), len(b["returns"]))
     off = np.flatnonzero(np.abs(np.array(a["returns"][:n]) - np.array(b["returns"][:n])) > 1e-3)
-    games = (f"games: the first {off[0]} of {n} returns agree to 1e-3 (game {off[0] + 1} ends at step "
-             f"{a['steps'][off[0]]} in ours, {b['steps'][off[0]]} in CleanRL)" if off.size else
-             f"games: all {n} returns agree to 1e-3")
-    lines = ["iteration                  " + "  ".join(f"{i + 1:>17d}" for i in range(iterations)),
-             *rows, "largest relative difference " + "  ".join(f"{w:.1e}" for w in worst), games,
-             f"identical (relative difference <= {tolerance:g}) through iteration {same} of {iterations}"]
+    games = (
+        f"games: the first {off[0]} of {n} returns agree to 1e-3 (game {off[0] + 1} ends at step "
+        f"{a['steps'][off[0]]} in ours, {b['steps'][off[0]]} in CleanRL)"
+        if off.size
+        else f"games: all {n} returns agree to 1e-3"
+    )
+    lines = [
+        "iteration                  " + "  ".join(f"{i + 1:>17d}" for i in range(iterations)),
+        *rows,
+        "largest relative difference " + "  ".join(f"{w:.1e}" for w in worst),
+        games,
+        f"identical (relative difference <= {tolerance:g}) through iteration {same} of {iterations}",
+    ]
     return lines, same
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    ours_flags = argv[argv.index("--") + 1:] if "--" in argv else []
+    ours_flags = argv[argv.index("--") + 1 :] if "--" in argv else []
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cleanrl-run", required=True, help="CleanRL's TensorBoard run dir, made with the same flags")
-    p.add_argument("--script", default="ppo_continuous_action.py",
-                   help="our script: a path, or the name of one at the top of this repository")
+    p.add_argument(
+        "--script",
+        default="ppo_continuous_action.py",
+        help="our script: a path, or the name of one at the top of this repository",
+    )
     p.add_argument("--iterations", type=int, default=5, help="iterations to run and compare")
     p.add_argument("--tolerance", type=float, default=1e-4, help="largest relative difference counted as identical")
     p.add_argument("--work-dir", default=None, help="where the patched copy runs (default: a temporary folder)")
-    p.add_argument("--cleanrl-mujoco", default=None, help="the MuJoCo CleanRL's run ran on (its scripts do not log it); "
-                   "needed for the envs whose physics MuJoCo 4 changed (Humanoid, HumanoidStandup, Ant, Hopper)")
-    args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    p.add_argument(
+        "--cleanrl-mujoco",
+        default=None,
+        help="the MuJoCo CleanRL's run ran on (its scripts do not log it); "
+        "needed for the envs whose physics MuJoCo 4 changed (Humanoid, HumanoidStandup, Ant, Hopper)",
+    )
+    args = p.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     try:
         if args.iterations < 1:
             raise ConfigError(f"--iterations must be 1 or more, got {args.iterations}")
@@ -213,11 +264,15 @@ def main(argv=None):
         with open(copy, "w") as f:
             f.write(text)
         ours = parsed_flags(copy, ["--no-cuda", *ours_flags])
-        differ = [f"{k} {ours[k]} (CleanRL's run {theirs[k]})"
-                  for k in sorted(set(ours) & set(theirs) - NOT_COMPARED - DERIVED) if ours[k] != theirs[k]]
+        differ = [
+            f"{k} {ours[k]} (CleanRL's run {theirs[k]})"
+            for k in sorted(set(ours) & set(theirs) - NOT_COMPARED - DERIVED)
+            if ours[k] != theirs[k]
+        ]
         if differ:
-            raise ConfigError(f"the flags after -- give {', '.join(differ)}: not the CleanRL run's flags; give its flags "
-                              "after --")
+            raise ConfigError(
+                f"the flags after -- give {', '.join(differ)}: not the CleanRL run's flags; give its flags after --"
+            )
         before = set(os.listdir(os.path.join(work, "runs"))) if os.path.isdir(os.path.join(work, "runs")) else set()
         path = [os.path.dirname(os.path.abspath(script)), *filter(None, [os.environ.get("PYTHONPATH")])]
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(path))
@@ -227,8 +282,7 @@ def main(argv=None):
             raise ConfigError(f"our patched script failed (its error above); it ran as {copy}")
         new = sorted(set(os.listdir(os.path.join(work, "runs"))) - before)
         ours = read_run(os.path.join(work, "runs", new[-1]))["hparams"]
-        lines, same = side_by_side(os.path.join(work, "runs", new[-1]), args.cleanrl_run, args.iterations,
-                                   args.tolerance)
+        lines, same = side_by_side(os.path.join(work, "runs", new[-1]), args.cleanrl_run, args.iterations, args.tolerance)
     except ConfigError as e:
         print(f"lockstep.py: {e}", file=sys.stderr)
         return 2

@@ -24,8 +24,8 @@ import ast
 import importlib.machinery
 import json
 import os
-import sys
 import subprocess
+import sys
 import time
 import types
 from importlib.metadata import version
@@ -81,26 +81,34 @@ def config_params(src, config):
         with open(os.path.join(src, "src", "MuJoCo.json")) as f:
             params = json.load(f)
     except (OSError, ValueError) as e:
-        raise ConfigError(f"src/MuJoCo.json under --src {src} cannot be read ({getattr(e, 'strerror', None) or e}); "
-                          f"{WHOLE}") from None
+        raise ConfigError(
+            f"src/MuJoCo.json under --src {src} cannot be read ({getattr(e, 'strerror', None) or e}); {WHOLE}"
+        ) from None
     if not os.path.isfile(os.path.join(src, "configs", f"{config}.py")):
         raise ConfigError(f"no configs/{config}.py under --src {src}")
     with open(os.path.join(src, "configs", f"{config}.py")) as f:
         tree = ast.parse(f.read())
-    found = [node.value for node in tree.body if isinstance(node, ast.Assign) and
-             any(getattr(t, "id", None) == "PARAMS" for t in node.targets)]
+    found = [
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "PARAMS" for t in node.targets)
+    ]
     if not found or not isinstance(found[0], ast.Dict):
         raise ConfigError(f"configs/{config}.py has no PARAMS = {{...}}; is --src the released repo?")
     values = [v.left if isinstance(v, ast.BinOp) else v for v in found[0].values]  # [6e-5] * 40: 40 agents alike
     try:
         entries = {ast.literal_eval(k): ast.literal_eval(v) for k, v in zip(found[0].keys, values)}
     except ValueError:  # a name or a call: what only running the config would give
-        raise ConfigError(f"configs/{config}.py's PARAMS is not written in literals; give a config whose every entry "
-                          "is a list of values, as the released ones") from None
+        raise ConfigError(
+            f"configs/{config}.py's PARAMS is not written in literals; give a config whose every entry "
+            "is a list of values, as the released ones"
+        ) from None
     odd = next((k for k, v in entries.items() if not isinstance(v, list) or not v), None)
     if odd is not None:
-        raise ConfigError(f"configs/{config}.py's PARAMS[{odd!r}] is not a list of values; give a config whose every "
-                          "entry is one, as the released ones")
+        raise ConfigError(
+            f"configs/{config}.py's PARAMS[{odd!r}] is not a list of values; give a config whose every "
+            "entry is one, as the released ones"
+        )
     return {**params, **{k: v[0] for k, v in entries.items()}}
 
 
@@ -114,9 +122,16 @@ def stand_ins(seed, episodes):
     sklearn_metrics = types.ModuleType("sklearn.metrics")
     sklearn_metrics.pairwise = types.SimpleNamespace(cosine_similarity=None)
     sklearn_metrics.pairwise_distances = None
-    modules = {"gym": gym, "gym.spaces": gym.spaces, "gym.spaces.discrete": gym.spaces.discrete,
-               "gym.spaces.box": gym.spaces.box, "dill": types.ModuleType("dill"), "sklearn": types.ModuleType("sklearn"),
-               "sklearn.metrics": sklearn_metrics, "sklearn.metrics.pairwise": sklearn_metrics.pairwise}
+    modules = {
+        "gym": gym,
+        "gym.spaces": gym.spaces,
+        "gym.spaces.discrete": gym.spaces.discrete,
+        "gym.spaces.box": gym.spaces.box,
+        "dill": types.ModuleType("dill"),
+        "sklearn": types.ModuleType("sklearn"),
+        "sklearn.metrics": sklearn_metrics,
+        "sklearn.metrics.pairwise": sklearn_metrics.pairwise,
+    }
     for name, module in modules.items():  # a spec each: torch's compiler looks up the specs of the modules it knows
         module.__spec__ = importlib.machinery.ModuleSpec(name, None)
     sys.modules.update(modules)
@@ -130,8 +145,10 @@ def prepare(args, episodes):
     if args.train_steps < 0:
         raise ConfigError(f"--train-steps must be 0 (the config's) or more, got {args.train_steps}")
     if not os.path.isfile(os.path.join(args.src, "src", "policy_gradients", "agent.py")):
-        raise ConfigError(f"no src/policy_gradients/agent.py under --src {args.src}; clone "
-                          "https://github.com/MadryLab/implementation-matters there")
+        raise ConfigError(
+            f"no src/policy_gradients/agent.py under --src {args.src}; clone "
+            "https://github.com/MadryLab/implementation-matters there"
+        )
     params = config_params(args.src, args.config)
     params.update(advanced_logging=False, cpu=True, train_steps=args.train_steps or params["train_steps"])
     stand_ins(args.seed, episodes)
@@ -162,18 +179,36 @@ def main(argv=None):
     rewards, start = [], time.time()
     for i in range(params["train_steps"]):
         rewards.append(float(trainer.train_step()))
-        print(f"paper_code.py: {args.config} seed {args.seed} iteration {i + 1}/{params['train_steps']} "
-              f"mean reward {rewards[-1]:.1f}", file=sys.stderr)
+        print(
+            f"paper_code.py: {args.config} seed {args.seed} iteration {i + 1}/{params['train_steps']} "
+            f"mean reward {rewards[-1]:.1f}",
+            file=sys.stderr,
+        )
     os.makedirs(args.out, exist_ok=True)
     out = os.path.join(args.out, f"{args.config}__{args.seed}.json")
     with open(out, "w") as f:
-        json.dump({"config": args.config, "seed": args.seed, "game": params["game"].replace("-v2", "-v4"),
-                   "params": params, "iteration_rewards": rewards, "episode_returns": episodes,
-                   "final_return": float(np.mean(episodes[-100:])), "final_5": float(np.mean(rewards[-5:])),
-                   "wall_time_s": time.time() - start, "mujoco": version("mujoco"), "src_commit": subprocess.run(
-                       ["git", "-C", args.src, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()}, f)
-    print(f"paper_code.py: {out}: final return {np.mean(episodes[-100:]):.1f} (last 100 episodes), "
-          f"{np.mean(rewards[-5:]):.1f} (last 5 iterations)")
+        json.dump(
+            {
+                "config": args.config,
+                "seed": args.seed,
+                "game": params["game"].replace("-v2", "-v4"),
+                "params": params,
+                "iteration_rewards": rewards,
+                "episode_returns": episodes,
+                "final_return": float(np.mean(episodes[-100:])),
+                "final_5": float(np.mean(rewards[-5:])),
+                "wall_time_s": time.time() - start,
+                "mujoco": version("mujoco"),
+                "src_commit": subprocess.run(
+                    ["git", "-C", args.src, "rev-parse", "HEAD"], capture_output=True, text=True
+                ).stdout.strip(),
+            },
+            f,
+        )
+    print(
+        f"paper_code.py: {out}: final return {np.mean(episodes[-100:]):.1f} (last 100 episodes), "
+        f"{np.mean(rewards[-5:]):.1f} (last 5 iterations)"
+    )
     return 0
 
 

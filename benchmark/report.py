@@ -33,8 +33,16 @@ from collections import defaultdict
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import (FINAL_WINDOW, RETURN_TAG, ConfigError, final_return, machine_info, make_out_dir, mujoco_line,  # noqa: E402
-                 read_run)
+from run import (
+    FINAL_WINDOW,
+    RETURN_TAG,
+    ConfigError,
+    final_return,
+    machine_info,
+    make_out_dir,
+    mujoco_line,  # noqa: E402
+    read_run,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REFERENCE_CSV = os.path.join(HERE, "reference_results.csv")
@@ -84,15 +92,24 @@ def pick_reference(rows, script, env_id, budget):
     """The published row for (script, env). In order of preference: the same env id (over the same game
     named by a paper), the metric we compute, the same steps budget, CleanRL's own implementation (the
     notes say impl=CleanRL), a published std, the earliest in the file. None when nothing is published."""
-    cands = [(i, r) for i, r in enumerate(rows) if r["script"] == script and _num(r["mean"]) is not None
-             and (r["env_id"] == env_id or r["env_id"] == game(env_id))]
+    cands = [
+        (i, r)
+        for i, r in enumerate(rows)
+        if r["script"] == script and _num(r["mean"]) is not None and (r["env_id"] == env_id or r["env_id"] == game(env_id))
+    ]
     if not cands:
         return None
 
     def rank(i_row):
         i, r = i_row
-        return (r["env_id"] != env_id, r["metric"] != COMPARABLE_METRIC, _num(r["total_timesteps"]) != budget,
-                not r["notes"].startswith("impl=CleanRL"), _num(r["std"]) is None, i)
+        return (
+            r["env_id"] != env_id,
+            r["metric"] != COMPARABLE_METRIC,
+            _num(r["total_timesteps"]) != budget,
+            not r["notes"].startswith("impl=CleanRL"),
+            _num(r["std"]) is None,
+            i,
+        )
 
     return min(cands, key=rank)[1]
 
@@ -134,8 +151,10 @@ def load_summaries(runs_dir):
             except (OSError, ValueError):
                 s = None
             if not (isinstance(s, dict) and all(k in s for k in ("script", "args", "machine", "ok"))):
-                raise ConfigError(f"{path} is not a readable runner summary; delete it (benchmark/run.py then "
-                                  "runs that run again) or move it out of the way")
+                raise ConfigError(
+                    f"{path} is not a readable runner summary; delete it (benchmark/run.py then "
+                    "runs that run again) or move it out of the way"
+                )
             if s.get("tb_dir"):
                 out[os.path.normpath(s["tb_dir"])] = s
     return out
@@ -155,7 +174,7 @@ def run_hours(run_dir):
 
 
 def hours_str(record):
-    """"5.2" or, for a run of benchmark/run.py, "5.2 (2 threads)": a run's hours depend on the cores it was given."""
+    """ "5.2" or, for a run of benchmark/run.py, "5.2 (2 threads)": a run's hours depend on the cores it was given."""
     threads = record["threads"]
     return f"{record['hours']:.1f}" + (f" ({threads} thread{'s' * (threads != 1)})" if threads else "")
 
@@ -204,15 +223,28 @@ def collect(runs_dir, tag=RETURN_TAG):
             continue
         # the runner names experiments "<script stem>-<args hash>"; a script run by hand uses its stem
         script = summary["script"] if summary else exp_name.split("-")[0] + ".py"
-        rec = {"script": script, "env_id": env_id, "exp_name": exp_name, "seed": seed, "budget": budget,
-               "last_step": data["last_step"], "episodes": len(data["returns"]),
-               "final_return": final_return(data["returns"]), "steps": data["steps"], "returns": data["returns"],
-               "hours": round(run_hours(d), 2), "threads": summary.get("threads") if summary else None,
-               "run_dir": d, "git_commit": summary.get("git_commit") if summary else None,
-               "extra_args": " ".join(summary["args"]) if summary else "", "from_runner": summary is not None,
-               "machine": machine_str(summary["machine"]) if summary else None, "mujoco": hp.get("mujoco"),
-               # the run name ends in the start time of the run
-               "started": int(parts[-1]) if parts[-1].isdigit() else os.path.getmtime(d)}
+        rec = {
+            "script": script,
+            "env_id": env_id,
+            "exp_name": exp_name,
+            "seed": seed,
+            "budget": budget,
+            "last_step": data["last_step"],
+            "episodes": len(data["returns"]),
+            "final_return": final_return(data["returns"]),
+            "steps": data["steps"],
+            "returns": data["returns"],
+            "hours": round(run_hours(d), 2),
+            "threads": summary.get("threads") if summary else None,
+            "run_dir": d,
+            "git_commit": summary.get("git_commit") if summary else None,
+            "extra_args": " ".join(summary["args"]) if summary else "",
+            "from_runner": summary is not None,
+            "machine": machine_str(summary["machine"]) if summary else None,
+            "mujoco": hp.get("mujoco"),
+            # the run name ends in the start time of the run
+            "started": int(parts[-1]) if parts[-1].isdigit() else os.path.getmtime(d),
+        }
         key = (exp_name, env_id, seed)
         old = best.get(key)
         if old is None or (rec["from_runner"], rec["started"]) > (old["from_runner"], old["started"]):
@@ -249,7 +281,7 @@ def steps_str(n):
 
 
 def source_number(row, sources):
-    """"[n]": the row's source among the report's numbered sources (added when new)."""
+    """ "[n]": the row's source among the report's numbered sources (added when new)."""
     text = f"{row['source']}; {row['notes']}"
     if text not in sources:
         sources.append(text)
@@ -257,8 +289,11 @@ def source_number(row, sources):
 
 
 def build_table(groups, rows, compare_as):
-    lines = ["| script | env | steps | seeds | ours (mean ± std) | per seed | published (mean ± std) "
-             "| published steps | verdict | ref |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| script | env | steps | seeds | ours (mean ± std) | per seed | published (mean ± std) "
+        "| published steps | verdict | ref |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     sources, results = [], []
     for (script, env_id, exp_name), recs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
         finals = [r["final_return"] for r in recs]
@@ -271,25 +306,50 @@ def build_table(groups, rows, compare_as):
         ref_n = source_number(ref, sources) if ref is not None else ""
         # the other published final returns of this script, env and budget (Breakout 10M: openai/baselines' too)
         same = ref is not None and len(budgets) == 1 and _num(ref["total_timesteps"]) == budget
-        also = [(r, verdict(mean, budget, r)) for r in rows if same and r is not ref
-                and (r["script"], r["env_id"], r["metric"]) == (ref["script"], ref["env_id"], COMPARABLE_METRIC)
-                and _num(r["total_timesteps"]) == budget and _num(r["mean"]) is not None]
+        also = [
+            (r, verdict(mean, budget, r))
+            for r in rows
+            if same
+            and r is not ref
+            and (r["script"], r["env_id"], r["metric"]) == (ref["script"], ref["env_id"], COMPARABLE_METRIC)
+            and _num(r["total_timesteps"]) == budget
+            and _num(r["mean"]) is not None
+        ]
         other_args = recs[0]["extra_args"].replace(f"--total-timesteps {budget}", "").strip()  # in its own column
         label = script + (f" `{other_args}`" if other_args else "")
         pub = "—"
         if ref is not None:
             pub = fmt(_num(ref["mean"]), _num(ref["std"])) + (f" ({ref_script})" if ref_script != script else "")
-        lines.append(f"| {label} | {env_id} | {steps_str(budget)} | {len(recs)} | {fmt(mean, std)} | "
-                     f"{', '.join(f'{x:.1f}' for x in finals)} | {pub} | "
-                     f"{steps_str(_num(ref['total_timesteps'])) if ref else '—'} | {v} | {ref_n} |")
-        results.append({"script": script, "env_id": env_id, "exp_name": exp_name, "budget": budget, "mean": mean,
-                        "std": std, "ref": ref, "ref_script": ref_script, "verdict": v, "records": recs, "also": also,
-                        "label": label})
+        lines.append(
+            f"| {label} | {env_id} | {steps_str(budget)} | {len(recs)} | {fmt(mean, std)} | "
+            f"{', '.join(f'{x:.1f}' for x in finals)} | {pub} | "
+            f"{steps_str(_num(ref['total_timesteps'])) if ref else '—'} | {v} | {ref_n} |"
+        )
+        results.append(
+            {
+                "script": script,
+                "env_id": env_id,
+                "exp_name": exp_name,
+                "budget": budget,
+                "mean": mean,
+                "std": std,
+                "ref": ref,
+                "ref_script": ref_script,
+                "verdict": v,
+                "records": recs,
+                "also": also,
+                "label": label,
+            }
+        )
     also = []  # numbered after the table's own sources
     for res in filter(lambda res: res["also"], results):
         borrowed = f" ({res['ref_script']})" if res["ref_script"] != res["script"] else ""
-        also.append(f"- {res['label']} {res['env_id']} {steps_str(res['budget'])}: " + ", ".join(
-            f"{fmt(_num(r['mean']), _num(r['std']))}{borrowed} {source_number(r, sources)} ({v})" for r, v in res["also"]))
+        also.append(
+            f"- {res['label']} {res['env_id']} {steps_str(res['budget'])}: "
+            + ", ".join(
+                f"{fmt(_num(r['mean']), _num(r['std']))}{borrowed} {source_number(r, sources)} ({v})" for r, v in res["also"]
+            )
+        )
     if also:
         lines += ["", "Also published for the same script, env and budget (ours against each):", "", *also]
     return lines, sources, results
@@ -307,8 +367,9 @@ def curves(res, tag, windows=10):
     for w in range(windows):
         col = means[:, w][~np.isnan(means[:, w])]
         stats = (col.mean(), col.min(), col.max()) if len(col) else None
-        rows.append(curve_row(tag, w + 1, edges[w], edges[w + 1], "ours", [r["run_dir"] for r in recs], len(col),
-                              stats, col, v))
+        rows.append(
+            curve_row(tag, w + 1, edges[w], edges[w + 1], "ours", [r["run_dir"] for r in recs], len(col), stats, col, v)
+        )
     return rows
 
 
@@ -343,7 +404,9 @@ def plot_env(env_id, results, path):
             m, s = _num(ref["mean"]), _num(ref["std"]) or 0.0
             ax.axhspan(m - s, m + s, color=color, alpha=0.15)
             budget = steps_str(_num(ref["total_timesteps"]))
-            ax.axhline(m, color=color, ls="--", lw=1, label=f"published {res['ref_script']}: {m:.1f} ± {s:.1f} at {budget} steps")
+            ax.axhline(
+                m, color=color, ls="--", lw=1, label=f"published {res['ref_script']}: {m:.1f} ± {s:.1f} at {budget} steps"
+            )
     ax.set_title(f"{env_id}: episodic return, mean of the last {FINAL_WINDOW} episodes")
     ax.set_xlabel("environment steps")
     ax.set_ylabel("episodic return")
@@ -355,8 +418,23 @@ def plot_env(env_id, results, path):
 
 
 def write_csv(records, path):
-    cols = ["script", "env_id", "exp_name", "extra_args", "seed", "budget", "last_step", "episodes",
-            "final_return", "hours", "threads", "git_commit", "machine", "mujoco", "run_dir"]
+    cols = [
+        "script",
+        "env_id",
+        "exp_name",
+        "extra_args",
+        "seed",
+        "budget",
+        "last_step",
+        "episodes",
+        "final_return",
+        "hours",
+        "threads",
+        "git_commit",
+        "machine",
+        "mujoco",
+        "run_dir",
+    ]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
@@ -377,16 +455,28 @@ def make_report(argv):
     p.add_argument("runs_dir", help="the runs/ directory the scripts (or benchmark/run.py) logged into")
     p.add_argument("--out", default=None, help="output dir (default: report-<date> in the current directory)")
     p.add_argument("--tag", default=RETURN_TAG, help="the scalar that holds the episodic returns")
-    p.add_argument("--compare-as", nargs="*", default=[], metavar="SCRIPT=REF_SCRIPT",
-                   help="compare SCRIPT with REF_SCRIPT's published rows (for variants with none of their own)")
-    p.add_argument("--reference", default=REFERENCE_CSV, help="the published results (default: benchmark/reference_results.csv)")
+    p.add_argument(
+        "--compare-as",
+        nargs="*",
+        default=[],
+        metavar="SCRIPT=REF_SCRIPT",
+        help="compare SCRIPT with REF_SCRIPT's published rows (for variants with none of their own)",
+    )
+    p.add_argument(
+        "--reference", default=REFERENCE_CSV, help="the published results (default: benchmark/reference_results.csv)"
+    )
     p.add_argument("--scripts", nargs="*", default=[], help="only these scripts (default: all)")
     p.add_argument("--steps", nargs="*", type=int, default=[], help="only runs with these --total-timesteps (default: all)")
-    p.add_argument("--exp-names", nargs="*", default=[],
-                   help="only runs of these experiments (run.py's <script stem>-<args hash>; default: all)")
+    p.add_argument(
+        "--exp-names",
+        nargs="*",
+        default=[],
+        help="only runs of these experiments (run.py's <script stem>-<args hash>; default: all)",
+    )
     p.add_argument("--no-plots", action="store_true")
-    p.add_argument("--curves", action="store_true", help="also curves.csv, a panel of benchmark/summary.py's figure "
-                                                         "(one script and env)")
+    p.add_argument(
+        "--curves", action="store_true", help="also curves.csv, a panel of benchmark/summary.py's figure (one script and env)"
+    )
     args = p.parse_args(argv)
     fix = "give the runs/ directory that the scripts or benchmark/run.py logged into"
     if not os.path.isdir(args.runs_dir):
@@ -397,21 +487,29 @@ def make_report(argv):
     reference = load_reference(args.reference)
 
     found = collect(args.runs_dir, args.tag)
-    records = [r for r in found
-               if (not args.scripts or r["script"] in args.scripts) and (not args.steps or r["budget"] in args.steps)
-               and (not args.exp_names or r["exp_name"] in args.exp_names)]
+    records = [
+        r
+        for r in found
+        if (not args.scripts or r["script"] in args.scripts)
+        and (not args.steps or r["budget"] in args.steps)
+        and (not args.exp_names or r["exp_name"] in args.exp_names)
+    ]
     if not found:
         raise ConfigError(f"no complete TensorBoard runs with {args.tag} under {args.runs_dir!r}; {fix}")
     if not records:
         steps = " ".join(map(str, args.steps)) or "(any)"
-        raise ConfigError(f"none of the {len(found)} runs under {args.runs_dir!r} is of --scripts "
-                          f"{' '.join(args.scripts) or '(any)'} with --steps {steps} and --exp-names "
-                          f"{' '.join(args.exp_names) or '(any)'}; widen those filters")
+        raise ConfigError(
+            f"none of the {len(found)} runs under {args.runs_dir!r} is of --scripts "
+            f"{' '.join(args.scripts) or '(any)'} with --steps {steps} and --exp-names "
+            f"{' '.join(args.exp_names) or '(any)'}; widen those filters"
+        )
     kinds = sorted({(r["script"], r["env_id"], r["exp_name"]) for r in records})
     if args.curves and len(kinds) > 1:
-        raise ConfigError(f"--curves draws one panel, and the runs are of {len(kinds)} scripts, envs or flags "
-                          f"({', '.join(f'{s} {e}' for s, e, _ in kinds[:3])}{', ...' if len(kinds) > 3 else ''}); "
-                          "leave one with --scripts and --steps")
+        raise ConfigError(
+            f"--curves draws one panel, and the runs are of {len(kinds)} scripts, envs or flags "
+            f"({', '.join(f'{s} {e}' for s, e, _ in kinds[:3])}{', ...' if len(kinds) > 3 else ''}); "
+            "leave one with --scripts and --steps"
+        )
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     out = args.out or "report-" + time.strftime("%Y%m%d-%H%M", time.gmtime())
     make_out_dir(out)
@@ -419,24 +517,31 @@ def make_report(argv):
     table, sources, results = build_table(group(records), reference, compare_as)
     m = machine_info()
     commits = sorted({r["git_commit"] for r in records if r["git_commit"]})
-    md = [f"# Benchmark report ({date})", "",
-          f"- command: `python benchmark/report.py {' '.join(argv)}`",
-          f"- machine of the runs: {'; '.join(sorted({r['machine'] for r in records if r['machine']})) or 'unknown'}"
-          f" (of this report: {machine_str(m)})",
-          f"- git commit of the runs: {', '.join(commits) or 'unknown (not run through benchmark/run.py)'}",
-          *mujoco_line([(None, [r["mujoco"] for r in records])]),
-          f"- final return: per seed the mean of the last {FINAL_WINDOW} values of `{args.tag}` (training episodes); "
-          "mean ± std across seeds with np.std (ddof=0), as the published numbers",
-          "- verdict: our mean within the published mean ± std, above, below; not comparable when the steps budget differs",
-          "- raw per-seed values: per_seed.csv; learning curves (mean of the last 100 episodes): <env>.png",
-          "- hours per seed (the runs' processes, each part from its start or resume to its last log, summed; the "
-          "threads run.py gave its last part): "
-          + "; ".join(f"{res['script']} {res['env_id']}: " + ", ".join(hours_str(r) for r in res["records"])
-                      for res in results),
-          "", *table, ""]
+    md = [
+        f"# Benchmark report ({date})",
+        "",
+        f"- command: `python benchmark/report.py {' '.join(argv)}`",
+        f"- machine of the runs: {'; '.join(sorted({r['machine'] for r in records if r['machine']})) or 'unknown'}"
+        f" (of this report: {machine_str(m)})",
+        f"- git commit of the runs: {', '.join(commits) or 'unknown (not run through benchmark/run.py)'}",
+        *mujoco_line([(None, [r["mujoco"] for r in records])]),
+        f"- final return: per seed the mean of the last {FINAL_WINDOW} values of `{args.tag}` (training episodes); "
+        "mean ± std across seeds with np.std (ddof=0), as the published numbers",
+        "- verdict: our mean within the published mean ± std, above, below; not comparable when the steps budget differs",
+        "- raw per-seed values: per_seed.csv; learning curves (mean of the last 100 episodes): <env>.png",
+        "- hours per seed (the runs' processes, each part from its start or resume to its last log, summed; the "
+        "threads run.py gave its last part): "
+        + "; ".join(f"{res['script']} {res['env_id']}: " + ", ".join(hours_str(r) for r in res["records"]) for res in results),
+        "",
+        *table,
+        "",
+    ]
     if compare_as:
-        md.append("Compared with another script's published rows: "
-                  + ", ".join(f"{k} with {v}" for k, v in compare_as.items()) + " (they publish none of their own).")
+        md.append(
+            "Compared with another script's published rows: "
+            + ", ".join(f"{k} with {v}" for k, v in compare_as.items())
+            + " (they publish none of their own)."
+        )
         md.append("")
     md += ["Published sources:", ""] + [f"{i + 1}. {s}" for i, s in enumerate(sources)]
     with open(os.path.join(out, "report.md"), "w") as f:
@@ -453,8 +558,11 @@ def make_report(argv):
         for env_id, res in by_env.items():
             plot_env(env_id, res, os.path.join(out, env_id.replace("/", "-") + ".png"))
     print("\n".join(md))
-    print(f"\nreport.py: wrote {out}/report.md, per_seed.csv" + (", curves.csv" if args.curves else "")
-          + ("" if args.no_plots else " and the plots"))
+    print(
+        f"\nreport.py: wrote {out}/report.md, per_seed.csv"
+        + (", curves.csv" if args.curves else "")
+        + ("" if args.no_plots else " and the plots")
+    )
     return 0
 
 

@@ -62,8 +62,10 @@ RUNNER_FLAGS = ("--env-id", "--seed", "--exp-name", "--resume")  # set by the ru
 WHOLE_RUN_CHECKPOINT = re.compile(r"leaves no (iteration|update) to run .*; the checkpoint is at ")
 # on Linux, a run gets SIGTERM when the runner dies, of SIGKILL too (PR_SET_PDEATHSIG, kept across the exec): none goes
 # on unrecorded beside a rerun of the sweep; and one whose runner is already gone does not start
-DIE_WITH_RUNNER = ("import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGTERM); "
-                   "os.getppid() == int(sys.argv[1]) or sys.exit(1); os.execvp(sys.argv[2], sys.argv[2:])")
+DIE_WITH_RUNNER = (
+    "import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGTERM); "
+    "os.getppid() == int(sys.argv[1]) or sys.exit(1); os.execvp(sys.argv[2], sys.argv[2:])"
+)
 
 
 # ---- shared with report.py and throughput.py --------------------------------------------------------
@@ -87,13 +89,19 @@ def machine_info():
     gpu = None
     if shutil.which("nvidia-smi"):
         try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=20)
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+            )
             gpu = ", ".join(line.strip() for line in out.stdout.splitlines() if line.strip()) or None
         except (OSError, subprocess.SubprocessError):
             pass
-    return {"cores": available_cores(), "cpu": cpu, "gpu": gpu, "hostname": platform.node(),
-            "python": platform.python_version()}
+    return {
+        "cores": available_cores(),
+        "cpu": cpu,
+        "gpu": gpu,
+        "hostname": platform.node(),
+        "python": platform.python_version(),
+    }
 
 
 def git_commit(path):
@@ -103,8 +111,9 @@ def git_commit(path):
         rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=20)
         if rev.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                               capture_output=True, text=True, timeout=20).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True, timeout=20
+        ).stdout.strip()
         return rev.stdout.strip() + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None
@@ -126,8 +135,10 @@ def mujoco_line(groups):
         return []
     text = "; ".join((f"{label}: " if label else "") + (", ".join(v) or "not logged") for label, v in used)
     if any(int(x.split(".")[0]) >= 4 for _, v in used for x in v):  # issue 38 (tests/test_mujoco_physics.py)
-        text += (" (MuJoCo 4 runs Humanoid, HumanoidStandup, Ant and Hopper on other physics than the published v4 "
-                 "numbers' 2.3.3; that physics: bash scripts/install.sh mujoco-ref)")
+        text += (
+            " (MuJoCo 4 runs Humanoid, HumanoidStandup, Ant and Hopper on other physics than the published v4 "
+            "numbers' 2.3.3; that physics: bash scripts/install.sh mujoco-ref)"
+        )
     return [f"- MuJoCo of the runs: {text}"]
 
 
@@ -157,8 +168,13 @@ def read_run(run_dir, tag=RETURN_TAG):
             cells = line.strip().strip("|").split("|")
             if len(cells) == 2:
                 hparams[cells[0]] = cells[1]
-    return {"steps": [e.step for e in events], "returns": [e.value for e in events], "hparams": hparams,
-            "last_step": last_step, "sps": sps}
+    return {
+        "steps": [e.step for e in events],
+        "returns": [e.value for e in events],
+        "hparams": hparams,
+        "last_step": last_step,
+        "sps": sps,
+    }
 
 
 # ---- the runner ---------------------------------------------------------------------------------------
@@ -265,8 +281,9 @@ def run_one(script, env_id, seed, extra, runs_dir, threads, python, children=Non
         log.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(start))} commit {commit}\n$ {' '.join(cmd)}\n")
         log.flush()
         # the scripts write runs/ relative to their working directory: run them in the parent of runs_dir
-        status = children.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                              cwd=os.path.dirname(os.path.abspath(runs_dir)))
+        status = children.run(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=os.path.dirname(os.path.abspath(runs_dir))
+        )
     wall = time.time() - start
     if status is None:
         return None
@@ -284,21 +301,32 @@ def run_one(script, env_id, seed, extra, runs_dir, threads, python, children=Non
     else:
         sps = data["last_step"] / wall if wall > 0 else None
     summary = {
-        "script": os.path.basename(script), "script_path": os.path.abspath(script), "args": extra,
-        "command": cmd, "env_id": env_id, "seed": seed, "exp_name": exp_name, "threads": threads,
-        "git_commit": commit, "machine": machine_info(),
+        "script": os.path.basename(script),
+        "script_path": os.path.abspath(script),
+        "args": extra,
+        "command": cmd,
+        "env_id": env_id,
+        "seed": seed,
+        "exp_name": exp_name,
+        "threads": threads,
+        "git_commit": commit,
+        "machine": machine_info(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
-        "wall_time_s": round(wall, 2), "global_step": data["last_step"],
+        "wall_time_s": round(wall, 2),
+        "global_step": data["last_step"],
         "steps_per_s": round(sps, 1) if sps is not None else None,
         "resumed_from": os.path.relpath(resume_from, runs_dir) if resume_from else None,
-        "episodes": len(data["returns"]), "final_return": final_return(data["returns"]),
-        "exit_status": status, "ok": (status == 0 or finished_earlier) and tb_dir is not None,
+        "episodes": len(data["returns"]),
+        "final_return": final_return(data["returns"]),
+        "exit_status": status,
+        "ok": (status == 0 or finished_earlier) and tb_dir is not None,
         "finished_earlier": finished_earlier,
         "total_timesteps": data.get("hparams", {}).get("total_timesteps"),
         # the MuJoCo the run's env ran on, as the MuJoCo scripts log it: MuJoCo 4 changed some envs' physics
         "mujoco": data.get("hparams", {}).get("mujoco"),
         # relative to runs_dir, so a moved or copied runs/ still finds its logs
-        "tb_dir": os.path.relpath(tb_dir, runs_dir) if tb_dir else None, "log_path": log_path,
+        "tb_dir": os.path.relpath(tb_dir, runs_dir) if tb_dir else None,
+        "log_path": log_path,
     }
     os.makedirs(os.path.dirname(summary_file), exist_ok=True)
     with open(summary_file + ".tmp", "w") as f:
@@ -319,7 +347,7 @@ def parse(argv):
     extra = []
     if "--" in argv:
         i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1:]
+        argv, extra = argv[:i], argv[i + 1 :]
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog="everything after -- goes to the script")
     p.add_argument("--script", required=True, help="the training script, e.g. ppo.py")
     p.add_argument("--env-ids", nargs="+", required=True)
@@ -329,8 +357,15 @@ def parse(argv):
     p.add_argument("--runs-dir", default="runs", help="where the scripts' TensorBoard logs land (default: ./runs)")
     p.add_argument("--python", default=sys.executable, help="the interpreter that runs the script")
     args = p.parse_args(argv)
-    dup = next((f"{flag} {v}" for flag, values in (("--env-ids", args.env_ids), ("--seeds", args.seeds))
-                for i, v in enumerate(values) if v in values[:i]), None)
+    dup = next(
+        (
+            f"{flag} {v}"
+            for flag, values in (("--env-ids", args.env_ids), ("--seeds", args.seeds))
+            for i, v in enumerate(values)
+            if v in values[:i]
+        ),
+        None,
+    )
     own = next((a for a in extra if a.split("=")[0].replace("_", "-") in RUNNER_FLAGS), None)
     bad_seed = next((v for v in args.seeds if not 0 <= v < 2**32), None)
     problems = [  # (is it wrong, the message naming it and the fix)
@@ -339,10 +374,15 @@ def parse(argv):
         (bad_seed is not None, f"--seeds {bad_seed} is out of range; seeds go from 0 to 2**32 - 1"),
         (args.workers < 1, f"--workers must be at least 1, got {args.workers}"),
         (args.threads < 0, f"--threads must be at least 1 (or 0: cores // workers), got {args.threads}"),
-        (os.path.basename(os.path.normpath(args.runs_dir)) != "runs", f"--runs-dir {args.runs_dir!r} must end in "
-         "'runs': the scripts always log into runs/ of their working directory"),
-        (own, f"{own} among the extra args: the runner sets {', '.join(RUNNER_FLAGS)} for each run; "
-              "use --env-ids and --seeds, and leave the others out"),
+        (
+            os.path.basename(os.path.normpath(args.runs_dir)) != "runs",
+            f"--runs-dir {args.runs_dir!r} must end in 'runs': the scripts always log into runs/ of their working directory",
+        ),
+        (
+            own,
+            f"{own} among the extra args: the runner sets {', '.join(RUNNER_FLAGS)} for each run; "
+            "use --env-ids and --seeds, and leave the others out",
+        ),
         (shutil.which(args.python) is None, f"--python {args.python!r} is not an executable; give a Python's path"),
     ]
     wrong = next((message for bad, message in problems if bad), None)
@@ -371,8 +411,7 @@ def main(argv=None):
     for env_id, seed in jobs:
         if finished(summary_path(args.runs_dir, args.script, env_id, seed, extra)):
             finished_runs.append((env_id, seed))
-            print(f"[{len(finished_runs)}/{len(jobs)}] {name} {env_id} seed {seed}: already finished, skipped",
-                  flush=True)
+            print(f"[{len(finished_runs)}/{len(jobs)}] {name} {env_id} seed {seed}: already finished, skipped", flush=True)
         else:
             todo.append((env_id, seed))
     done = len(finished_runs)
@@ -387,19 +426,26 @@ def main(argv=None):
         signal.signal(signal.SIGALRM, stop)
         signal.alarm(KILL_AFTER_S)
         signame = signal.Signals(sig).name
-        print(f"\nrun.py: {signame}: stopping the sweep: no new run starts, the running ones get {signame} "
-              f"(SIGKILL in {KILL_AFTER_S} s, or at a second Ctrl-C)", file=sys.stderr, flush=True)
+        print(
+            f"\nrun.py: {signame}: stopping the sweep: no new run starts, the running ones get {signame} "
+            f"(SIGKILL in {KILL_AFTER_S} s, or at a second Ctrl-C)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     # Python runs every handler in the main thread; nohup and background jobs keep ignoring their signals
-    stop_signals = [sig for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-                    if signal.getsignal(sig) is not signal.SIG_IGN]
+    stop_signals = [
+        sig for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if signal.getsignal(sig) is not signal.SIG_IGN
+    ]
     before = {sig: signal.getsignal(sig) for sig in stop_signals + [signal.SIGALRM]}
     for sig in stop_signals:
         signal.signal(sig, stop)
     try:
         with ThreadPoolExecutor(max_workers=args.workers) as pool:
-            futures = {pool.submit(run_one, args.script, e, s, extra, args.runs_dir, threads, args.python,
-                                   children): (e, s) for e, s in todo}
+            futures = {
+                pool.submit(run_one, args.script, e, s, extra, args.runs_dir, threads, args.python, children): (e, s)
+                for e, s in todo
+            }
             for fut in as_completed(futures):
                 env_id, seed = futures[fut]
                 s = fut.result()
@@ -413,13 +459,19 @@ def main(argv=None):
                     print(f"{head} interrupted after {s['wall_time_s']:.1f}s; log {s['log_path']}", flush=True)
                 elif s["ok"]:
                     finished_runs.append((env_id, seed))
-                    print(f"{head} ok {s['wall_time_s']:.1f}s {s['steps_per_s'] or float('nan'):.0f} steps/s "
-                          f"return {s['final_return']:.1f}", flush=True)
+                    print(
+                        f"{head} ok {s['wall_time_s']:.1f}s {s['steps_per_s'] or float('nan'):.0f} steps/s "
+                        f"return {s['final_return']:.1f}",
+                        flush=True,
+                    )
                 else:
                     failed.append((env_id, seed))
                     why = f"exit status {s['exit_status']}" if s["exit_status"] else "no TensorBoard log found"
-                    print(f"{head} FAILED ({why}) after {s['wall_time_s']:.1f}s; log {s['log_path']}; its tail:\n"
-                          + "".join("    " + line for line in log_tail(s["log_path"]).splitlines(True)), flush=True)
+                    print(
+                        f"{head} FAILED ({why}) after {s['wall_time_s']:.1f}s; log {s['log_path']}; its tail:\n"
+                        + "".join("    " + line for line in log_tail(s["log_path"]).splitlines(True)),
+                        flush=True,
+                    )
     finally:
         if children.stopped_by:
             signal.alarm(0)
@@ -427,14 +479,24 @@ def main(argv=None):
             signal.signal(sig, handler)
     if children.stopped_by:
         lines = [f"run.py: stopped by {signal.Signals(children.stopped_by).name}"]
-        for what, runs in (("finished", finished_runs), ("failed", failed), ("interrupted", interrupted),
-                           ("not started", not_started)):
+        for what, runs in (
+            ("finished", finished_runs),
+            ("failed", failed),
+            ("interrupted", interrupted),
+            ("not started", not_started),
+        ):
             if runs:
                 lines.append(f"  {what} ({len(runs)}): {names(sorted(runs, key=jobs.index))}")
-        again = ("interrupted runs continue from their last checkpoint" if "--save-model" in extra else
-                 "interrupted runs start over (--save-model --save-every K among the extra args lets them continue)")
-        print("\n".join(lines + [f"run the same command again to resume: finished runs are skipped, {again}"]),
-              file=sys.stderr, flush=True)
+        again = (
+            "interrupted runs continue from their last checkpoint"
+            if "--save-model" in extra
+            else "interrupted runs start over (--save-model --save-every K among the extra args lets them continue)"
+        )
+        print(
+            "\n".join(lines + [f"run the same command again to resume: finished runs are skipped, {again}"]),
+            file=sys.stderr,
+            flush=True,
+        )
         return 128 + children.stopped_by
     if failed:
         print(f"run.py: {len(failed)} of {len(jobs)} runs failed: {names(failed)}", file=sys.stderr)

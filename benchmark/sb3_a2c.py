@@ -149,9 +149,15 @@ class NipsCNN(BaseFeaturesExtractor):
 
     def __init__(self, observation_space, features_dim=256):
         super().__init__(observation_space, features_dim)
-        self.cnn = nn.Sequential(nn.Conv2d(observation_space.shape[0], 16, 8, stride=4), nn.ReLU(),
-                                 nn.Conv2d(16, 32, 4, stride=2), nn.ReLU(), nn.Flatten(),
-                                 nn.Linear(32 * 9 * 9, features_dim), nn.ReLU())
+        self.cnn = nn.Sequential(
+            nn.Conv2d(observation_space.shape[0], 16, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(16, 32, 4, stride=2),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(32 * 9 * 9, features_dim),
+            nn.ReLU(),
+        )
 
     def forward(self, observations):
         return self.cnn(observations)
@@ -170,12 +176,27 @@ def lr_schedule(args):
 
 def make_model(args, envs, device="cpu"):
     """SB3's A2C set to PAAC's algorithm (args with learning_rate, batch_size, num_iterations filled in)."""
-    policy_kwargs = dict(features_extractor_class={"nips": NipsCNN, "nature": NatureCNN}[args.arch], net_arch=[],
-                         optimizer_class=RMSpropTFLike,
-                         optimizer_kwargs=dict(alpha=args.rmsprop_decay, eps=args.rmsprop_eps, weight_decay=0))
-    model = A2C("CnnPolicy", envs, learning_rate=lr_schedule(args), n_steps=args.num_steps, gamma=args.gamma,
-                gae_lambda=1.0, ent_coef=args.ent_coef, vf_coef=args.vf_coef, max_grad_norm=args.max_grad_norm,
-                normalize_advantage=False, policy_kwargs=policy_kwargs, seed=args.seed, device=device)
+    policy_kwargs = dict(
+        features_extractor_class={"nips": NipsCNN, "nature": NatureCNN}[args.arch],
+        net_arch=[],
+        optimizer_class=RMSpropTFLike,
+        optimizer_kwargs=dict(alpha=args.rmsprop_decay, eps=args.rmsprop_eps, weight_decay=0),
+    )
+    model = A2C(
+        "CnnPolicy",
+        envs,
+        learning_rate=lr_schedule(args),
+        n_steps=args.num_steps,
+        gamma=args.gamma,
+        gae_lambda=1.0,
+        ent_coef=args.ent_coef,
+        vf_coef=args.vf_coef,
+        max_grad_norm=args.max_grad_norm,
+        normalize_advantage=False,
+        policy_kwargs=policy_kwargs,
+        seed=args.seed,
+        device=device,
+    )
     model.set_logger(Logger(None, []))  # the losses in name_to_value; SB3's own left an empty SB3-<time> dir in /tmp a run
     if args.loss_scale != 1.0:  # ours multiplies the loss: here each gradient, before SB3 clips their global norm
         for p in model.policy.parameters():
@@ -196,8 +217,10 @@ def load_checkpoint(path, args):
     given = {k for k, v in values.items() if v != default[k]}
     for k in sorted(given - RESUMABLE):
         if values[k] != ckpt["args"][k]:
-            raise ConfigError(f"--{k.replace('_', '-')} cannot change when resuming (the checkpoint has "
-                              f"{ckpt['args'][k]!r}); start a new run to train with {values[k]!r}")
+            raise ConfigError(
+                f"--{k.replace('_', '-')} cannot change when resuming (the checkpoint has "
+                f"{ckpt['args'][k]!r}); start a new run to train with {values[k]!r}"
+            )
     return ckpt, Args(**{**ckpt["args"], **{k: values[k] for k in given & RESUMABLE}})
 
 
@@ -258,21 +281,41 @@ class PAACLogging(BaseCallback):
 
     def save(self):
         model, envs = self.model, self.envs
-        save_checkpoint(f"{self.run_dir}/checkpoint.pt", {
-            "script": SCRIPT, "args": asdict(self.args), "run_name": self.run_name, "iteration": model._n_updates,
-            "global_step": model.num_timesteps, "policy": model.policy.state_dict(),
-            "optimizer": model.policy.optimizer.state_dict(),
-            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                    **({"cuda": torch.cuda.get_rng_state_all()} if model.device.type == "cuda" else {})},
-            "last_obs": model._last_obs.copy(), "episode_starts": model._last_episode_starts.copy(),
-            "stacked_obs": envs.stacked_obs.stacked_obs.copy(), "game_length": self.game_length.copy(),
-            "envs": [pickle.dumps((game, game.unwrapped.clone_state(include_rng=True), game.unwrapped.np_random))
-                     for game in envs.venv.envs]})
+        save_checkpoint(
+            f"{self.run_dir}/checkpoint.pt",
+            {
+                "script": SCRIPT,
+                "args": asdict(self.args),
+                "run_name": self.run_name,
+                "iteration": model._n_updates,
+                "global_step": model.num_timesteps,
+                "policy": model.policy.state_dict(),
+                "optimizer": model.policy.optimizer.state_dict(),
+                "rng": {
+                    "python": random.getstate(),
+                    "numpy": np.random.get_state(),
+                    "torch": torch.get_rng_state(),
+                    **({"cuda": torch.cuda.get_rng_state_all()} if model.device.type == "cuda" else {}),
+                },
+                "last_obs": model._last_obs.copy(),
+                "episode_starts": model._last_episode_starts.copy(),
+                "stacked_obs": envs.stacked_obs.stacked_obs.copy(),
+                "game_length": self.game_length.copy(),
+                "envs": [
+                    pickle.dumps((game, game.unwrapped.clone_state(include_rng=True), game.unwrapped.np_random))
+                    for game in envs.venv.envs
+                ],
+            },
+        )
 
     def losses(self, logged):
         """Our losses/ tags from what A2C.train() recorded (benchmark/sb3_trpo.py: TRPO.train())."""
-        return {"value_loss": logged["train/value_loss"], "policy_loss": logged["train/policy_loss"],
-                "entropy": -logged["train/entropy_loss"], "explained_variance": logged["train/explained_variance"]}
+        return {
+            "value_loss": logged["train/value_loss"],
+            "policy_loss": logged["train/policy_loss"],
+            "entropy": -logged["train/entropy_loss"],
+            "explained_variance": logged["train/explained_variance"],
+        }
 
     def log_update(self):
         if self.model._n_updates == self.updates_logged:
@@ -291,9 +334,11 @@ class PAACLogging(BaseCallback):
         tty, last = sys.stdout.isatty(), self.updates_logged == self.args.num_iterations
         if tty or self.updates_logged % 500 == 0 or last:
             left = int((self.args.num_iterations - self.updates_logged) * self.args.batch_size / max(sps, 1))
-            line = (f"step {step}/{self.args.num_iterations * self.args.batch_size} SPS {sps} ETA {left // 3600}:"
-                    f"{left % 3600 // 60:02d}:{left % 60:02d} return(last 20) "
-                    f"{np.mean(self.history['episodic_return'][-20:] or np.nan):.1f}")
+            line = (
+                f"step {step}/{self.args.num_iterations * self.args.batch_size} SPS {sps} ETA {left // 3600}:"
+                f"{left % 3600 // 60:02d}:{left % 60:02d} return(last 20) "
+                f"{np.mean(self.history['episodic_return'][-20:] or np.nan):.1f}"
+            )
             print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
         if self.args.save_model and (self.updates_logged % self.args.save_every == 0 or last):
             self.save()
@@ -317,8 +362,10 @@ def train(args: Args):
 
     # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
     writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None)
-    writer.add_text("hyperparameters",  # as ours: run.py and report.py read the Args from it
-                    "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters",  # as ours: run.py and report.py read the Args from it
+        "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()),
+    )
     torch.backends.cudnn.deterministic = args.torch_deterministic
     torch.set_num_threads(args.torch_threads or torch.get_num_threads())
     if args.cuda and not torch.cuda.is_available():
@@ -333,13 +380,22 @@ def train(args: Args):
         callback = PAACLogging(args, writer, history, envs, run_dir, run_name, ckpt)
         # learn() counts the steps it is given from model.num_timesteps on (0 for a new run): the schedule's steps stay
         # the whole run's; no SB3 log output
-        model.learn(args.num_iterations * args.batch_size - model.num_timesteps, callback=callback, log_interval=None,
-                    reset_num_timesteps=False)
+        model.learn(
+            args.num_iterations * args.batch_size - model.num_timesteps,
+            callback=callback,
+            log_interval=None,
+            reset_num_timesteps=False,
+        )
     finally:
         envs.close()
         writer.close()
-    history.update(run_name=run_name, run_dir=run_dir, global_step=model.num_timesteps, model=model,
-                   checkpoint=f"{run_dir}/checkpoint.pt" if args.save_model else None)
+    history.update(
+        run_name=run_name,
+        run_dir=run_dir,
+        global_step=model.num_timesteps,
+        model=model,
+        checkpoint=f"{run_dir}/checkpoint.pt" if args.save_model else None,
+    )
     return history
 
 

@@ -2,7 +2,8 @@
 ours on the same protocol (issue 34).
 
 Run:   python benchmark/sb3_trpo.py --env-id Hopper-v4 --total-timesteps 1000000
-       python benchmark/run.py --script benchmark/sb3_trpo.py --env-ids Hopper-v4 --seeds 1 2 3 -- --max-kl 0.13 --value-lr 2e-4
+       python benchmark/run.py --script benchmark/sb3_trpo.py --env-ids Hopper-v4 --seeds 1 2 3 \
+           -- --max-kl 0.13 --value-lr 2e-4
 
 The flags are trpo_continuous_action.py's (its Args, with its names, help, ranges and checks); four defaults differ, to
 the only values SB3 runs, and a like-for-like run of ours gives it the same four: --fisher-frac 1 --accept-ratio 0
@@ -83,25 +84,37 @@ class Args(ours.Args):
 
 
 # (flag, the only value SB3 runs, why): anything else is refused before the run starts
-ONLY = [("fisher_frac", 1.0, "takes its Fisher matrix over the whole batch"),
-        ("accept_ratio", 0.0, "takes any improvement in its line search"),
-        ("vf_coef", 2.0, "learns the critic on the MSE, ours' loss at --vf-coef 2"),
-        ("bootstrap_truncated", True, "bootstraps every time-limit end"), ("clip_vloss", False, "has no value clipping"),
-        ("max_grad_norm", math.inf, "clips no gradient"), ("ent_coef", 0.0, "has no entropy bonus"),
-        ("anneal_lr", False, "runs here at a constant learning rate"),
-        ("gymnasium_normalization", False, "normalises by baselines' rules (VecNormalize)"),
-        ("save_model", False, "runs here without checkpoints"), ("resume", None, "runs here without checkpoints"),
-        ("eval_checkpoint", None, "runs here without checkpoints"), ("capture_video", False, "records no video here"),
-        ("track", False, "logs to TensorBoard only here")]
+ONLY = [
+    ("fisher_frac", 1.0, "takes its Fisher matrix over the whole batch"),
+    ("accept_ratio", 0.0, "takes any improvement in its line search"),
+    ("vf_coef", 2.0, "learns the critic on the MSE, ours' loss at --vf-coef 2"),
+    ("bootstrap_truncated", True, "bootstraps every time-limit end"),
+    ("clip_vloss", False, "has no value clipping"),
+    ("max_grad_norm", math.inf, "clips no gradient"),
+    ("ent_coef", 0.0, "has no entropy bonus"),
+    ("anneal_lr", False, "runs here at a constant learning rate"),
+    ("gymnasium_normalization", False, "normalises by baselines' rules (VecNormalize)"),
+    ("save_model", False, "runs here without checkpoints"),
+    ("resume", None, "runs here without checkpoints"),
+    ("eval_checkpoint", None, "runs here without checkpoints"),
+    ("capture_video", False, "records no video here"),
+    ("track", False, "logs to TensorBoard only here"),
+]
 
 
 def check_args(args: Args) -> None:
     """The flags SB3-contrib's TRPO cannot honour, then trpo_continuous_action.py's checks."""
-    for name, only, why in ONLY + [("reward_scaling", "returns" if args.reward_scaling == "returns" else "none",
-                                    "scales rewards by the std of the returns or not at all")]:
+    for name, only, why in ONLY + [
+        (
+            "reward_scaling",
+            "returns" if args.reward_scaling == "returns" else "none",
+            "scales rewards by the std of the returns or not at all",
+        )
+    ]:
         if getattr(args, name) != only:
-            raise ConfigError(f"--{name.replace('_', '-')} {getattr(args, name)!r}: SB3-contrib's TRPO {why}; {SCRIPT} "
-                              f"runs {only!r} only")
+            raise ConfigError(
+                f"--{name.replace('_', '-')} {getattr(args, name)!r}: SB3-contrib's TRPO {why}; {SCRIPT} runs {only!r} only"
+            )
     try:
         ours.check_args(args)
     except ConfigError as e:
@@ -111,8 +124,15 @@ def check_args(args: Args) -> None:
 def make_envs(args):
     """num_envs MuJoCo envs in this process, SB3's Monitor on each (the raw return), under SB3's VecNormalize."""
     envs = make_vec_env(args.env_id, args.num_envs, args.seed, vec_env_cls=DummyVecEnv)
-    return VecNormalize(envs, norm_obs=args.norm_obs, norm_reward=args.reward_scaling == "returns",
-                        clip_obs=args.clip_obs, clip_reward=args.clip_reward, gamma=args.gamma, epsilon=1e-8)
+    return VecNormalize(
+        envs,
+        norm_obs=args.norm_obs,
+        norm_reward=args.reward_scaling == "returns",
+        clip_obs=args.clip_obs,
+        clip_reward=args.clip_reward,
+        gamma=args.gamma,
+        epsilon=1e-8,
+    )
 
 
 def make_model(args, envs, device="cpu"):
@@ -120,12 +140,25 @@ def make_model(args, envs, device="cpu"):
     policy_kwargs = dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=nn.Tanh, ortho_init=args.ortho_init)
     per_component = envs.action_space.shape[0]  # SB3's KL is a mean over the action's components, ours their sum
     algo = TRPO if args.kl_test == "new-old" else TRPOOldNewKL
-    model = algo("MlpPolicy", envs, learning_rate=args.value_lr or args.learning_rate, n_steps=args.num_steps,
-                 batch_size=args.minibatch_size, gamma=args.gamma, gae_lambda=args.gae_lambda, cg_max_steps=args.cg_steps,
-                 cg_damping=args.cg_damping / per_component, line_search_shrinking_factor=0.5,
-                 line_search_max_iter=args.backtrack_steps, n_critic_updates=args.update_epochs,
-                 normalize_advantage=args.norm_adv, target_kl=args.max_kl / per_component, policy_kwargs=policy_kwargs,
-                 seed=args.seed, device=device)
+    model = algo(
+        "MlpPolicy",
+        envs,
+        learning_rate=args.value_lr or args.learning_rate,
+        n_steps=args.num_steps,
+        batch_size=args.minibatch_size,
+        gamma=args.gamma,
+        gae_lambda=args.gae_lambda,
+        cg_max_steps=args.cg_steps,
+        cg_damping=args.cg_damping / per_component,
+        line_search_shrinking_factor=0.5,
+        line_search_max_iter=args.backtrack_steps,
+        n_critic_updates=args.update_epochs,
+        normalize_advantage=args.norm_adv,
+        target_kl=args.max_kl / per_component,
+        policy_kwargs=policy_kwargs,
+        seed=args.seed,
+        device=device,
+    )
     model.set_logger(Logger(None, []))  # the losses in name_to_value; SB3's own left an empty SB3-<time> dir in /tmp a run
     if not args.ortho_init:  # ours' --no-ortho-init: Xavier-uniform weights and zero biases in every Linear
         for layer in (m for m in model.policy.modules() if isinstance(m, nn.Linear)):
@@ -138,6 +171,7 @@ class TRPOOldNewKL(TRPO):
     """--kl-test old-new: SB3-contrib's TRPO with the KL(old || new) of ours and the paper's code in its line search
     (sb3_contrib.trpo.trpo's kl_divergence called with its arguments swapped while train() runs; the Fisher matrix, the
     KL's Hessian at the old policy, is the same either way)."""
+
     def train(self):
         module, sb3_kl = sys.modules[TRPO.__module__], sys.modules[TRPO.__module__].kl_divergence
         module.kl_divergence = lambda new, old: sb3_kl(old, new)
@@ -162,10 +196,14 @@ class TRPOLogging(PAACLogging):
 
     def losses(self, logged):
         per_component = self.model.action_space.shape[0]
-        return {"value_loss": logged["train/value_loss"], "policy_loss": -logged["train/policy_objective"],
-                "kl": logged["train/kl_divergence_loss"] * per_component,  # KL(new || old) of the step taken (0: none)
-                "line_search_success": logged["train/is_line_search_success"],
-                "kl_bound": self.model.target_kl * per_component, "explained_variance": logged["train/explained_variance"]}
+        return {
+            "value_loss": logged["train/value_loss"],
+            "policy_loss": -logged["train/policy_objective"],
+            "kl": logged["train/kl_divergence_loss"] * per_component,  # KL(new || old) of the step taken (0: none)
+            "line_search_success": logged["train/is_line_search_success"],
+            "kl_bound": self.model.target_kl * per_component,
+            "explained_variance": logged["train/explained_variance"],
+        }
 
 
 def train(args: Args):
@@ -178,8 +216,10 @@ def train(args: Args):
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters",  # as ours: run.py and report.py read the Args from it
-                    "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters",  # as ours: run.py and report.py read the Args from it
+        "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()),
+    )
     torch.set_num_threads(args.torch_threads or torch.get_num_threads())
     device = "cuda" if args.cuda and torch.cuda.is_available() else "cpu"
     history = {"episodic_return": [], "episodic_length": [], "losses": [], "learning_rate": []}

@@ -30,7 +30,7 @@ def slim(wheel, out_dir, tag, keep, replace):
                 data = z.read(item)
                 if path.endswith("METADATA"):
                     data = re.sub(rb"(?m)^Version: .*$", f"Version: {new_version}".encode(), data, count=1)
-                files[new_info + path[len(old_info):]] = data
+                files[new_info + path[len(old_info) :]] = data
             elif re.search(keep, path):
                 files[path] = z.read(item)
     files.update({path: text.encode() for path, text in replace.items()})

@@ -73,8 +73,11 @@ def curves_from_report(report_dir):
                     seeds, stats = side(cell)
                 except ConfigError as e:
                     raise ConfigError(f"--from-report {report_dir}: {e}; give compare.py's --out folder") from None
-                rows.append(curve_row(tag, int(window), float(start), float(end), label, runs.get(label, []), seeds,
-                                      stats, [], verdict[1]))
+                rows.append(
+                    curve_row(
+                        tag, int(window), float(start), float(end), label, runs.get(label, []), seeds, stats, [], verdict[1]
+                    )
+                )
     if not rows:
         raise ConfigError(f"--from-report {report_dir}: {path} holds no compare.py table; give compare.py's --out folder")
     return rows
@@ -99,35 +102,60 @@ def read_curves(path):
     rows = [r for r in rows if r["tag"] == RETURN_TAG]
     labels = list(dict.fromkeys(r["group"] for r in rows))
     if len(labels) not in (1, 2):
-        raise ConfigError(f"{name} holds {len(labels)} groups of {RETURN_TAG} rows ({', '.join(labels) or 'none'}), not "
-                          f"1 or 2; {FIX}")
+        raise ConfigError(
+            f"{name} holds {len(labels)} groups of {RETURN_TAG} rows ({', '.join(labels) or 'none'}), not 1 or 2; {FIX}"
+        )
     try:
         windows = sorted({(int(r["window"]), float(r["start"]), float(r["end"])) for r in rows})
-        table = {(r["group"], int(r["window"])): (int(r["seeds"]), *(float(r[k] or "nan") for k in ("mean", "min", "max")))
-                 for r in rows}
+        table = {
+            (r["group"], int(r["window"])): (int(r["seeds"]), *(float(r[k] or "nan") for k in ("mean", "min", "max")))
+            for r in rows
+        }
     except (ValueError, TypeError) as e:
         raise ConfigError(f"{name}: a {RETURN_TAG} row holds a value that is not a number ({e}); {FIX}") from None
-    if [w for w, _, _ in windows] != list(range(1, len(windows) + 1)) or len(windows) < 2 \
-            or len(table) != len(rows) or len(rows) != len(labels) * len(windows) or any(start >= end for _, start, end in windows):
-        raise ConfigError(f"{name}: the {RETURN_TAG} windows are not 1..n (n >= 2) with one row per group and a start "
-                          f"below each end; {FIX}")
+    if (
+        [w for w, _, _ in windows] != list(range(1, len(windows) + 1))
+        or len(windows) < 2
+        or len(table) != len(rows)
+        or len(rows) != len(labels) * len(windows)
+        or any(start >= end for _, start, end in windows)
+    ):
+        raise ConfigError(
+            f"{name}: the {RETURN_TAG} windows are not 1..n (n >= 2) with one row per group and a start below each end; {FIX}"
+        )
     stats = np.array([[table[label, w] for w, _, _ in windows] for label in labels])  # [group, window, 4]
     with np.errstate(invalid="ignore"):
-        if np.any(stats[..., 2] > stats[..., 1]) or np.any(stats[..., 1] > stats[..., 3]) \
-                or np.any(np.isnan(stats[..., 1]) != (stats[..., 0] == 0)):
+        if (
+            np.any(stats[..., 2] > stats[..., 1])
+            or np.any(stats[..., 1] > stats[..., 3])
+            or np.any(np.isnan(stats[..., 1]) != (stats[..., 0] == 0))
+        ):
             raise ConfigError(f"{name}: a {RETURN_TAG} row is not min <= mean <= max over its seeds; {FIX}")
     first = {label: next(r for r in rows if r["group"] == label) for label in labels}
-    return {"path": path, "groups": [(label, first[label]["script"], first[label]["env_id"]) for label in labels],
-            "windows": [(start, end) for _, start, end in windows], "seeds": stats[..., 0].max(1).astype(int),
-            "mean": stats[..., 1], "min": stats[..., 2], "max": stats[..., 3], "verdict": first[labels[0]]["verdict"]}
+    return {
+        "path": path,
+        "groups": [(label, first[label]["script"], first[label]["env_id"]) for label in labels],
+        "windows": [(start, end) for _, start, end in windows],
+        "seeds": stats[..., 0].max(1).astype(int),
+        "mean": stats[..., 1],
+        "min": stats[..., 2],
+        "max": stats[..., 3],
+        "verdict": first[labels[0]]["verdict"],
+    }
 
 
 def published(curves, reference):
     """The published (steps, mean, std) for the first group's script and env at the runs' budget: a row whose steps
     fall within the last window's width after the curve's end (a run's last step is its budget less < one batch)."""
     (_, script, env_id), (start, end) = curves["groups"][0], curves["windows"][-1]
-    rows = [r for r in reference if r["metric"] == COMPARABLE_METRIC and _num(r["std"]) is not None
-            and _num(r["total_timesteps"]) is not None and end <= _num(r["total_timesteps"]) < 2 * end - start]
+    rows = [
+        r
+        for r in reference
+        if r["metric"] == COMPARABLE_METRIC
+        and _num(r["std"]) is not None
+        and _num(r["total_timesteps"]) is not None
+        and end <= _num(r["total_timesteps"]) < 2 * end - start
+    ]
     ref = pick_reference(rows, script, env_id, None)
     return None if ref is None else (_num(ref["total_timesteps"]), _num(ref["mean"]), _num(ref["std"]))
 
@@ -164,14 +192,25 @@ def draw(panels, reference, results, out):
             ax.plot(centers[ok], curves["mean"][i][ok], color=f"C{i}", lw=1.8, marker="o", ms=3, label=label)
         mark = published(curves, reference)
         if mark:
-            ax.errorbar([mark[0]], [mark[1]], yerr=[mark[2]], fmt="D", color="black", ms=5, capsize=3,
-                        label=f"published {mark[1]:.0f} ± {mark[2]:.0f}")
+            ax.errorbar(
+                [mark[0]],
+                [mark[1]],
+                yerr=[mark[2]],
+                fmt="D",
+                color="black",
+                ms=5,
+                capsize=3,
+                label=f"published {mark[1]:.0f} ± {mark[2]:.0f}",
+            )
         (la, script, env_id), seeds = curves["groups"][0], curves["seeds"]
         sides = f"{la} vs {curves['groups'][1][0]}, {seeds[0]} vs {seeds[1]}" if len(seeds) == 2 else f"{la}, {seeds[0]}"
         verdict = short_verdict(curves["verdict"])
         sides += " seeds" if max(seeds) > 1 else " seed"
-        ax.set_title(f"{script} · {env_id} · {steps_str(curves['windows'][-1][1])}\n{sides}:\n{verdict}",
-                     fontsize=10, color="black" if verdict == "same" or verdict.startswith("within") else "darkred")
+        ax.set_title(
+            f"{script} · {env_id} · {steps_str(curves['windows'][-1][1])}\n{sides}:\n{verdict}",
+            fontsize=10,
+            color="black" if verdict == "same" or verdict.startswith("within") else "darkred",
+        )
         ax.xaxis.set_major_locator(MaxNLocator(5, steps=[1, 2, 2.5, 5, 10]))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1e6:g}M" if x else "0"))
         ax.set_xlabel(os.path.relpath(os.path.dirname(curves["path"]), results), fontsize=7.5, color="dimgray")  # its report
@@ -179,14 +218,17 @@ def draw(panels, reference, results, out):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper left")
         drawn.append({"path": curves["path"], "title": ax.get_title(), "published": mark})
-    for ax in axes.flat[len(panels):]:
+    for ax in axes.flat[len(panels) :]:
         ax.axis("off")
     for ax in axes[:, 0]:
         ax.set_ylabel("episodic return (raw score)", fontsize=9)
-    fig.suptitle("The return per window of the steps, each group's mean over seeds (line) and min-max (band); "
-                 "benchmark/compare.py's verdict:\n\"same\" when no window differs (Welch's t-test, Holm-adjusted "
-                 "p < 0.05) and each last-window mean lies within the other group's seed range;\nalone (one group): "
-                 "benchmark/report.py's, its final return beside the published mean ± std", fontsize=10.5)
+    fig.suptitle(
+        "The return per window of the steps, each group's mean over seeds (line) and min-max (band); "
+        "benchmark/compare.py's verdict:\n\"same\" when no window differs (Welch's t-test, Holm-adjusted "
+        "p < 0.05) and each last-window mean lies within the other group's seed range;\nalone (one group): "
+        "benchmark/report.py's, its final return beside the published mean ± std",
+        fontsize=10.5,
+    )
     fig.tight_layout(rect=(0, 0, 1, 0.96))
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -202,16 +244,19 @@ def check_out(out):
     if os.path.isdir(out):
         raise ConfigError(f"--out {out} is a folder; give the figure's file, e.g. {os.path.join(out, 'summary.png')}")
     if ext not in formats:
-        raise ConfigError(f"--out {out}: {f'matplotlib cannot write .{ext}' if ext else 'no extension'}; end it in one "
-                          f"of {', '.join('.' + f for f in sorted(formats))}")
+        raise ConfigError(
+            f"--out {out}: {f'matplotlib cannot write .{ext}' if ext else 'no extension'}; end it in one "
+            f"of {', '.join('.' + f for f in sorted(formats))}"
+        )
     if not os.path.isdir(folder):
         raise ConfigError(f"--out {out}: its folder does not exist; give a path in an existing folder")
     try:
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as e:
-        raise ConfigError(f"--out {out}: its folder cannot be written to ({e.strerror}); give a path in one that "
-                          "can") from None
+        raise ConfigError(
+            f"--out {out}: its folder cannot be written to ({e.strerror}); give a path in one that can"
+        ) from None
 
 
 def summarize(results=RESULTS, out=None, from_report=()):
@@ -235,8 +280,13 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--results", default=RESULTS, help="the folder searched for curves.csv files (recursively)")
     p.add_argument("--out", default=None, help="the figure (default: summary.png in --results)")
-    p.add_argument("--from-report", nargs="+", default=[], metavar="DIR",
-                   help="first write DIR/curves.csv from DIR/report.md (compare.py's --out folders whose runs are gone)")
+    p.add_argument(
+        "--from-report",
+        nargs="+",
+        default=[],
+        metavar="DIR",
+        help="first write DIR/curves.csv from DIR/report.md (compare.py's --out folders whose runs are gone)",
+    )
     args = p.parse_args(argv)
     try:
         drawn = summarize(args.results, args.out, args.from_report)

@@ -60,8 +60,19 @@ def run_ours(script, steps, env_id=None, threads=1, extra=()):
     """One run of a script; returns (training steps/s logged as charts/SPS, the env it ran, the script's
     "seconds:" line as a dict or None) or raises."""
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, os.path.join(ROOT, script), "--total-timesteps", str(steps), "--seed", "1",
-               "--exp-name", "throughput", "--torch-threads", str(threads), *extra]
+        cmd = [
+            sys.executable,
+            os.path.join(ROOT, script),
+            "--total-timesteps",
+            str(steps),
+            "--seed",
+            "1",
+            "--exp-name",
+            "throughput",
+            "--torch-threads",
+            str(threads),
+            *extra,
+        ]
         if env_id:
             cmd += ["--env-id", env_id]
         out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, env=threads_env(threads))
@@ -80,7 +91,7 @@ def parse_seconds(stdout):
     lines = [line for line in stdout.splitlines() if line.startswith("seconds: ")]
     if not lines:
         return None
-    return {k: float(v) for k, v in (item.split() for item in lines[-1][len("seconds: "):].split(", "))}
+    return {k: float(v) for k, v in (item.split() for item in lines[-1][len("seconds: ") :].split(", "))}
 
 
 def last_line(completed):
@@ -97,8 +108,12 @@ def threads_env(threads=1):
 
 def run_sb3(script, env_id, steps):
     """SB3's PPO in a child process (fresh interpreter, as ours); returns the steps/s of model.learn()."""
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--sb3-child", script, env_id, str(steps)],
-                         capture_output=True, text=True, env=threads_env())
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--sb3-child", script, env_id, str(steps)],
+        capture_output=True,
+        text=True,
+        env=threads_env(),
+    )
     if out.returncode != 0:
         raise RuntimeError(last_line(out))
     return json.loads(out.stdout.strip().splitlines()[-1])["sps"]
@@ -120,14 +135,26 @@ def sb3_child(script, env_id, steps):
         env = VecNormalize(env, norm_obs=True, norm_reward=True, clip_obs=10.0, clip_reward=10.0, gamma=a.gamma)
     lr = a.learning_rate
     model = PPO(
-        "MlpPolicy", env, seed=1, device="cpu", verbose=0,
+        "MlpPolicy",
+        env,
+        seed=1,
+        device="cpu",
+        verbose=0,
         learning_rate=(lambda progress_remaining: progress_remaining * lr) if a.anneal_lr else lr,
-        n_steps=a.num_steps, batch_size=a.num_envs * a.num_steps // a.num_minibatches, n_epochs=a.update_epochs,
-        gamma=a.gamma, gae_lambda=a.gae_lambda, clip_range=a.clip_coef,
-        clip_range_vf=a.clip_coef if a.clip_vloss else None, normalize_advantage=a.norm_adv,
-        ent_coef=a.ent_coef, vf_coef=a.vf_coef, max_grad_norm=a.max_grad_norm,
-        policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=nn.Tanh, ortho_init=True,
-                           optimizer_kwargs=dict(eps=1e-5)),
+        n_steps=a.num_steps,
+        batch_size=a.num_envs * a.num_steps // a.num_minibatches,
+        n_epochs=a.update_epochs,
+        gamma=a.gamma,
+        gae_lambda=a.gae_lambda,
+        clip_range=a.clip_coef,
+        clip_range_vf=a.clip_coef if a.clip_vloss else None,
+        normalize_advantage=a.norm_adv,
+        ent_coef=a.ent_coef,
+        vf_coef=a.vf_coef,
+        max_grad_norm=a.max_grad_norm,
+        policy_kwargs=dict(
+            net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=nn.Tanh, ortho_init=True, optimizer_kwargs=dict(eps=1e-5)
+        ),
     )
     start = time.time()
     model.learn(total_timesteps=steps)
@@ -146,28 +173,38 @@ def write_markdown(rows, args, argv, sb3_version, out):
 
     m = machine_info()
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    md = [f"# Throughput ({date})", "",
-          f"- command: `{' '.join(['python benchmark/throughput.py', *(sys.argv[1:] if argv is None else argv)])}`",
-          f"- machine: {m['cores']} cores, {m['cpu']}" + (f", GPU {m['gpu']}" if m["gpu"] else ", no GPU")
-          + f"; torch {torch.__version__}, python {m['python']}"
-          + (f", stable-baselines3 {sb3_version}" if sb3_version else ""),
-          f"- each script with its default hyperparameters, --torch-threads {args.torch_threads} and "
-          f"OMP_NUM_THREADS={args.torch_threads} (SB3: one thread); ours = last charts/SPS (training loop); "
-          "SB3 = num_timesteps / time of model.learn(); median of the repeats (each repeat in parentheses)",
-          "- where the time goes: the script's own env / inference / update timers over all repeats, as shares of "
-          "its training loop (the rest: logging, episode bookkeeping, buffers); — where a script has no timers",
-          "- the ratio ours/SB3 is the number to quote: absolute steps/s drift with the load of a shared machine",
-          "", "| script | env | steps | ours steps/s | SB3 PPO steps/s | ours / SB3 | env / inference / update |",
-          "|---|---|---|---|---|---|---|"]
+    md = [
+        f"# Throughput ({date})",
+        "",
+        f"- command: `{' '.join(['python benchmark/throughput.py', *(sys.argv[1:] if argv is None else argv)])}`",
+        f"- machine: {m['cores']} cores, {m['cpu']}"
+        + (f", GPU {m['gpu']}" if m["gpu"] else ", no GPU")
+        + f"; torch {torch.__version__}, python {m['python']}"
+        + (f", stable-baselines3 {sb3_version}" if sb3_version else ""),
+        f"- each script with its default hyperparameters, --torch-threads {args.torch_threads} and "
+        f"OMP_NUM_THREADS={args.torch_threads} (SB3: one thread); ours = last charts/SPS (training loop); "
+        "SB3 = num_timesteps / time of model.learn(); median of the repeats (each repeat in parentheses)",
+        "- where the time goes: the script's own env / inference / update timers over all repeats, as shares of "
+        "its training loop (the rest: logging, episode bookkeeping, buffers); — where a script has no timers",
+        "- the ratio ours/SB3 is the number to quote: absolute steps/s drift with the load of a shared machine",
+        "",
+        "| script | env | steps | ours steps/s | SB3 PPO steps/s | ours / SB3 | env / inference / update |",
+        "|---|---|---|---|---|---|---|",
+    ]
     if args.ab:
-        md[-6:] = [f"- each script alternately without and with `{args.ab}`, median of the repeats (each in parentheses); "
-                   "seconds: the script's env / inference / update timers, mean over the repeats", "",
-                   f"| script | env | steps | steps/s | steps/s with {args.ab} | with / without | seconds without | seconds with |",
-                   "|---|---|---|---|---|---|---|---|"]
+        md[-6:] = [
+            f"- each script alternately without and with `{args.ab}`, median of the repeats (each in parentheses); "
+            "seconds: the script's env / inference / update timers, mean over the repeats",
+            "",
+            f"| script | env | steps | steps/s | steps/s with {args.ab} | with / without | seconds without | seconds with |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
     for r in rows:
         if args.ab:
-            md.append(f"| {r['script']} | {r['env']} | {r['steps']} | {measured(r['ours'], r)} | {measured(r['sb3'], r)} | "
-                      f"{r.get('ratio', float('nan')):.2f} | {seconds_str(r['seconds'])} | {seconds_str(r['seconds_b'])} |")
+            md.append(
+                f"| {r['script']} | {r['env']} | {r['steps']} | {measured(r['ours'], r)} | {measured(r['sb3'], r)} | "
+                f"{r.get('ratio', float('nan')):.2f} | {seconds_str(r['seconds'])} | {seconds_str(r['seconds_b'])} |"
+            )
             continue
         ours = measured(r["ours"], r)
         sb3 = median_str(r["sb3"]) if r["sb3"] else "—"
@@ -190,7 +227,9 @@ def shares_str(seconds):
 def seconds_str(seconds):
     """'8.5 / 3.1 / 16.6': the env, inference and update seconds, the mean over the repeats."""
     seconds = [s for s in seconds if s]
-    return " / ".join(f"{statistics.mean(s[k] for s in seconds):.1f}" for k in ("env", "inference", "update")) if seconds else "—"
+    return (
+        " / ".join(f"{statistics.mean(s[k] for s in seconds):.1f}" for k in ("env", "inference", "update")) if seconds else "—"
+    )
 
 
 def median_str(values):
@@ -213,11 +252,15 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="markdown output (default: benchmark/results/throughput_<date>.md)")
     p.add_argument("--sb3-child", nargs=3, metavar=("SCRIPT", "ENV", "STEPS"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    low = next(((flag, least) for flag, least in (("repeats", 1), ("steps", 0), ("torch_threads", 1))
-                if getattr(args, flag) < least), None)
+    low = next(
+        ((flag, least) for flag, least in (("repeats", 1), ("steps", 0), ("torch_threads", 1)) if getattr(args, flag) < least),
+        None,
+    )
     if low:
-        print(f"throughput.py: error: --{low[0].replace('_', '-')} must be at least {low[1]}, got {getattr(args, low[0])}",
-              file=sys.stderr)
+        print(
+            f"throughput.py: error: --{low[0].replace('_', '-')} must be at least {low[1]}, got {getattr(args, low[0])}",
+            file=sys.stderr,
+        )
         return 2
     if args.sb3_child:
         sb3_child(args.sb3_child[0], args.sb3_child[1], int(args.sb3_child[2]))
@@ -230,8 +273,10 @@ def main(argv=None):
 
             sb3_version = stable_baselines3.__version__
         except ImportError:
-            print("throughput.py: stable-baselines3 is not installed (pip install stable-baselines3); "
-                  "measuring ours only", file=sys.stderr)
+            print(
+                "throughput.py: stable-baselines3 is not installed (pip install stable-baselines3); measuring ours only",
+                file=sys.stderr,
+            )
     out = args.out or unused_path(os.path.join(HERE, "results", f"throughput_{time.strftime('%Y-%m-%d', time.gmtime())}"))
     rows = []
     for script in args.scripts:
@@ -256,8 +301,16 @@ def main(argv=None):
             except RuntimeError as e:
                 error = str(e)
                 break
-        row = {"script": script, "env": env_ran or "(script default)", "steps": steps, "ours": ours, "sb3": sb3,
-               "seconds": seconds, "seconds_b": seconds_b, "error": error}
+        row = {
+            "script": script,
+            "env": env_ran or "(script default)",
+            "steps": steps,
+            "ours": ours,
+            "sb3": sb3,
+            "seconds": seconds,
+            "seconds_b": seconds_b,
+            "error": error,
+        }
         rows.append(row)
         msg = f"{script}: ours {median_str(ours)} steps/s" if ours else f"{script}: failed: {error}"
         if sb3:

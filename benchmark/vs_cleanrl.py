@@ -66,10 +66,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 # our script -> (the env of the comparison, its budget): CleanRL's defaults for its script of the same name
-TASKS = {"ppo.py": ("CartPole-v1", 500_000), "ppo_continuous_action.py": ("HalfCheetah-v4", 1_000_000),
-         "ppo_atari.py": ("BreakoutNoFrameskip-v4", 10_000_000),
-         "ppo_atari_lstm.py": ("BreakoutNoFrameskip-v4", 10_000_000),
-         "ppo_atari_envpool.py": ("Breakout-v5", 10_000_000), "ppo_procgen.py": ("starpilot", 25_000_000)}
+TASKS = {
+    "ppo.py": ("CartPole-v1", 500_000),
+    "ppo_continuous_action.py": ("HalfCheetah-v4", 1_000_000),
+    "ppo_atari.py": ("BreakoutNoFrameskip-v4", 10_000_000),
+    "ppo_atari_lstm.py": ("BreakoutNoFrameskip-v4", 10_000_000),
+    "ppo_atari_envpool.py": ("Breakout-v5", 10_000_000),
+    "ppo_procgen.py": ("starpilot", 25_000_000),
+}
 SPEED_GOALS = ["ppo.py", "ppo_continuous_action.py"]  # issues 2 and 4: the default --scripts
 NEEDS_ALE_IMPORT = {"ppo_atari.py", "ppo_atari_lstm.py"}  # ale-py 0.9 registers its gymnasium ids on import
 SAVE_EVERY = 50  # --fidelity: iterations between our checkpoints (the scripts' default), what a rerun resumes from
@@ -92,8 +96,9 @@ def command(path, env_id, seed, steps, python=sys.executable, import_ale=False):
 
 def reference_env(cleanrl_dir, threads=0):
     """CleanRL's scripts import cleanrl_utils from the top of the checkout."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.path.abspath(cleanrl_dir),
-                                                                     os.environ.get("PYTHONPATH")])))
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.path.abspath(cleanrl_dir), os.environ.get("PYTHONPATH")]))
+    )
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     return env
@@ -126,9 +131,18 @@ def summary_rows(pairs):
         ref_wall = statistics.mean(p["ref"]["wall"] for p in mine)
         ours_sps = statistics.median(p["ours"]["sps"] for p in mine)
         ref_sps = statistics.median(p["ref"]["sps"] for p in mine)
-        rows.append({"script": script, "runs": len(mine), "ours_wall": ours_wall, "ref_wall": ref_wall,
-                     "wall_ratio": ref_wall / ours_wall, "ours_sps": ours_sps, "ref_sps": ref_sps,
-                     "sps_ratio": ours_sps / ref_sps})
+        rows.append(
+            {
+                "script": script,
+                "runs": len(mine),
+                "ours_wall": ours_wall,
+                "ref_wall": ref_wall,
+                "wall_ratio": ref_wall / ours_wall,
+                "ours_sps": ours_sps,
+                "ref_sps": ref_sps,
+                "sps_ratio": ours_sps / ref_sps,
+            }
+        )
     return rows
 
 
@@ -148,29 +162,42 @@ def write_markdown(pairs, refs, args, argv, out, commits):
     m = machine_info()
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     threads = f"OMP_NUM_THREADS={args.reference_threads}" if args.reference_threads else "torch's default threads"
-    md = [f"# Ours against CleanRL, whole runs in turn ({date})", "",
-          f"- command: `{' '.join(['python benchmark/vs_cleanrl.py', *argv])}`",
-          f"- ours: commit {commits['ours'] or 'unknown'}; CleanRL: "
-          + ", ".join(os.path.relpath(path, args.cleanrl_dir) for path in refs.values())
-          + f" in {args.cleanrl_dir} (commit {commits['ref'] or 'unknown: not a git checkout'}), {threads}, "
-          f"python {args.cleanrl_python}",
-          f"- machine: {m['cores']} cores, {m['cpu']}" + (f", GPU {m['gpu']}" if m["gpu"] else ", no GPU")
-          + f"; python {m['python']}",
-          "- wall: the whole process, start-up included; steps/s: the last charts/SPS logged; final: mean return of "
-          "the last 100 episodes; the order in each pair alternates by seed, CleanRL first for the first",
-          "", "| script | env | steps | seed | wall ours (s) | wall CleanRL (s) | CleanRL / ours | steps/s ours "
-          "| steps/s CleanRL | final ours | final CleanRL |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    md = [
+        f"# Ours against CleanRL, whole runs in turn ({date})",
+        "",
+        f"- command: `{' '.join(['python benchmark/vs_cleanrl.py', *argv])}`",
+        f"- ours: commit {commits['ours'] or 'unknown'}; CleanRL: "
+        + ", ".join(os.path.relpath(path, args.cleanrl_dir) for path in refs.values())
+        + f" in {args.cleanrl_dir} (commit {commits['ref'] or 'unknown: not a git checkout'}), {threads}, "
+        f"python {args.cleanrl_python}",
+        f"- machine: {m['cores']} cores, {m['cpu']}"
+        + (f", GPU {m['gpu']}" if m["gpu"] else ", no GPU")
+        + f"; python {m['python']}",
+        "- wall: the whole process, start-up included; steps/s: the last charts/SPS logged; final: mean return of "
+        "the last 100 episodes; the order in each pair alternates by seed, CleanRL first for the first",
+        "",
+        "| script | env | steps | seed | wall ours (s) | wall CleanRL (s) | CleanRL / ours | steps/s ours "
+        "| steps/s CleanRL | final ours | final CleanRL |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for p in pairs:
         o, r = p["ours"], p["ref"]
-        md.append(f"| {p['script']} | {p['env']} | {p['steps']} | {p['seed']} | {o['wall']:.2f} | {r['wall']:.2f} "
-                  f"| {r['wall'] / o['wall']:.2f} | {o['sps']:.0f} | {r['sps']:.0f} | {o['final']:.2f} "
-                  f"| {r['final']:.2f} |")
-    md += ["", "| script | runs | mean wall ours (s) | mean wall CleanRL (s) | CleanRL / ours (wall) "
-           "| median steps/s ours | median steps/s CleanRL | ours / CleanRL (steps/s) |",
-           "|---|---|---|---|---|---|---|---|"]
+        md.append(
+            f"| {p['script']} | {p['env']} | {p['steps']} | {p['seed']} | {o['wall']:.2f} | {r['wall']:.2f} "
+            f"| {r['wall'] / o['wall']:.2f} | {o['sps']:.0f} | {r['sps']:.0f} | {o['final']:.2f} "
+            f"| {r['final']:.2f} |"
+        )
+    md += [
+        "",
+        "| script | runs | mean wall ours (s) | mean wall CleanRL (s) | CleanRL / ours (wall) "
+        "| median steps/s ours | median steps/s CleanRL | ours / CleanRL (steps/s) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for s in summary_rows(pairs):
-        md.append(f"| {s['script']} | {s['runs']} | {s['ours_wall']:.1f} | {s['ref_wall']:.1f} | {s['wall_ratio']:.2f} "
-                  f"| {s['ours_sps']:.0f} | {s['ref_sps']:.0f} | {s['sps_ratio']:.2f} |")
+        md.append(
+            f"| {s['script']} | {s['runs']} | {s['ours_wall']:.1f} | {s['ref_wall']:.1f} | {s['wall_ratio']:.2f} "
+            f"| {s['ours_sps']:.0f} | {s['ref_sps']:.0f} | {s['sps_ratio']:.2f} |"
+        )
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:
         f.write("\n".join(md) + "\n")
@@ -220,16 +247,29 @@ def reference_run(path, script, env_id, seed, steps, work, args):
         print(f"CleanRL {script} {env_id} seed {seed}: $ {shlex.join(cmd)}", flush=True)
         start = time.time()
         with open(os.path.join(run_dir, "cleanrl.log"), "w") as log:
-            status = run_child(cmd, cwd=run_dir, stdout=log, stderr=subprocess.STDOUT,
-                               env=reference_env(args.cleanrl_dir, args.reference_threads))
+            status = run_child(
+                cmd,
+                cwd=run_dir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=reference_env(args.cleanrl_dir, args.reference_threads),
+            )
         if status != 0:
             with open(os.path.join(run_dir, "cleanrl.log"), errors="replace") as f:
                 lines = f.read().strip().splitlines() or [f"exit status {status}"]
             raise RuntimeError(f"CleanRL's {script} seed {seed} failed: {lines[-1]} (log: {run_dir}/cleanrl.log)")
         print(f"CleanRL {script} {env_id} seed {seed}: ok {time.time() - start:.1f}s", flush=True)
         with open(done, "w") as f:
-            json.dump({"command": cmd, "wall_time_s": round(time.time() - start, 1), "python": args.cleanrl_python,
-                       "commit": checkout_commit(args.cleanrl_dir, path)}, f, indent=1)
+            json.dump(
+                {
+                    "command": cmd,
+                    "wall_time_s": round(time.time() - start, 1),
+                    "python": args.cleanrl_python,
+                    "commit": checkout_commit(args.cleanrl_dir, path),
+                },
+                f,
+                indent=1,
+            )
     found = glob.glob(os.path.join(run_dir, "runs", "*"))
     if len(found) != 1:
         raise RuntimeError(f"CleanRL's {script} seed {seed}: {len(found)} run dirs under {run_dir}/runs, not one")
@@ -241,18 +281,37 @@ def our_runs(script, env_id, seeds, steps, work, more=(), threads=0):
     run.py's --threads `threads` (0: its default): their TensorBoard run dirs."""
     runs_dir = os.path.join(work, "ours", "runs")
     extra = ["--total-timesteps", str(steps), "--save-model", "--save-every", str(SAVE_EVERY), *more]
-    cmd = [sys.executable, os.path.join(HERE, "run.py"), "--script", script, "--env-ids", env_id, "--seeds",
-           *map(str, seeds), "--runs-dir", runs_dir, "--threads", str(threads), "--", *extra]
+    cmd = [
+        sys.executable,
+        os.path.join(HERE, "run.py"),
+        "--script",
+        script,
+        "--env-ids",
+        env_id,
+        "--seeds",
+        *map(str, seeds),
+        "--runs-dir",
+        runs_dir,
+        "--threads",
+        str(threads),
+        "--",
+        *extra,
+    ]
     if run_child(cmd) != 0:
         raise RuntimeError(f"our {os.path.basename(script)} failed: run.py printed its log above")
-    dirs = {s["seed"]: os.path.join(runs_dir, rel) for rel, s in load_summaries(runs_dir).items()
-            if s.get("ok") and s["env_id"] == env_id and s["args"] == extra and s["seed"] in seeds}
+    dirs = {
+        s["seed"]: os.path.join(runs_dir, rel)
+        for rel, s in load_summaries(runs_dir).items()
+        if s.get("ok") and s["env_id"] == env_id and s["args"] == extra and s["seed"] in seeds
+    }
     return [dirs[s] for s in seeds]
 
 
 def fidelity(args, refs, ours_dir, argv):
-    commits = {"ours": git_commit(os.path.join(ours_dir, args.scripts[0])),
-               "ref": checkout_commit(args.cleanrl_dir, refs[args.scripts[0]])}
+    commits = {
+        "ours": git_commit(os.path.join(ours_dir, args.scripts[0])),
+        "ref": checkout_commit(args.cleanrl_dir, refs[args.scripts[0]]),
+    }
     verdicts, more = [], shlex.split(args.ours_args)
     for script in args.scripts:
         env_id, default_steps = TASKS[script]
@@ -265,18 +324,43 @@ def fidelity(args, refs, ours_dir, argv):
             ours_dirs += our_runs(os.path.join(ours_dir, script), env_id, [seed], steps, work, more, args.ours_threads)
         flags = "-".join(a.lstrip("-") for a in more).replace("/", "-")  # e.g. gymnasium-normalization
         out = os.path.join(args.out or os.path.join(HERE, "results"), f"vs_cleanrl_{name}" + (f"_{flags}" if flags else ""))
-        if compare.main(["--a", f"ours={ours_dirs[0]}", *ours_dirs[1:], "--b", f"cleanrl={ref_dirs[0]}", *ref_dirs[1:],
-                         "--out", out, "--windows", str(args.windows), "--tags", *args.tags]) != 0:
+        if (
+            compare.main(
+                [
+                    "--a",
+                    f"ours={ours_dirs[0]}",
+                    *ours_dirs[1:],
+                    "--b",
+                    f"cleanrl={ref_dirs[0]}",
+                    *ref_dirs[1:],
+                    "--out",
+                    out,
+                    "--windows",
+                    str(args.windows),
+                    "--tags",
+                    *args.tags,
+                ]
+            )
+            != 0
+        ):
             raise RuntimeError(f"compare.py could not compare {script}'s runs (its error above)")
         with open(os.path.join(out, "report.md")) as f:
             md = f.read().split("\n", 1)
         with open(os.path.join(out, "report.md"), "w") as f:  # where the two sides came from, under the title
-            f.write("\n".join([md[0], "", f"- made by: `python benchmark/vs_cleanrl.py {' '.join(argv)}`",
-                               f"- ours: {script} at commit {commits['ours'] or 'unknown'}, in {sys.executable}"
-                               + (f", with {shlex.join(more)}" if more else ""),
-                               f"- cleanrl: {os.path.relpath(refs[script], args.cleanrl_dir)} in {args.cleanrl_dir} "
-                               f"(commit {commits['ref'] or 'unknown: not a git checkout'}), in {args.cleanrl_python}",
-                               md[1].lstrip("\n")]))
+            f.write(
+                "\n".join(
+                    [
+                        md[0],
+                        "",
+                        f"- made by: `python benchmark/vs_cleanrl.py {' '.join(argv)}`",
+                        f"- ours: {script} at commit {commits['ours'] or 'unknown'}, in {sys.executable}"
+                        + (f", with {shlex.join(more)}" if more else ""),
+                        f"- cleanrl: {os.path.relpath(refs[script], args.cleanrl_dir)} in {args.cleanrl_dir} "
+                        f"(commit {commits['ref'] or 'unknown: not a git checkout'}), in {args.cleanrl_python}",
+                        md[1].lstrip("\n"),
+                    ]
+                )
+            )
         verdicts.append(f"{script} {env_id} {steps_str(steps)}: {out}/report.md")
     print("\nvs_cleanrl.py: wrote " + "; ".join(verdicts))
     return 0
@@ -285,36 +369,52 @@ def fidelity(args, refs, ours_dir, argv):
 def main(argv=None, ours_dir=ROOT):
     argv = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--cleanrl-dir", required=True,
-                   help="a CleanRL checkout (git clone https://github.com/vwxyzjn/cleanrl)")
-    p.add_argument("--cleanrl-python", default=sys.executable,
-                   help="the python of CleanRL's own environment (bash benchmark/cleanrl_env.sh makes it)")
+    p.add_argument("--cleanrl-dir", required=True, help="a CleanRL checkout (git clone https://github.com/vwxyzjn/cleanrl)")
+    p.add_argument(
+        "--cleanrl-python",
+        default=sys.executable,
+        help="the python of CleanRL's own environment (bash benchmark/cleanrl_env.sh makes it)",
+    )
     p.add_argument("--scripts", nargs="+", default=SPEED_GOALS, choices=list(TASKS), help="our scripts to compare")
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3], help="one pair of runs per seed")
     p.add_argument("--steps", type=int, default=0, help="total timesteps of every run (default: the reference's)")
     p.add_argument("--env-id", default=None, help="the env of the pairs (one script only; default: the reference's)")
     p.add_argument("--reference-threads", type=int, default=0, help="OMP_NUM_THREADS for CleanRL (default: unset)")
-    p.add_argument("--out", default=None, help="markdown output (default: benchmark/results/vs_cleanrl_<date>.md); "
-                   "with --fidelity the folder of the reports (default: benchmark/results)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="markdown output (default: benchmark/results/vs_cleanrl_<date>.md); "
+        "with --fidelity the folder of the reports (default: benchmark/results)",
+    )
     p.add_argument("--fidelity", action="store_true", help="keep both sides' TensorBoard logs and compare the curves")
     p.add_argument("--work-dir", default=os.path.join("runs", "vs_cleanrl"), help="--fidelity: where the runs go")
     p.add_argument("--windows", type=int, default=10, help="--fidelity: windows of compare.py's tables")
     p.add_argument("--tags", nargs="+", default=compare.TAGS, help="--fidelity: the scalars compare.py compares")
-    p.add_argument("--ours-args", default="", help="--fidelity: more flags for ours, one string "
-                   "(--ours-args=--gymnasium-normalization); the report's folder is named with them")
+    p.add_argument(
+        "--ours-args",
+        default="",
+        help="--fidelity: more flags for ours, one string "
+        "(--ours-args=--gymnasium-normalization); the report's folder is named with them",
+    )
     p.add_argument("--ours-threads", type=int, default=0, help="--fidelity: run.py --threads for ours (default: its own)")
     args = p.parse_args(argv)
     if not os.access(args.cleanrl_python, os.X_OK):
-        print(f"vs_cleanrl.py: --cleanrl-python {args.cleanrl_python} is not an executable; "
-              "bash benchmark/cleanrl_env.sh makes one", file=sys.stderr)
+        print(
+            f"vs_cleanrl.py: --cleanrl-python {args.cleanrl_python} is not an executable; "
+            "bash benchmark/cleanrl_env.sh makes one",
+            file=sys.stderr,
+        )
         return 2
     if args.env_id and len(args.scripts) > 1:
-        print(f"vs_cleanrl.py: --env-id {args.env_id} with {len(args.scripts)} scripts; give one script with --env-id",
-              file=sys.stderr)
+        print(
+            f"vs_cleanrl.py: --env-id {args.env_id} with {len(args.scripts)} scripts; give one script with --env-id",
+            file=sys.stderr,
+        )
         return 2
     if args.ours_threads < 0:
-        print(f"vs_cleanrl.py: --ours-threads must be 1 or more (0: run.py's default), got {args.ours_threads}",
-              file=sys.stderr)
+        print(
+            f"vs_cleanrl.py: --ours-threads must be 1 or more (0: run.py's default), got {args.ours_threads}", file=sys.stderr
+        )
         return 2
     if len(set(args.seeds)) != len(args.seeds):
         print("vs_cleanrl.py: a seed is given twice in --seeds; give each once", file=sys.stderr)
@@ -322,8 +422,11 @@ def main(argv=None, ours_dir=ROOT):
     refs = {s: reference_path(args.cleanrl_dir, s) for s in args.scripts}
     missing = [s for s, path in refs.items() if path is None]
     if missing:
-        print(f"vs_cleanrl.py: no cleanrl/{missing[0]} under {args.cleanrl_dir}; pass a CleanRL checkout "
-              "(git clone https://github.com/vwxyzjn/cleanrl) as --cleanrl-dir", file=sys.stderr)
+        print(
+            f"vs_cleanrl.py: no cleanrl/{missing[0]} under {args.cleanrl_dir}; pass a CleanRL checkout "
+            "(git clone https://github.com/vwxyzjn/cleanrl) as --cleanrl-dir",
+            file=sys.stderr,
+        )
         return 2
     ours_missing = [s for s in args.scripts if not os.path.isfile(os.path.join(ours_dir, s))]
     if ours_missing:
@@ -331,8 +434,11 @@ def main(argv=None, ours_dir=ROOT):
         return 2
     ours_as_ref = [s for s in args.scripts if open(refs[s], "rb").read() == open(os.path.join(ours_dir, s), "rb").read()]
     if ours_as_ref:  # this project (or a copy of a script of it) given as --cleanrl-dir
-        print(f"vs_cleanrl.py: {refs[ours_as_ref[0]]} is our own {ours_as_ref[0]}, not CleanRL's; pass a CleanRL checkout "
-              "(git clone https://github.com/vwxyzjn/cleanrl) as --cleanrl-dir", file=sys.stderr)
+        print(
+            f"vs_cleanrl.py: {refs[ours_as_ref[0]]} is our own {ours_as_ref[0]}, not CleanRL's; pass a CleanRL checkout "
+            "(git clone https://github.com/vwxyzjn/cleanrl) as --cleanrl-dir",
+            file=sys.stderr,
+        )
         return 2
     if args.fidelity:
         before = signal.signal(signal.SIGTERM, stopped)
@@ -342,14 +448,19 @@ def main(argv=None, ours_dir=ROOT):
             print(f"vs_cleanrl.py: {e}", file=sys.stderr)
             return 1
         except (KeyboardInterrupt, Stopped) as e:
-            print(f"vs_cleanrl.py: stopped by {'SIGINT' if isinstance(e, KeyboardInterrupt) else 'SIGTERM'}; the same "
-                  "command continues: finished runs are skipped, ours resume from their checkpoints", file=sys.stderr)
+            print(
+                f"vs_cleanrl.py: stopped by {'SIGINT' if isinstance(e, KeyboardInterrupt) else 'SIGTERM'}; the same "
+                "command continues: finished runs are skipped, ours resume from their checkpoints",
+                file=sys.stderr,
+            )
             return 128 + (signal.SIGINT if isinstance(e, KeyboardInterrupt) else signal.SIGTERM)
         finally:
             signal.signal(signal.SIGTERM, before)
     # taken once, before the runs: an edit made while they run must not relabel them
-    commits = {"ours": git_commit(os.path.join(ours_dir, args.scripts[0])),
-               "ref": checkout_commit(args.cleanrl_dir, refs[args.scripts[0]])}
+    commits = {
+        "ours": git_commit(os.path.join(ours_dir, args.scripts[0])),
+        "ref": checkout_commit(args.cleanrl_dir, refs[args.scripts[0]]),
+    }
     date = time.strftime("%Y-%m-%d", time.gmtime())
     out = args.out or unused_path(os.path.join(HERE, "results", f"vs_cleanrl_{date}"))
     pairs = []
@@ -370,8 +481,11 @@ def main(argv=None, ours_dir=ROOT):
                 print(f"vs_cleanrl.py: {e}", file=sys.stderr)
                 return 1
             pairs.append({"script": script, "env": env_id, "steps": steps, "seed": seed, "ours": ours, "ref": ref})
-            print(f"{script} seed {seed}: wall ours {ours['wall']:.1f} s, CleanRL {ref['wall']:.1f} s "
-                  f"({ref['wall'] / ours['wall']:.2f}x)", flush=True)
+            print(
+                f"{script} seed {seed}: wall ours {ours['wall']:.1f} s, CleanRL {ref['wall']:.1f} s "
+                f"({ref['wall'] / ours['wall']:.2f}x)",
+                flush=True,
+            )
             write_markdown(pairs, refs, args, argv, out, commits)
     print(f"\nvs_cleanrl.py: wrote {out}")
     return 0

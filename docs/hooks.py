@@ -28,10 +28,16 @@ def on_files(files, config):
             path = os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/")
             page = path.endswith(".md") and path.startswith(PAGES)
             # src_uri is the path as a page in docs/ names it, so that mkdocs resolves ../benchmark/... to it
-            files.append((File if page or not path.endswith(".md") else _Copied)(
-                "../" + path, docs, config["site_dir"], config["use_directory_urls"],
-                dest_uri=_dest(path, config["use_directory_urls"]) if page else path,
-                inclusion=InclusionLevel.NOT_IN_NAV))
+            files.append(
+                (File if page or not path.endswith(".md") else _Copied)(
+                    "../" + path,
+                    docs,
+                    config["site_dir"],
+                    config["use_directory_urls"],
+                    dest_uri=_dest(path, config["use_directory_urls"]) if page else path,
+                    inclusion=InclusionLevel.NOT_IN_NAV,
+                )
+            )
     return files
 
 

@@ -25,8 +25,10 @@ import torch.nn as nn
 from conftest import import_copy
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-CLEANRL_STEP = ("optimizer.zero_grad()\n{i}loss.backward()\n"
-                "{i}nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)\n{i}optimizer.step()")
+CLEANRL_STEP = (
+    "optimizer.zero_grad()\n{i}loss.backward()\n"
+    "{i}nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)\n{i}optimizer.step()"
+)
 
 
 def cleanrl_edited_copy(mod, tmp_path):
@@ -35,7 +37,7 @@ def cleanrl_edited_copy(mod, tmp_path):
     block = re.compile(r"optimizer\.zero_grad\(.*?\).*\n(\s*)(.*\n\s*)*?\s*optimizer\.step\(\)")
     match = block.search(source)
     assert match, f"{mod.__name__}: no zero_grad ... step block to replace"
-    edited = source[:match.start()] + CLEANRL_STEP.format(i=match.group(1)) + source[match.end():]
+    edited = source[: match.start()] + CLEANRL_STEP.format(i=match.group(1)) + source[match.end() :]
     return import_copy(edited, tmp_path / f"edited_{mod.__name__}.py")
 
 
@@ -104,8 +106,13 @@ def edited_agent(mod, monkeypatch, head, edit, bias=None):
 def assert_temperature_changes_rollout(mod, args, monkeypatch, head="actor", logits=(0.0, 1.0), temperature=0.25):
     """(b) for a Categorical head: fix the head's logits, divide them by a temperature in the policy head; the
     rollout's actions follow softmax(logits / temperature), not softmax(logits), and the first ratio is 1."""
-    sampled = edited_agent(mod, monkeypatch, head, lambda agent: setattr(
-        agent, head, nn.Sequential(getattr(agent, head), Scale(1 / temperature))), bias=logits)
+    sampled = edited_agent(
+        mod,
+        monkeypatch,
+        head,
+        lambda agent: setattr(agent, head, nn.Sequential(getattr(agent, head), Scale(1 / temperature))),
+        bias=logits,
+    )
     out = mod.train(args)
     actions = torch.cat([a.reshape(-1) for a in sampled]).long()
     assert len(actions) >= 500, "the rollout did not sample through Agent.get_action_and_value"
@@ -121,9 +128,13 @@ def assert_temperature_changes_rollout(mod, args, monkeypatch, head="actor", log
 def assert_added_layer_trains(mod, args, monkeypatch, head="actor"):
     """(c): a LayerNorm added in front of the policy head trains (its weights move) and the rollout and update
     still agree (the first minibatch's ratio is 1)."""
+
     def add_layer_norm(agent):
-        width = head_of(agent, head).in_features if isinstance(getattr(agent, head), nn.Linear) else \
-            [m for m in getattr(agent, head).modules() if isinstance(m, nn.Linear)][0].in_features
+        width = (
+            head_of(agent, head).in_features
+            if isinstance(getattr(agent, head), nn.Linear)
+            else [m for m in getattr(agent, head).modules() if isinstance(m, nn.Linear)][0].in_features
+        )
         setattr(agent, head, nn.Sequential(nn.LayerNorm(width), getattr(agent, head)))
 
     edited_agent(mod, monkeypatch, head, add_layer_norm)
@@ -157,8 +168,10 @@ def traced_by_dynamo():
 
 CRITIC_LR = 1e-3  # (d): the critic's own rate, unlike every script's default
 # a researcher's two groups, written into the optimizer's construction: the critic's parameters, and all the others
-CRITIC_GROUP = ('[{"params": [p for name, p in agent.named_parameters() if not name.startswith("critic.")]}, '
-                '{"params": agent.critic.parameters(), "lr": %r}]' % CRITIC_LR)
+CRITIC_GROUP = (
+    '[{"params": [p for name, p in agent.named_parameters() if not name.startswith("critic.")]}, '
+    '{"params": agent.critic.parameters(), "lr": %r}]' % CRITIC_LR
+)
 
 
 def critic_group_copy(mod, tmp_path):
@@ -175,7 +188,8 @@ def recorded_rates():
     """Inside: the learning rate of every param group at each optimizer step, one list per step."""
     rates = []
     hook = register_optimizer_step_pre_hook(
-        lambda optimizer, *_: rates.append([group["lr"] for group in optimizer.param_groups]))
+        lambda optimizer, *_: rates.append([group["lr"] for group in optimizer.param_groups])
+    )
     try:
         yield rates
     finally:
@@ -189,8 +203,13 @@ def assert_every_group_annealed(rates, logged):
     assert rates and {len(r) for r in rates} == {2}, "the optimizer did not step with two param groups"
     (first, first_critic), others = rates[0], [r[0] for r in rates]
     assert first == logged[0] != CRITIC_LR and first_critic == CRITIC_LR
-    np.testing.assert_allclose([r[1] for r in rates], [CRITIC_LR * r / first for r in others], rtol=1e-12, atol=0,
-                               err_msg="the critic's group is not annealed by the other group's fraction")
+    np.testing.assert_allclose(
+        [r[1] for r in rates],
+        [CRITIC_LR * r / first for r in others],
+        rtol=1e-12,
+        atol=0,
+        err_msg="the critic's group is not annealed by the other group's fraction",
+    )
     assert sorted(set(others)) == sorted(set(logged)) and len(set(logged)) > 1  # annealed, as logged
 
 
@@ -207,6 +226,7 @@ def assert_every_param_group_anneals(mod, args, tmp_path):
 def hack_safety_tests(mod, args, temperature_args, logits=(0.0, 1.0)):
     """The four checks above as pytest tests for a script with a Categorical head named `actor`; a test module
     assigns the returned functions to names starting with test_ (pytest collects them there)."""
+
     def test_hack_cleanrl_update_trains(tmp_path, monkeypatch):
         assert_cleanrl_update_trains(mod, args, tmp_path, monkeypatch)
 
@@ -219,5 +239,9 @@ def hack_safety_tests(mod, args, temperature_args, logits=(0.0, 1.0)):
     def test_hack_every_param_group_anneals(tmp_path):
         assert_every_param_group_anneals(mod, args, tmp_path)
 
-    return (test_hack_cleanrl_update_trains, test_hack_temperature_changes_what_the_rollout_samples,
-            test_hack_added_layer_trains, test_hack_every_param_group_anneals)
+    return (
+        test_hack_cleanrl_update_trains,
+        test_hack_temperature_changes_what_the_rollout_samples,
+        test_hack_added_layer_trains,
+        test_hack_every_param_group_anneals,
+    )

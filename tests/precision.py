@@ -17,8 +17,11 @@ LOSS_RTOL, LOSS_ATOL = 2e-2, 2e-3
 # the scripts' own test of a CPU's bfloat16 kernels (oneDNN's: AVX512-BF16 or AMX; an AVX2-only CPU, e.g. AMD EPYC up
 # to Zen 3, has none, and there --bf16 is refused)
 HOST_BF16 = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-needs_bf16 = pytest.mark.skipif(not HOST_BF16, reason="this CPU has no bfloat16 kernels (AVX512-BF16 or AMX), so the "
-                                "script refuses --bf16 here: test_bf16_without_bf16_kernels_is_refused runs instead")
+needs_bf16 = pytest.mark.skipif(
+    not HOST_BF16,
+    reason="this CPU has no bfloat16 kernels (AVX512-BF16 or AMX), so the "
+    "script refuses --bf16 here: test_bf16_without_bf16_kernels_is_refused runs instead",
+)
 
 
 def bf16_tests(mod, args):
@@ -58,5 +61,8 @@ def bf16_tests(mod, args):
             mod.check_args(dataclasses.replace(args, bf16=True, cuda=False))
         mod.check_args(dataclasses.replace(args, cuda=False))  # fp32 still runs there
 
-    return (test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_across_precisions,
-            test_bf16_without_bf16_kernels_is_refused)
+    return (
+        test_bf16_trains_close_to_fp32_and_stays_on_policy,
+        test_bf16_checkpoints_load_across_precisions,
+        test_bf16_without_bf16_kernels_is_refused,
+    )

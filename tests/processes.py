@@ -31,8 +31,13 @@ import torch
 from conftest import ROOT
 
 # the warning filters a fresh interpreter starts with (no -W, no PYTHONWARNINGS), in their order
-FRESH_FILTERS = [("default", DeprecationWarning, "__main__"), ("ignore", DeprecationWarning, ""),
-                 ("ignore", PendingDeprecationWarning, ""), ("ignore", ImportWarning, ""), ("ignore", ResourceWarning, "")]
+FRESH_FILTERS = [
+    ("default", DeprecationWarning, "__main__"),
+    ("ignore", DeprecationWarning, ""),
+    ("ignore", PendingDeprecationWarning, ""),
+    ("ignore", ImportWarning, ""),
+    ("ignore", ResourceWarning, ""),
+]
 
 
 class _Pipe(io.StringIO):
@@ -40,8 +45,10 @@ class _Pipe(io.StringIO):
     pipe's stream has in a fresh interpreter (tyro draws its error box in "─" only when sys.stdout.encoding is utf-8;
     a StringIO's is None)."""
 
-    encoding = codecs.lookup(os.environ.get("PYTHONIOENCODING", "").split(":")[0] or
-                             ("utf-8" if sys.flags.utf8_mode else locale.getpreferredencoding(False))).name
+    encoding = codecs.lookup(
+        os.environ.get("PYTHONIOENCODING", "").split(":")[0]
+        or ("utf-8" if sys.flags.utf8_mode else locale.getpreferredencoding(False))
+    ).name
 
 
 def fresh_warnings():
@@ -50,7 +57,8 @@ def fresh_warnings():
     for action, category, module in FRESH_FILTERS:
         warnings.filterwarnings(action, category=category, module=module, append=True)
     warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: sys.stderr.write(
-        warnings.formatwarning(message, category, filename, lineno, line))
+        warnings.formatwarning(message, category, filename, lineno, line)
+    )
 
 
 def exit_status(e):
@@ -93,6 +101,7 @@ def run_cli(script, flags, timeout=None):
     rngs = random.getstate(), np.random.get_state(), torch.get_rng_state()
     alarm = timeout is not None and threading.current_thread() is threading.main_thread()
     if alarm:
+
         def expire(*_):
             raise CliTimeout(f"{script} {' '.join(flags)} ran past {timeout} s")
 
@@ -226,8 +235,14 @@ def free_port():
 
 def rank_env(rank, world, port):
     """What torchrun tells rank `rank` of a world on this host."""
-    return {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
-            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    return {
+        **os.environ,
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
 
 
 def _rank_main(rank, world, port, fn):
@@ -257,8 +272,10 @@ def driver(script, prelude="", epilogue=""):
     """Write driver.py: `prelude`, then `script` as python or torchrun runs it (a fresh interpreter, its __main__ block),
     then `epilogue`; its name."""
     with open("driver.py", "w") as f:
-        f.write(f"{prelude}\nimport runpy, sys\nsys.argv = [{script!r}, *sys.argv[1:]]\n"
-                f"runpy.run_path(sys.argv[0], run_name='__main__')\n{epilogue}\n")
+        f.write(
+            f"{prelude}\nimport runpy, sys\nsys.argv = [{script!r}, *sys.argv[1:]]\n"
+            f"runpy.run_path(sys.argv[0], run_name='__main__')\n{epilogue}\n"
+        )
     return "driver.py"
 
 
@@ -266,9 +283,12 @@ def group_watcher(script):
     """driver.py: `script`, then a line saying whether the process group it started is still alive. One that is (its
     gloo threads with it) meets the interpreter's exit, where a thread that drops the last collective's tensor cannot
     take the GIL and aborts the process."""
-    return driver(script, "import weakref\nimport torch.distributed as dist\ngroups, start = [], dist.init_process_group\n"
-                  "dist.init_process_group = lambda *a, **kw: (start(*a, **kw), groups.append(weakref.ref(dist.group.WORLD)))",
-                  "print('the group outlived the run' if groups[0]() else 'the group is gone')")
+    return driver(
+        script,
+        "import weakref\nimport torch.distributed as dist\ngroups, start = [], dist.init_process_group\n"
+        "dist.init_process_group = lambda *a, **kw: (start(*a, **kw), groups.append(weakref.ref(dist.group.WORLD)))",
+        "print('the group outlived the run' if groups[0]() else 'the group is gone')",
+    )
 
 
 def descendants(pid):
@@ -303,7 +323,8 @@ def wait_for(condition, timeout):
 
 def script_lines(stderr, script):
     """The lines `script` printed itself. torchrun's log records ([IWE]MMDD hh:mm:ss.ffffff ...) come from another
-    process into the same stream and can land inside one of them (seen in CI: "...with the learnerW1124 15:12:06.994000 ...")."""
+    process into the same stream and can land inside one of them
+    (seen in CI: "...with the learnerW1124 15:12:06.994000 ...")."""
     lines = re.split(r"\n|(?=[IWE]\d{4} \d\d:\d\d:\d\d\.\d{6} )", stderr)
     return [line for line in lines if line.startswith(f"{script}: ")]
 
@@ -348,10 +369,13 @@ def assert_process_group_failure_is_one_line(script, case, flags=()):
             os.environ.clear(), os.environ.update(saved)
     assert code == 1 and "Traceback" not in stderr and not os.path.exists("runs"), stderr[-2000:]
     assert not torch.distributed.is_initialized()
-    assert script_lines(stderr, name) == [{
-        "MASTER_ADDR unset": f"{name}: error: WORLD_SIZE 2 without MASTER_ADDR and MASTER_PORT: start the processes with "
-                             "torchrun, or give every one both (rank 0's host, and a free port on it)",
-        "port in use": f"{name}: error: rank 0 cannot start the process group at 127.0.0.1:{env['MASTER_PORT']} (The server "
-                       "socket has failed to listen on any local network address. port: "
-                       f"{env['MASTER_PORT']}, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in "
-                       "use); set MASTER_PORT to a free port on rank 0's host, or let torchrun choose one"}[case]]
+    assert script_lines(stderr, name) == [
+        {
+            "MASTER_ADDR unset": f"{name}: error: WORLD_SIZE 2 without MASTER_ADDR and MASTER_PORT: start the processes with "
+            "torchrun, or give every one both (rank 0's host, and a free port on it)",
+            "port in use": f"{name}: error: rank 0 cannot start the process group at 127.0.0.1:{env['MASTER_PORT']} "
+            "(The server socket has failed to listen on any local network address. port: "
+            f"{env['MASTER_PORT']}, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in "
+            "use); set MASTER_PORT to a free port on rank 0's host, or let torchrun choose one",
+        }[case]
+    ]

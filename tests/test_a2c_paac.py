@@ -13,8 +13,12 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT, interrupt_at_update, next_second, resume_elsewhere
-from hacks import (assert_added_layer_trains, assert_cleanrl_update_trains, assert_every_param_group_anneals,
-                   assert_temperature_changes_rollout)
+from hacks import (
+    assert_added_layer_trains,
+    assert_cleanrl_update_trains,
+    assert_every_param_group_anneals,
+    assert_temperature_changes_rollout,
+)
 from precision import bf16_tests
 from processes import run_cli
 from test_ppo import (
@@ -24,11 +28,11 @@ from test_ppo import (
     assert_foreign_and_corrupt_checkpoints_rejected,
     assert_memory_checked,
     assert_nonfinite_stops_and_keeps_the_last_checkpoint,
-    assert_stopped_in_one_line,
     assert_rejected_before_training,
     assert_resume_matches_uninterrupted_run,
     assert_resumes_with_fresh_episodes,
     assert_runs_in_one_second_get_their_own_directories,
+    assert_stopped_in_one_line,
     assert_unwritable_directory_is_one_line,
     read_scalars,
 )
@@ -159,8 +163,19 @@ def test_optimizer_holds_agent_parameters_and_defaults(tiny_run):
     assert len(held) == len(list(out["agent"].parameters()))
     assert all(p is q for p, q in zip(held, out["agent"].parameters()))
     args = paac.Args()
-    defaults = (args.num_envs, args.num_workers, args.num_steps, args.max_grad_norm, args.ent_coef, args.gamma,
-                args.vf_coef, args.loss_scale, args.learning_rate, args.arch, args.channels_last)
+    defaults = (
+        args.num_envs,
+        args.num_workers,
+        args.num_steps,
+        args.max_grad_norm,
+        args.ent_coef,
+        args.gamma,
+        args.vf_coef,
+        args.loss_scale,
+        args.learning_rate,
+        args.arch,
+        args.channels_last,
+    )
     assert defaults == (32, 8, 5, 40.0, 0.01, 0.99, 1.0, 1.0, None, "nips", True)
 
 
@@ -177,8 +192,10 @@ def test_network_feature_sizes_and_init(arch, n_features, hidden):
     assert action.shape == logprob.shape == entropy.shape == value.shape == (3,)
     convs = [m for m in agent.modules() if isinstance(m, torch.nn.Conv2d)]
     assert [(c.out_channels, c.kernel_size, c.stride) for c in convs] == (
-        [(16, (8, 8), (4, 4)), (32, (4, 4), (2, 2))] if arch == "nips"
-        else [(32, (8, 8), (4, 4)), (64, (4, 4), (2, 2)), (64, (3, 3), (1, 1))])
+        [(16, (8, 8), (4, 4)), (32, (4, 4), (2, 2))]
+        if arch == "nips"
+        else [(32, (8, 8), (4, 4)), (64, (4, 4), (2, 2)), (64, (3, 3), (1, 1))]
+    )
     for layer, std in [(agent.network[1], 2**0.5), (agent.actor, 0.01), (agent.critic, 1.0), (convs[0], 2**0.5)]:
         w = layer.weight.detach().reshape(layer.weight.shape[0], -1)
         np.testing.assert_allclose(torch.linalg.svdvals(w).numpy(), std, rtol=1e-4)  # orthogonal with gain std
@@ -189,8 +206,9 @@ def test_network_feature_sizes_and_init(arch, n_features, hidden):
 def test_channels_last_is_the_same_math(arch):
     x = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
     actions = torch.tensor([0, 1, 2, 3, 5])
-    assert_channels_last_is_the_same_math(lambda cl: paac.Agent(6, arch, cl),
-                                          lambda a, x: tuple(a.get_action_and_value(x, actions)[1:]), x)
+    assert_channels_last_is_the_same_math(
+        lambda cl: paac.Agent(6, arch, cl), lambda a, x: tuple(a.get_action_and_value(x, actions)[1:]), x
+    )
 
 
 def test_get_action_and_value_samples_the_softmax_and_scores_it():
@@ -259,8 +277,7 @@ def test_resume_keeps_anneal_timesteps():
         paac.train(paac.Args(resume=first["checkpoint"], total_timesteps=2 * 5 * 4, anneal_timesteps=2 * 5 * 20))
     next_second()
     resumed = paac.train(paac.Args(resume=first["checkpoint"], total_timesteps=2 * 5 * 4))
-    np.testing.assert_allclose(first["learning_rate"] + resumed["learning_rate"], np.linspace(0.0014, 0.0, 10)[:4],
-                               rtol=1e-12)
+    np.testing.assert_allclose(first["learning_rate"] + resumed["learning_rate"], np.linspace(0.0014, 0.0, 10)[:4], rtol=1e-12)
 
 
 def make_batch(n_envs=8, T=5, scale=100.0):
@@ -307,9 +324,18 @@ def test_loss_scale_multiplies_the_gradient_not_the_logged_losses():
 def test_logging_keys(tiny_run):
     out, where = tiny_run
     run_dir = os.path.join(where, out["run_dir"])
-    for tag in ["charts/learning_rate", "charts/SPS", "losses/value_loss", "losses/policy_loss", "losses/entropy",
-                "losses/explained_variance", "losses/grad_norm", "charts/time_share_env",
-                "charts/time_share_inference", "charts/time_share_update"]:
+    for tag in [
+        "charts/learning_rate",
+        "charts/SPS",
+        "losses/value_loss",
+        "losses/policy_loss",
+        "losses/entropy",
+        "losses/explained_variance",
+        "losses/grad_norm",
+        "charts/time_share_env",
+        "charts/time_share_inference",
+        "charts/time_share_update",
+    ]:
         values = read_scalars(run_dir, tag)
         assert values and len(values) == 4 and all(np.isfinite(values)), tag
     shares = [read_scalars(run_dir, f"charts/time_share_{k}")[-1] for k in ("env", "inference", "update")]
@@ -412,14 +438,22 @@ def test_a_dead_worker_is_an_error_not_a_hang():
 
 
 def test_workers_exit_when_the_learner_is_killed():
-    code = ("import a2c_paac as p, time; e = p.ParallelEnvs(p.Args(num_envs=4, num_workers=4), 'x'); "
-            "print(*[q.pid for q in e.procs], flush=True); time.sleep(60)")
-    learner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                               text=True, env={**os.environ, "PYTHONPATH": ROOT})
+    code = (
+        "import a2c_paac as p, time; e = p.ParallelEnvs(p.Args(num_envs=4, num_workers=4), 'x'); "
+        "print(*[q.pid for q in e.procs], flush=True); time.sleep(60)"
+    )
+    learner = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     pids = [int(pid) for pid in learner.stdout.readline().split()]
     assert len(pids) == 4
     learner.kill()  # no chance to close anything: each worker must see its pipe's learner end go
     learner.wait()
+
     def running(pid):  # an orphan that exited may stay a zombie until init reaps it
         try:
             return open(f"/proc/{pid}/stat").read().split()[2] != "Z"
@@ -500,8 +534,9 @@ def test_a_command_line_checkpoint_resumes_in_python_with_its_games():
 
 def test_resumes_with_fresh_episodes_when_the_envs_cannot_be_saved(monkeypatch, capsys):
     monkeypatch.setattr(paac.ParallelEnvs, "snapshot", lambda self: None)  # as with a video recorder
-    assert_resumes_with_fresh_episodes(paac, tiny(total_timesteps=2 * 5 * 2, save_model=True, save_every=1),
-                                       capsys, monkeypatch)
+    assert_resumes_with_fresh_episodes(
+        paac, tiny(total_timesteps=2 * 5 * 2, save_model=True, save_every=1), capsys, monkeypatch
+    )
 
 
 def test_interrupted_run_keeps_its_last_checkpoint_and_no_worker(monkeypatch):
@@ -528,16 +563,20 @@ def test_runs_started_in_the_same_second_get_their_own_directories(monkeypatch):
 
 def test_resume_applies_a_longer_budget_and_resumable_flags_and_refuses_others(tmp_path, monkeypatch):
     full = paac.train(tiny(save_model=True, total_timesteps=2 * 5 * 2))
-    for kw, flag in [({"num_envs": 4}, "num-envs"), ({"learning_rate": 1e-3}, "learning-rate"),
-                     ({"arch": "nature"}, "arch"), ({"loss_scale": 5.0}, "loss-scale"), ({"gamma": 0.9}, "gamma")]:
+    for kw, flag in [
+        ({"num_envs": 4}, "num-envs"),
+        ({"learning_rate": 1e-3}, "learning-rate"),
+        ({"arch": "nature"}, "arch"),
+        ({"loss_scale": 5.0}, "loss-scale"),
+        ({"gamma": 0.9}, "gamma"),
+    ]:
         with pytest.raises(paac.ConfigError, match=f"--{flag} cannot change when resuming"):
             paac.train(paac.Args(resume=full["checkpoint"], **kw))
     with pytest.raises(paac.ConfigError, match="leaves no iteration to run"):  # the run is already finished
         paac.train(paac.Args(resume=full["checkpoint"]))
     # the budget and how the run is placed may change: one worker instead of two, NCHW instead of NHWC
     next_second()
-    longer = paac.train(paac.Args(resume=full["checkpoint"], total_timesteps=2 * 5 * 3, num_workers=1,
-                                  channels_last=False))
+    longer = paac.train(paac.Args(resume=full["checkpoint"], total_timesteps=2 * 5 * 3, num_workers=1, channels_last=False))
     assert longer["global_step"] == 30 and len(longer["losses"]) == 1 and longer["run_dir"] == full["run_dir"]
     assert longer["first_minibatch"][0]["ratio_max_dev"] < 1e-5
     resume_elsewhere(paac, full, tmp_path, monkeypatch, total_timesteps=2 * 5 * 4)  # logs on in the run's own directory
@@ -599,7 +638,9 @@ def test_foreign_checkpoint_rejected():
 
 
 def test_envs_saved_by_another_version_refused():
-    assert_envs_of_another_version_refused(paac, paac.train(tiny(save_model=True)), lambda envs, renamed: [renamed] * len(envs))
+    assert_envs_of_another_version_refused(
+        paac, paac.train(tiny(save_model=True)), lambda envs, renamed: [renamed] * len(envs)
+    )
 
 
 def test_unwritable_directory_is_one_line(tmp_path):
@@ -609,8 +650,10 @@ def test_unwritable_directory_is_one_line(tmp_path):
 def test_cli_error_and_help_write_nothing(monkeypatch):
     code, stdout, stderr = run_cli("a2c_paac.py", ["--num-workers", "5", "--no-cuda"])
     assert code == 1 and stdout == ""
-    assert stderr.strip().splitlines() == ["a2c_paac.py: error: --num-envs 32 is not divisible by "
-                                           "--num-workers 5; each worker steps the same number of environments"]
+    assert stderr.strip().splitlines() == [
+        "a2c_paac.py: error: --num-envs 32 is not divisible by "
+        "--num-workers 5; each worker steps the same number of environments"
+    ]
     assert os.listdir(".") == []  # no runs/, no videos/
     monkeypatch.setenv("COLUMNS", "200")  # one line for the help's phrase
     code, out, _ = run_cli("a2c_paac.py", ["--help"])
@@ -624,7 +667,11 @@ def test_cuda_falls_back_with_notice(capsys):
     assert "no CUDA device" in capsys.readouterr().err and next(out["agent"].parameters()).device.type == "cpu"
 
 
-test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_across_precisions, test_bf16_without_bf16_kernels_is_refused = bf16_tests(paac, tiny())
+(
+    test_bf16_trains_close_to_fp32_and_stays_on_policy,
+    test_bf16_checkpoints_load_across_precisions,
+    test_bf16_without_bf16_kernels_is_refused,
+) = bf16_tests(paac, tiny())
 
 
 def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):

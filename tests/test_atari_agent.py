@@ -66,12 +66,15 @@ def test_truncated_or_foreign_weights_are_one_line(trained, tmp_path):
         ppo_atari.evaluate(str(cut))  # what --eval-checkpoint calls
     torch.save({"script": "ppo.py", "args": {}, "model": {}}, tmp_path / "ppo.pt")
     for args, message in (
-            (["gif", str(cut), str(tmp_path / "a.gif")], f"checkpoint '{cut}' could not be read"),
-            (["gif", str(tmp_path / "ppo.pt"), str(tmp_path / "a.gif")],
-             f"checkpoint '{tmp_path / 'ppo.pt'}' was written by ppo.py, not by this ppo_atari.py"),
-            (["weights", weights, str(tmp_path / "no" / "such" / "a.pt")], "cannot write"),
-            (["gif", weights, str(tmp_path / "a.png")], "does not end in .gif"),
-            (["gif", weights, str(tmp_path / "a.gif"), "--every", "0"], "--every and --max-frames must be >= 1")):
+        (["gif", str(cut), str(tmp_path / "a.gif")], f"checkpoint '{cut}' could not be read"),
+        (
+            ["gif", str(tmp_path / "ppo.pt"), str(tmp_path / "a.gif")],
+            f"checkpoint '{tmp_path / 'ppo.pt'}' was written by ppo.py, not by this ppo_atari.py",
+        ),
+        (["weights", weights, str(tmp_path / "no" / "such" / "a.pt")], "cannot write"),
+        (["gif", weights, str(tmp_path / "a.png")], "does not end in .gif"),
+        (["gif", weights, str(tmp_path / "a.gif"), "--every", "0"], "--every and --max-frames must be >= 1"),
+    ):
         with pytest.raises(SystemExit) as e:
             atari_agent.main(args)
         said = e.value.code
@@ -121,22 +124,38 @@ def test_the_10m_sweep_reports_then_ships_evaluates_and_shows_its_median_seed(tm
     out = tmp_path / "out"
     # THREADS=1: run.py would give each run cores // workers threads, and two threads beside the other xdist worker
     # run at half the speed on a 2-core host (oversubscribed: this test took 113 s beside a busy core, 54 s with one)
-    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"], "OUT": str(out),
-           "SEEDS": "1 2", "EVAL_EPISODES": "1", "ARGS": flags, "THREADS": "1"}
-    res = subprocess.run(["bash", os.path.join(ROOT, "benchmark", "breakout_10m.sh")], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=600)
+    env = {
+        **os.environ,
+        "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
+        "OUT": str(out),
+        "SEEDS": "1 2",
+        "EVAL_EPISODES": "1",
+        "ARGS": flags,
+        "THREADS": "1",
+    }
+    res = subprocess.run(
+        ["bash", os.path.join(ROOT, "benchmark", "breakout_10m.sh")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "| 414.66 ± 28.09 |" in (out / "report.md").read_text() and (out / "curves.csv").is_file()
     with open(out / "per_seed.csv") as f:
         rows = sorted(csv.DictReader(f), key=lambda row: (float(row["final_return"]), int(row["seed"])))
-    assert [row["exp_name"] for row in rows] == ["ppo_atari-" + run.args_hash(["--save-model", "--save-every", "50",
-                                                                                *flags.split()])] * 2
+    assert [row["exp_name"] for row in rows] == [
+        "ppo_atari-" + run.args_hash(["--save-model", "--save-every", "50", *flags.split()])
+    ] * 2
     assert [row["threads"] for row in rows] == ["1", "1"]  # THREADS reached run.py
     median = rows[0]
     said = (out / "eval.txt").read_text().splitlines()
-    assert said[:2] == [f"median seed {median['seed']} (final return {median['final_return']}, the mean of its last 100 "
-                        f"training games): {median['run_dir']}",
-                        "$ python ppo_atari.py --eval-checkpoint agent.pt --eval-episodes 1"]
+    assert said[:2] == [
+        f"median seed {median['seed']} (final return {median['final_return']}, the mean of its last 100 "
+        f"training games): {median['run_dir']}",
+        "$ python ppo_atari.py --eval-checkpoint agent.pt --eval-episodes 1",
+    ]
     weights = torch.load(out / "agent.pt", weights_only=False)["model"]
     trained = torch.load(tmp_path / median["run_dir"] / "checkpoint.pt", weights_only=False)["model"]
     assert weights.keys() == trained.keys() and all(torch.equal(weights[k], trained[k]) for k in weights)

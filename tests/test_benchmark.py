@@ -29,7 +29,8 @@ FAKE_SCRIPT = textwrap.dedent('''
 
     With --save-model it checkpoints (the number of episodes done) every --save-every episodes, and
     Crashy-v0 crashes halfway unless resumed; --resume continues the checkpoint's run dir with a
-    purge_step, as the scripts' SummaryWriter does, and refuses a checkpoint that holds the whole run, as they do. Sleepy-v0 sleeps ten minutes (unless a file "awake" exists) beside
+    purge_step, as the scripts' SummaryWriter does, and refuses a checkpoint that holds the whole run, as they do.
+    Sleepy-v0 sleeps ten minutes (unless a file "awake" exists) beside
     a process of its own that ignores SIGINT and SIGTERM (as it does too if a file "stubborn" exists); both write their
     pid to pids.txt.
 
@@ -221,8 +222,11 @@ def test_kill_9_of_the_runner_stops_its_runs_and_a_rerun_finishes_the_sweep(fake
     """Issue 37.1: each run lives in its own session, so it ran on after a SIGKILL of the runner, unrecorded, beside a
     rerun. The kernel now sends it SIGTERM when the runner dies."""
     argv = ["--script", fake, "--env-ids", "Sleepy-v0", "--seeds", "1", "--", "--total-timesteps", "100"]
-    runner = subprocess.Popen([sys.executable, os.path.join(ROOT, "benchmark", "run.py"), *argv],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    runner = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "benchmark", "run.py"), *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     pids = []
     try:
         assert wait_for(lambda: os.path.exists("pids.txt") and len(calls("pids.txt")) == 2, 60)
@@ -241,8 +245,20 @@ def test_kill_9_of_the_runner_stops_its_runs_and_a_rerun_finishes_the_sweep(fake
 
 
 def test_runner_reports_a_failed_run_with_its_log_tail_and_runs_the_others(fake, capsys):
-    argv = ["--script", fake, "--env-ids", "Broken-v0", "A-v0", "--seeds", "1", "--workers", "1", "--",
-            "--total-timesteps", "200"]
+    argv = [
+        "--script",
+        fake,
+        "--env-ids",
+        "Broken-v0",
+        "A-v0",
+        "--seeds",
+        "1",
+        "--workers",
+        "1",
+        "--",
+        "--total-timesteps",
+        "200",
+    ]
     assert run.main(argv) == 1
     captured = capsys.readouterr()
     assert "fake.py Broken-v0 seed 1: FAILED (exit status 3)" in captured.out
@@ -258,17 +274,20 @@ def test_runner_reports_a_failed_run_with_its_log_tail_and_runs_the_others(fake,
     assert [c.split(" ")[0] for c in calls()] == ["Broken-v0", "A-v0", "Broken-v0"]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--env-ids", "A-v0", "--seeds", "1", "1"], "--seeds 1 is given twice"),
-    (["--env-ids", "A-v0", "B-v0", "A-v0"], "--env-ids A-v0 is given twice"),
-    (["--env-ids", "A-v0", "--workers", "0"], "--workers must be at least 1, got 0"),
-    (["--env-ids", "A-v0", "--threads", "-1"], "--threads must be at least 1"),
-    (["--env-ids", "A-v0", "--seeds", "-1"], "--seeds -1 is out of range"),
-    (["--env-ids", "A-v0", "--runs-dir", "out"], "--runs-dir 'out' must end in 'runs'"),
-    (["--env-ids", "A-v0", "--", "--seed=5"], "--seed=5 among the extra args: the runner sets"),
-    (["--env-ids", "A-v0", "--python", "nowhere"], "--python 'nowhere' is not an executable"),
-    (["--env-ids", "A-v0", "--script", "nope.py"], "script 'nope.py' not found"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--env-ids", "A-v0", "--seeds", "1", "1"], "--seeds 1 is given twice"),
+        (["--env-ids", "A-v0", "B-v0", "A-v0"], "--env-ids A-v0 is given twice"),
+        (["--env-ids", "A-v0", "--workers", "0"], "--workers must be at least 1, got 0"),
+        (["--env-ids", "A-v0", "--threads", "-1"], "--threads must be at least 1"),
+        (["--env-ids", "A-v0", "--seeds", "-1"], "--seeds -1 is out of range"),
+        (["--env-ids", "A-v0", "--runs-dir", "out"], "--runs-dir 'out' must end in 'runs'"),
+        (["--env-ids", "A-v0", "--", "--seed=5"], "--seed=5 among the extra args: the runner sets"),
+        (["--env-ids", "A-v0", "--python", "nowhere"], "--python 'nowhere' is not an executable"),
+        (["--env-ids", "A-v0", "--script", "nope.py"], "script 'nope.py' not found"),
+    ],
+)
 def test_runner_refuses_bad_input_with_one_line_before_any_run(fake, capsys, args, message):
     assert run.main(["--script", fake, *args]) == 2
     err = capsys.readouterr().err
@@ -276,22 +295,40 @@ def test_runner_refuses_bad_input_with_one_line_before_any_run(fake, capsys, arg
     assert not os.path.exists("calls.txt") and not os.path.exists("runs")
 
 
-@pytest.mark.parametrize("sig, workers, stubborn", [(signal.SIGINT, 1, False), (signal.SIGTERM, 2, False),
-                                                    (signal.SIGINT, 1, True)], ids=["SIGINT", "SIGTERM", "twice"])
-def test_a_signal_stops_the_sweep_and_every_process_of_its_runs_and_a_rerun_resumes(fake, capsys, sig, workers,
-                                                                                    stubborn):
+@pytest.mark.parametrize(
+    "sig, workers, stubborn",
+    [(signal.SIGINT, 1, False), (signal.SIGTERM, 2, False), (signal.SIGINT, 1, True)],
+    ids=["SIGINT", "SIGTERM", "twice"],
+)
+def test_a_signal_stops_the_sweep_and_every_process_of_its_runs_and_a_rerun_resumes(fake, capsys, sig, workers, stubborn):
     """A-v0's quick runs, then Sleepy-v0's: the signal comes once `workers` of them sleep, each with a process of
     its own that ignores the signal. The runner ends by the signal, leaving no process and no run started after it.
     A run that ignores the signal itself is waited for, and killed at a second one."""
     if stubborn:
         open("stubborn", "w").close()
     seeds = [str(s) for s in range(1, workers + 2)]
-    argv = ["--script", fake, "--env-ids", "A-v0", "Sleepy-v0", "--seeds", *seeds, "--workers", str(workers),
-            "--", "--total-timesteps", "100"]
+    argv = [
+        "--script",
+        fake,
+        "--env-ids",
+        "A-v0",
+        "Sleepy-v0",
+        "--seeds",
+        *seeds,
+        "--workers",
+        str(workers),
+        "--",
+        "--total-timesteps",
+        "100",
+    ]
     # with Ctrl-C's default action, as in a terminal, even where the tests run as a background job (which ignores it)
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "benchmark", "run.py"), *argv], text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "benchmark", "run.py"), *argv],
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.time() + 120
         while not (os.path.exists("pids.txt") and len(calls("pids.txt")) == 2 * workers) and time.time() < deadline:
@@ -327,7 +364,7 @@ def test_a_signal_stops_the_sweep_and_every_process_of_its_runs_and_a_rerun_resu
     open("awake", "w").close()  # Sleepy-v0 now runs as A-v0 does
     assert run.main(argv) == 0
     assert capsys.readouterr().out.count("already finished, skipped") == len(seeds)
-    assert sorted(" ".join(c.split()[:2]) for c in calls()[len(seeds) + workers:]) == [f"Sleepy-v0 {s}" for s in seeds]
+    assert sorted(" ".join(c.split()[:2]) for c in calls()[len(seeds) + workers :]) == [f"Sleepy-v0 {s}" for s in seeds]
 
 
 # ---- the report ---------------------------------------------------------------------------------------------
@@ -336,8 +373,12 @@ def test_a_signal_stops_the_sweep_and_every_process_of_its_runs_and_a_rerun_resu
 def write_run(write_tb, env_id, exp_name, seed, returns, total_timesteps, last_step=None, stamp=1):
     """A run as the scripts write it: runs/<env>__<exp name>__<seed>__<time>/ with hyperparameters and returns."""
     steps = np.linspace(1, last_step or total_timesteps, len(returns)).astype(int)
-    write_tb(f"runs/{env_id}__{exp_name}__{seed}__{stamp}",
-             {"exp_name": exp_name, "seed": seed, "env_id": env_id, "total_timesteps": total_timesteps}, returns, steps)
+    write_tb(
+        f"runs/{env_id}__{exp_name}__{seed}__{stamp}",
+        {"exp_name": exp_name, "seed": seed, "env_id": env_id, "total_timesteps": total_timesteps},
+        returns,
+        steps,
+    )
 
 
 def test_final_return_is_mean_of_last_100_episodes_then_mean_and_population_std_across_seeds(write_tb):
@@ -382,7 +423,10 @@ def test_report_writes_markdown_csv_and_one_plot_per_env(write_tb, tmp_path):
     with open(out / "per_seed.csv") as f:
         rows = list(csv.DictReader(f))
     assert sorted((r["script"], r["env_id"], float(r["final_return"])) for r in rows) == [
-        ("ppo.py", "Acrobot-v1", -80.0), ("ppo.py", "CartPole-v1", 400.0), ("ppo_shared.py", "CartPole-v1", 495.0)]
+        ("ppo.py", "Acrobot-v1", -80.0),
+        ("ppo.py", "CartPole-v1", 400.0),
+        ("ppo_shared.py", "CartPole-v1", 495.0),
+    ]
 
 
 def test_report_gives_each_seeds_hours_its_parts_summed_without_the_gap_between(write_tb, tmp_path):
@@ -399,14 +443,26 @@ def test_report_gives_each_seeds_hours_its_parts_summed_without_the_gap_between(
     write_run(write_tb, "CartPole-v1", "ppo", 2, [400.0] * 150, 500000)  # seed 2: the runner's, on 2 threads
     os.makedirs("runs/summaries")
     with open("runs/summaries/ppo__CartPole-v1__2__x.json", "w") as f:
-        json.dump({"script": "ppo.py", "args": [], "ok": True, "tb_dir": "CartPole-v1__ppo__2__1", "threads": 2,
-                   "machine": {"cores": 2, "cpu": "AMD EPYC"}}, f)
+        json.dump(
+            {
+                "script": "ppo.py",
+                "args": [],
+                "ok": True,
+                "tb_dir": "CartPole-v1__ppo__2__1",
+                "threads": 2,
+                "machine": {"cores": 2, "cpu": "AMD EPYC"},
+            },
+            f,
+        )
     records = report.collect("runs")
     assert [(r["seed"], r["threads"]) for r in records] == [(1, None), (2, 2)]
     assert records[0]["hours"] == pytest.approx(1.5, abs=0.01)
     assert report.main(["runs", "--out", str(tmp_path / "out"), "--no-plots"]) == 0
-    assert "- hours per seed (the runs' processes, each part from its start or resume to its last log, summed; the " \
-           "threads run.py gave its last part): ppo.py CartPole-v1: 1.5, 0.0 (2 threads)\n" in (tmp_path / "out" / "report.md").read_text()
+    assert (
+        "- hours per seed (the runs' processes, each part from its start or resume to its last log, summed; the "
+        "threads run.py gave its last part): ppo.py CartPole-v1: 1.5, 0.0 (2 threads)\n"
+        in (tmp_path / "out" / "report.md").read_text()
+    )
     with open(tmp_path / "out" / "per_seed.csv") as f:
         assert [(row["hours"], row["threads"]) for row in csv.DictReader(f)] == [("1.5", ""), ("0.0", "2")]
 
@@ -425,14 +481,17 @@ def test_report_curves_are_a_panel_of_the_figure_beside_the_published_number(wri
         rows = list(csv.DictReader(f))
     assert [r["window"] for r in rows] == [str(w) for w in range(1, 11)] and {r["group"] for r in rows} == {"ours"}
     assert {(r["script"], r["env_id"], r["seeds"], r["verdict"]) for r in rows} == {
-        ("ppo_atari.py", "BreakoutNoFrameskip-v4", "3", "within the published mean ± std")}
+        ("ppo_atari.py", "BreakoutNoFrameskip-v4", "3", "within the published mean ± std")
+    }
     last = rows[-1]
     assert (last["start"], last["end"], last["per_seed"]) == ("8999424", "9999360", "380 400 420")
     assert [float(last[k]) for k in ("mean", "min", "max")] == [400.0, 380.0, 420.0]
     md = (out / "report.md").read_text()  # beside CleanRL's, then the other rows of 10M: openai/baselines', CleanRL's older
     assert "| 400.00 ± 16.33 | 380.0, 400.0, 420.0 | 414.66 ± 28.09 | 10M | within | [1] |" in md
-    assert ("Also published for the same script, env and budget (ours against each):\n\n- ppo_atari.py "
-            "BreakoutNoFrameskip-v4 10M: 406.57 ± 31.55 [2] (within), 416.31 ± 43.92 [3] (within)\n") in md
+    assert (
+        "Also published for the same script, env and budget (ours against each):\n\n- ppo_atari.py "
+        "BreakoutNoFrameskip-v4 10M: 406.57 ± 31.55 [2] (within), 416.31 ± 43.92 [3] (within)\n"
+    ) in md
     assert "\n2. CleanRL docs rl-algorithms/ppo.md, column 'openai/baselines PPO (Huang et al., 2022)'" in md
     # another experiment beside it: its table row takes the next source, the rows below the table the ones after
     write_run(write_tb, "CartPole-v1", "ppo", 1, [495.0] * 150, 500000)
@@ -450,8 +509,7 @@ def test_report_curves_are_a_panel_of_the_figure_beside_the_published_number(wri
     assert float(rows[0]["min"]) == pytest.approx(first)
 
     (panel,) = summary.summarize(str(tmp_path / "results"), str(tmp_path / "summary.png"))
-    assert panel["title"] == ("ppo_atari.py · BreakoutNoFrameskip-v4 · 10M\nours, 3 seeds:\n"
-                              "within the published mean ± std")
+    assert panel["title"] == ("ppo_atari.py · BreakoutNoFrameskip-v4 · 10M\nours, 3 seeds:\nwithin the published mean ± std")
     assert panel["published"] == (1e7, 414.66, 28.09)
 
     write_run(write_tb, "Pong-v5", "ppo_atari_envpool", 1, [20.0] * 150, 10_000_000)  # a second script and env
@@ -460,12 +518,15 @@ def test_report_curves_are_a_panel_of_the_figure_beside_the_published_number(wri
     assert not (tmp_path / "two").exists()
 
 
-@pytest.mark.parametrize("finals, seed", [
-    ([410.0, 380.0, 395.0], "3"),  # the middle one, wherever it stands
-    ([400.0, 380.0, 420.0, 390.0], "4"),  # of an even count, the lower of the two middle ones
-    ([400.0, 400.0, 380.0], "1"),  # equal returns: the lower seed
-    ([7.0], "1"),
-])
+@pytest.mark.parametrize(
+    "finals, seed",
+    [
+        ([410.0, 380.0, 395.0], "3"),  # the middle one, wherever it stands
+        ([400.0, 380.0, 420.0, 390.0], "4"),  # of an even count, the lower of the two middle ones
+        ([400.0, 400.0, 380.0], "1"),  # equal returns: the lower seed
+        ([7.0], "1"),
+    ],
+)
 def test_the_median_seed_stands_for_the_runs(tmp_path, finals, seed):
     """benchmark/breakout_10m.sh ships the agent of this seed (issue 50)."""
     with open(tmp_path / "per_seed.csv", "w", newline="") as f:
@@ -481,16 +542,24 @@ def test_the_mujoco_a_run_logged_is_in_its_summary_and_the_reports_table_and_csv
     extra = ["--total-timesteps", "1000"]
     assert run.main(["--script", fake, "--env-ids", "Humanoid-v4", "CartPole-v1", "--seeds", "1", "--", *extra]) == 0
     assert [summary(env_id, 1, extra)["mujoco"] for env_id in ("Humanoid-v4", "CartPole-v1")] == ["2.3.3", None]
-    write_tb("runs/Humanoid-v4__ppo_continuous_action__2__1", {"exp_name": "ppo_continuous_action", "seed": 2,
-             "env_id": "Humanoid-v4", "total_timesteps": 1000, "mujoco": "4.0.0"}, [600.0] * 100, range(10, 1001, 10))
+    write_tb(
+        "runs/Humanoid-v4__ppo_continuous_action__2__1",
+        {"exp_name": "ppo_continuous_action", "seed": 2, "env_id": "Humanoid-v4", "total_timesteps": 1000, "mujoco": "4.0.0"},
+        [600.0] * 100,
+        range(10, 1001, 10),
+    )
     out = tmp_path / "out"
     assert report.main(["runs", "--out", str(out), "--no-plots"]) == 0
-    assert ("\n- MuJoCo of the runs: 2.3.3, 4.0.0 (MuJoCo 4 runs Humanoid, HumanoidStandup, Ant and Hopper on other "
-            "physics than the published v4 numbers' 2.3.3; that physics: bash scripts/install.sh mujoco-ref)\n"
-            ) in (out / "report.md").read_text()
+    assert (
+        "\n- MuJoCo of the runs: 2.3.3, 4.0.0 (MuJoCo 4 runs Humanoid, HumanoidStandup, Ant and Hopper on other "
+        "physics than the published v4 numbers' 2.3.3; that physics: bash scripts/install.sh mujoco-ref)\n"
+    ) in (out / "report.md").read_text()
     with open(out / "per_seed.csv") as f:
         assert sorted((r["env_id"], r["seed"], r["mujoco"]) for r in csv.DictReader(f)) == [
-            ("CartPole-v1", "1", ""), ("Humanoid-v4", "1", "2.3.3"), ("Humanoid-v4", "2", "4.0.0")]
+            ("CartPole-v1", "1", ""),
+            ("Humanoid-v4", "1", "2.3.3"),
+            ("Humanoid-v4", "2", "4.0.0"),
+        ]
 
 
 def test_report_writes_by_default_into_the_current_directory_not_the_clone(write_tb, monkeypatch, tmp_path):
@@ -502,17 +571,28 @@ def test_report_writes_by_default_into_the_current_directory_not_the_clone(write
     assert sorted(os.listdir(out)) == ["per_seed.csv", "report.md"] and not (tmp_path / "clone").exists()
 
 
-@pytest.mark.parametrize("case, args, message", [
-    ("corrupt summary", ["runs"], "runs/summaries/fake__A-v0__1__x.json is not a readable runner summary; delete it"),
-    ("summary of something else", ["runs"], "runs/summaries/fake__A-v0__1__x.json is not a readable runner summary"),
-    ("", ["runs", "--reference", "nope.csv"], "--reference nope.csv: No such file or directory; give a CSV"),
-    ("", ["runs", "--reference", "calls.txt"], "--reference calls.txt has no 'script' column; give a CSV"),
-    ("", ["nowhere"], "'nowhere' is not a directory; give the runs/ directory"),
-    ("", ["empty"], "no complete TensorBoard runs with charts/episodic_return under 'empty'; give the runs/"),
-    ("", ["runs", "--steps", "7"], "none of the 1 runs under 'runs' is of --scripts (any) with --steps 7 and --exp-names (any); widen"),
-    # issue 37.6: a NotADirectoryError traceback
-    ("", ["runs", "--out", "calls.txt/report"], "--out 'calls.txt/report' cannot be made (Not a directory); give a folder"),
-])
+@pytest.mark.parametrize(
+    "case, args, message",
+    [
+        ("corrupt summary", ["runs"], "runs/summaries/fake__A-v0__1__x.json is not a readable runner summary; delete it"),
+        ("summary of something else", ["runs"], "runs/summaries/fake__A-v0__1__x.json is not a readable runner summary"),
+        ("", ["runs", "--reference", "nope.csv"], "--reference nope.csv: No such file or directory; give a CSV"),
+        ("", ["runs", "--reference", "calls.txt"], "--reference calls.txt has no 'script' column; give a CSV"),
+        ("", ["nowhere"], "'nowhere' is not a directory; give the runs/ directory"),
+        ("", ["empty"], "no complete TensorBoard runs with charts/episodic_return under 'empty'; give the runs/"),
+        (
+            "",
+            ["runs", "--steps", "7"],
+            "none of the 1 runs under 'runs' is of --scripts (any) with --steps 7 and --exp-names (any); widen",
+        ),
+        # issue 37.6: a NotADirectoryError traceback
+        (
+            "",
+            ["runs", "--out", "calls.txt/report"],
+            "--out 'calls.txt/report' cannot be made (Not a directory); give a folder",
+        ),
+    ],
+)
 def test_report_stops_with_one_line_naming_the_path_and_the_fix(write_tb, capsys, case, args, message):
     write_run(write_tb, "CartPole-v1", "ppo", 1, [400.0] * 150, 500000)
     os.makedirs("runs/summaries")
@@ -602,9 +682,11 @@ def test_throughput_refuses_a_count_below_its_least_in_one_line(tmp_path, capsys
 def test_summary_names_the_commit_the_run_started_with(fake, tmp_path):
     """A run that makes the repository dirty while it runs (here the fake script appending to a tracked
     calls.txt, as an edit made during a long run would) keeps the clean commit it started from."""
+
     def git(*a):
-        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=tmp_path,
-                              capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=tmp_path, capture_output=True, text=True, check=True
+        ).stdout.strip()
 
     git("init", "-q")
     (tmp_path / "calls.txt").write_text("")
@@ -645,8 +727,21 @@ def test_vs_cleanrl_runs_both_in_turn_and_reports_walls_returns_and_ratios(fake,
     wrap(tmp_path / "ours" / "ppo.py", fake, log, "ours", 0.0)
     wrap(tmp_path / "checkout" / "cleanrl" / "ppo.py", fake, log, "ref", 2.0)
     out = tmp_path / "vs.md"
-    argv = ["--cleanrl-dir", str(tmp_path / "checkout"), "--scripts", "ppo.py", "--seeds", "1", "2",
-            "--steps", "1500", "--reference-threads", "2", "--out", str(out)]
+    argv = [
+        "--cleanrl-dir",
+        str(tmp_path / "checkout"),
+        "--scripts",
+        "ppo.py",
+        "--seeds",
+        "1",
+        "2",
+        "--steps",
+        "1500",
+        "--reference-threads",
+        "2",
+        "--out",
+        str(out),
+    ]
     assert vs_cleanrl.main(argv, ours_dir=str(tmp_path / "ours")) == 0
     # in turn, the order alternating by seed; the thread setting on the reference side only
     assert log.read_text().splitlines() == ["ref 1 2", "ours 1 1", "ours 2 1", "ref 2 2"]
@@ -679,10 +774,23 @@ def test_vs_cleanrl_runs_the_reference_under_its_own_python(fake, tmp_path, caps
     wrap(tmp_path / "ours" / "ppo.py", fake, log, "ours", 0.0)
     wrap(tmp_path / "checkout" / "cleanrl" / "ppo.py", fake, log, "ref", 0.0)
     python = tmp_path / "cleanrl-python"
-    python.write_text(f"#!/bin/sh\necho \"$1\" >> {used}\nexec {sys.executable} \"$@\"\n")
+    python.write_text(f'#!/bin/sh\necho "$1" >> {used}\nexec {sys.executable} "$@"\n')
     python.chmod(0o755)
-    argv = ["--cleanrl-dir", str(tmp_path / "checkout"), "--scripts", "ppo.py", "--seeds", "1", "2", "--steps", "200",
-            "--cleanrl-python", str(python), "--out", str(tmp_path / "vs.md")]
+    argv = [
+        "--cleanrl-dir",
+        str(tmp_path / "checkout"),
+        "--scripts",
+        "ppo.py",
+        "--seeds",
+        "1",
+        "2",
+        "--steps",
+        "200",
+        "--cleanrl-python",
+        str(python),
+        "--out",
+        str(tmp_path / "vs.md"),
+    ]
     assert vs_cleanrl.main(argv, ours_dir=str(tmp_path / "ours")) == 0
     assert used.read_text().splitlines() == [str(tmp_path / "checkout" / "cleanrl" / "ppo.py")] * 2
     assert f"python {python}" in (tmp_path / "vs.md").read_text()
@@ -690,8 +798,10 @@ def test_vs_cleanrl_runs_the_reference_under_its_own_python(fake, tmp_path, caps
     runs = len(log.read_text().splitlines())
     assert vs_cleanrl.main(argv[:-4] + ["--cleanrl-python", str(tmp_path / "nowhere")]) == 2
     said = capsys.readouterr().err
-    assert said == (f"vs_cleanrl.py: --cleanrl-python {tmp_path / 'nowhere'} is not an executable; "
-                    "bash benchmark/cleanrl_env.sh makes one\n")
+    assert said == (
+        f"vs_cleanrl.py: --cleanrl-python {tmp_path / 'nowhere'} is not an executable; "
+        "bash benchmark/cleanrl_env.sh makes one\n"
+    )
     assert len(log.read_text().splitlines()) == runs  # no run started
 
 
@@ -712,8 +822,9 @@ def test_vs_cleanrl_names_a_checkouts_commit_but_not_that_of_a_repository_around
     import vs_cleanrl
 
     def git(*a):
-        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=tmp_path,
-                              capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=tmp_path, capture_output=True, text=True, check=True
+        ).stdout.strip()
 
     (tmp_path / "cleanrl").mkdir()
     (tmp_path / "cleanrl" / "ppo.py").write_text("")
@@ -752,8 +863,10 @@ def test_vs_cleanrl_refuses_our_own_scripts_as_the_reference(tmp_path, capsys):
     (tmp_path / "ppo.py").write_text("import sys\nsys.exit('ran')\n")
     argv = ["--cleanrl-dir", str(tmp_path), "--scripts", "ppo.py", "--seeds", "1", "--out", str(tmp_path / "a.md")]
     assert vs_cleanrl.main(argv, ours_dir=str(tmp_path)) == 2
-    assert capsys.readouterr().err == (f"vs_cleanrl.py: {tmp_path / 'ppo.py'} is our own ppo.py, not CleanRL's; pass a "
-                                       "CleanRL checkout (git clone https://github.com/vwxyzjn/cleanrl) as --cleanrl-dir\n")
+    assert capsys.readouterr().err == (
+        f"vs_cleanrl.py: {tmp_path / 'ppo.py'} is our own ppo.py, not CleanRL's; pass a "
+        "CleanRL checkout (git clone https://github.com/vwxyzjn/cleanrl) as --cleanrl-dir\n"
+    )
     assert not (tmp_path / "a.md").exists() and not os.path.exists("runs")
 
 
@@ -765,8 +878,14 @@ def test_bf16_gradients_compares_one_loss_in_both_precisions():
     args = ppo_atari.Args()
     torch.manual_seed(0)
     agent, n = ppo_atari.Agent(4, 4), 16
-    batch = (torch.randint(0, 256, (n, 4, 84, 84), dtype=torch.uint8), torch.randint(0, 4, (n,)), torch.full((n,), -1.4),
-             torch.zeros(n), torch.randn(n), torch.randn(n))
+    batch = (
+        torch.randint(0, 256, (n, 4, 84, 84), dtype=torch.uint8),
+        torch.randint(0, 4, (n,)),
+        torch.full((n,), -1.4),
+        torch.zeros(n),
+        torch.randn(n),
+        torch.randn(n),
+    )
     mb = torch.arange(n)
     loss32, g32 = bf16_gradients.gradient(agent, batch, mb, args, bf16=False)
     assert bf16_gradients.gradient(agent, batch, mb, args, bf16=False)[0] == loss32  # the same computation again
@@ -788,14 +907,17 @@ def sweep_copy(tmp_path, *names):
     return tmp_path / "benchmark", {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
 
 
-@pytest.mark.parametrize("script, name, value, want", [
-    ("trpo_vs_sb3.sh", "WORKERS", "0", "a whole number from 1 (e.g. WORKERS=2)"),  # ran nothing, then reported older runs
-    ("trpo_vs_sb3.sh", "SEEDS", "1 x", 'whole numbers from 0, each once (e.g. SEEDS="1 2")'),
-    ("trpo_vs_sb3.sh", "SEEDS", "2 2", 'whole numbers from 0, each once (e.g. SEEDS="1 2")'),
-    ("trpo_vs_sb3.sh", "STEPS", "1e6", "a whole number from 1 (e.g. STEPS=2)"),
-    ("implementation_matters.sh", "STEPS", "-5", "a whole number from 1 (e.g. STEPS=2)"),
-    ("breakout_10m.sh", "EVAL_EPISODES", "0", "a whole number from 1 (e.g. EVAL_EPISODES=2)"),
-])
+@pytest.mark.parametrize(
+    "script, name, value, want",
+    [
+        ("trpo_vs_sb3.sh", "WORKERS", "0", "a whole number from 1 (e.g. WORKERS=2)"),  # ran nothing, then reported older runs
+        ("trpo_vs_sb3.sh", "SEEDS", "1 x", 'whole numbers from 0, each once (e.g. SEEDS="1 2")'),
+        ("trpo_vs_sb3.sh", "SEEDS", "2 2", 'whole numbers from 0, each once (e.g. SEEDS="1 2")'),
+        ("trpo_vs_sb3.sh", "STEPS", "1e6", "a whole number from 1 (e.g. STEPS=2)"),
+        ("implementation_matters.sh", "STEPS", "-5", "a whole number from 1 (e.g. STEPS=2)"),
+        ("breakout_10m.sh", "EVAL_EPISODES", "0", "a whole number from 1 (e.g. EVAL_EPISODES=2)"),
+    ],
+)
 def test_a_sweep_checks_its_settings_before_any_run(tmp_path, script, name, value, want):
     bench, env = sweep_copy(tmp_path, script)
     res = subprocess.run(["bash", str(bench / script)], capture_output=True, text=True, env={**env, name: value})
@@ -811,10 +933,22 @@ def test_a_paired_sweep_compares_only_finished_runs_and_names_the_others(tmp_pat
         with open(run.summary_path("runs", "ours.py", "Hopper-v4", seed, extra), "w") as f:
             json.dump({"ok": ok, "tb_dir": f"Hopper-v4__ours__{seed}__1" if ok else None}, f)
     _, env = sweep_copy(tmp_path, "run.py")
-    res = [subprocess.run(["bash", "-c", f'source benchmark/common.sh; ENV_ID=Hopper-v4 STEPS=64 SEEDS="{seeds}"; '
-                           'run_dirs ours.py "--max-kl 0.1"', "trpo_vs_sb3.sh"], capture_output=True, text=True, env=env)
-           for seeds in ("1 2 3", "1")]
+    res = [
+        subprocess.run(
+            [
+                "bash",
+                "-c",
+                f'source benchmark/common.sh; ENV_ID=Hopper-v4 STEPS=64 SEEDS="{seeds}"; run_dirs ours.py "--max-kl 0.1"',
+                "trpo_vs_sb3.sh",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        for seeds in ("1 2 3", "1")
+    ]
     assert (res[0].returncode, res[0].stdout) == (1, "") and res[0].stderr == (
         "trpo_vs_sb3.sh: error: no comparison of ours.py's runs: seed 2 3 on Hopper-v4 did not finish (run.py said why, "
-        "above); mend that and run the sweep again\n")
+        "above); mend that and run the sweep again\n"
+    )
     assert (res[1].returncode, res[1].stdout, res[1].stderr) == (0, "runs/Hopper-v4__ours__1__1\n", "")

@@ -33,8 +33,10 @@ def write_run(path, seed, shift=0.0, tags=TAGS, steps=STEPS, hparams=None):
 
 
 def group(tmp_path, label, seeds, **kw):
-    return [f"{label}={write_run(tmp_path / label / f's{seeds[0]}', seeds[0], **kw)}",
-            *(write_run(tmp_path / label / f"s{s}", s, **kw) for s in seeds[1:])]
+    return [
+        f"{label}={write_run(tmp_path / label / f's{seeds[0]}', seeds[0], **kw)}",
+        *(write_run(tmp_path / label / f"s{s}", s, **kw) for s in seeds[1:]),
+    ]
 
 
 def run_compare(tmp_path, a, b, *extra):
@@ -63,11 +65,17 @@ def test_two_groups_from_one_distribution_are_the_same_and_the_report_and_plots_
     assert code == 0
     assert verdicts(md) == {tag: "same" for tag in TAGS}
     assert all(not r[6] for tag in TAGS for r in rows(md, tag))
-    assert sorted(os.listdir(tmp_path / "out")) == ["charts_episodic_return.png", "curves.csv", "losses_value_loss.png",
-                                                    "report.md"]
+    assert sorted(os.listdir(tmp_path / "out")) == [
+        "charts_episodic_return.png",
+        "curves.csv",
+        "losses_value_loss.png",
+        "report.md",
+    ]
     assert "| charts/episodic_return | same |" in capsys.readouterr().out
-    assert "- settings that differ (the Args each run logged): `precision` fp32=fp32, bf16=bf16; " \
-           "only bf16 logs `loss_scale`\n" in md
+    assert (
+        "- settings that differ (the Args each run logged): `precision` fp32=fp32, bf16=bf16; "
+        "only bf16 logs `loss_scale`\n" in md
+    )
 
 
 def test_the_report_names_the_mujoco_each_groups_runs_ran_on(tmp_path):
@@ -76,9 +84,15 @@ def test_the_report_names_the_mujoco_each_groups_runs_ran_on(tmp_path):
     a = group(tmp_path, "ours", [1, 2], hparams={"env_id": "Humanoid-v4", "mujoco": "4.0.0"})
     b = group(tmp_path, "cleanrl", [3, 4], hparams={"env_id": "Humanoid-v4"})
     code, md = run_compare(tmp_path, a, b, "--no-plots")
-    assert code == 0 and ("\n- MuJoCo of the runs: ours: 4.0.0; cleanrl: not logged (MuJoCo 4 runs Humanoid, "
-                          "HumanoidStandup, Ant and Hopper on other physics than the published v4 numbers' 2.3.3; "
-                          "that physics: bash scripts/install.sh mujoco-ref)\n") in md
+    assert (
+        code == 0
+        and (
+            "\n- MuJoCo of the runs: ours: 4.0.0; cleanrl: not logged (MuJoCo 4 runs Humanoid, "
+            "HumanoidStandup, Ant and Hopper on other physics than the published v4 numbers' 2.3.3; "
+            "that physics: bash scripts/install.sh mujoco-ref)\n"
+        )
+        in md
+    )
     code, md = run_compare(tmp_path, group(tmp_path, "x", [1, 2]), group(tmp_path, "y", [3, 4]), "--no-plots")
     assert code == 0 and "MuJoCo" not in md
 
@@ -91,6 +105,7 @@ def test_a_shift_in_the_last_windows_is_flagged_there_after_holm_and_p_is_welchs
     assert [r[0] for r in table if r[6] == "yes"] == ["9", "10"]
     assert verdicts(md)["charts/episodic_return"].startswith("differ: windows 9, 10 differ (Holm-adjusted p < 0.05)")
     assert "final means outside each other's seed spread" in verdicts(md)["charts/episodic_return"]
+
     # window 9 recomputed independently: each seed's mean over its 10 values in (8000, 9000]
     def window9(seed, shift):
         noise = np.random.default_rng(seed).normal(0, 1, len(STEPS))  # the return tag's draws come first
@@ -116,7 +131,7 @@ def test_welch_p_matches_scipy_and_the_formula_and_needs_two_values_a_side():
     b = [28.2, 26.6, 20.1, 23.3, 25.2, 22.1, 17.7, 27.6]
     va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
     t = (np.mean(a) - np.mean(b)) / np.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
     assert compare.welch_p(a, b) == pytest.approx(2 * stats.t.sf(abs(t), df), rel=1e-9)
     assert compare.welch_p(a, b) == pytest.approx(stats.ttest_ind(a, b, equal_var=False).pvalue, rel=1e-12)
     assert compare.welch_p([1.0], b) is None and compare.welch_p(a, [2.0]) is None
@@ -148,15 +163,18 @@ def test_window_means_put_each_step_in_its_window():
     assert np.isnan(compare.window_means([5], [1.0], edges)[1:]).all()
 
 
-@pytest.mark.parametrize("case, message", [
-    ("no events", "no TensorBoard event files under"),
-    ("no label", "give LABEL=DIR first"),
-    ("tag missing", "logged no losses/value_loss; leave it out of --tags"),
-    ("one window", "both groups have data in only 1 of 10 windows; give fewer --windows or longer runs"),
-    ("same label", "both groups are labelled 'x'"),
-    ("windows", "--windows must be at least 2, got 1"),
-    ("out unmakeable", "cannot be made (Not a directory); give a folder that can be created"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("no events", "no TensorBoard event files under"),
+        ("no label", "give LABEL=DIR first"),
+        ("tag missing", "logged no losses/value_loss; leave it out of --tags"),
+        ("one window", "both groups have data in only 1 of 10 windows; give fewer --windows or longer runs"),
+        ("same label", "both groups are labelled 'x'"),
+        ("windows", "--windows must be at least 2, got 1"),
+        ("out unmakeable", "cannot be made (Not a directory); give a folder that can be created"),
+    ],
+)
 def test_bad_input_is_one_line(tmp_path, capsys, case, message):
     a, b = group(tmp_path, "x", [1, 2]), group(tmp_path, "y", [3, 4])
     extra = []
@@ -201,8 +219,13 @@ def test_a_run_that_ends_short_or_groups_of_other_envs_are_named_and_an_unreadab
     err = capsys.readouterr().err.splitlines()
     assert code == 0 and md
     short = [line for line in err if "short of" in line]
-    assert len(short) == 1 and short[0].startswith(f"compare.py: warning: y run {str(tmp_path / 'y' / 's4')!r} logs "
-                                                   "losses/value_loss up to step ") and "of the others' 10000" in short[0]
+    assert (
+        len(short) == 1
+        and short[0].startswith(
+            f"compare.py: warning: y run {str(tmp_path / 'y' / 's4')!r} logs losses/value_loss up to step "
+        )
+        and "of the others' 10000" in short[0]
+    )
     assert "compare.py: warning: the groups' runs are of different envs (x: CartPole-v1; y: Acrobot-v1)" in "\n".join(err)
 
     path = damage(tmp_path / "y" / "s3", "random")
@@ -222,9 +245,26 @@ def test_vs_cleanrl_fidelity_keeps_both_logs_skips_finished_pairs_and_compares(t
     wrap(tmp_path / "ours" / "ppo.py", str(fake), log, "ours", 0.0)
     wrap(tmp_path / "checkout" / "cleanrl" / "ppo.py", str(fake), log, "ref", 0.0)
     work, results = tmp_path / "work" / "ppo_CartPole-v1_1500", tmp_path / "results" / "vs_cleanrl_ppo_CartPole-v1_1500"
-    argv = ["--fidelity", "--cleanrl-dir", str(tmp_path / "checkout"), "--scripts", "ppo.py", "--seeds", "1", "2",
-            "--steps", "1500", "--work-dir", str(tmp_path / "work"), "--out", str(tmp_path / "results"),
-            "--tags", "charts/episodic_return", "--windows", "5"]
+    argv = [
+        "--fidelity",
+        "--cleanrl-dir",
+        str(tmp_path / "checkout"),
+        "--scripts",
+        "ppo.py",
+        "--seeds",
+        "1",
+        "2",
+        "--steps",
+        "1500",
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--out",
+        str(tmp_path / "results"),
+        "--tags",
+        "charts/episodic_return",
+        "--windows",
+        "5",
+    ]
 
     def sides():
         return [line.split()[:2] for line in log.read_text().splitlines()]
@@ -246,7 +286,7 @@ def test_vs_cleanrl_fidelity_keeps_both_logs_skips_finished_pairs_and_compares(t
         before = sorted(os.listdir(work / "cleanrl" / "seed2" / "runs"))
         os.remove(work / "cleanrl" / "seed2" / "done.json")
         assert vs_cleanrl.main(argv, ours_dir=str(tmp_path / "ours")) == 0
-        assert sides()[4 + interruption:] == [["ref", "2"]] and len(os.listdir(work / "cleanrl" / "seed2" / "runs")) == 1
+        assert sides()[4 + interruption :] == [["ref", "2"]] and len(os.listdir(work / "cleanrl" / "seed2" / "runs")) == 1
         assert sorted(os.listdir(work / "cleanrl" / "seed2.interrupted" / "runs")) == before
         assert not (work / "cleanrl" / "seed2.interrupted" / "done.json").exists()
 

@@ -18,14 +18,24 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT, import_copy
-from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout, \
-    traced_by_dynamo
+from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout, traced_by_dynamo
 
 SCRIPTS = ["ppo", "ppo_shared", "ppo_continuous_action", "ppo_atari", "ppo_atari_envpool"]
-HEADS = {"ppo": "actor", "ppo_shared": "actor", "ppo_continuous_action": "actor_mean", "ppo_atari": "actor", "ppo_atari_envpool": "actor"}
+HEADS = {
+    "ppo": "actor",
+    "ppo_shared": "actor",
+    "ppo_continuous_action": "actor_mean",
+    "ppo_atari": "actor",
+    "ppo_atari_envpool": "actor",
+}
 SIZES = dict(cuda=False, num_envs=2, num_steps=16, num_minibatches=2, update_epochs=2, total_timesteps=2 * 16 * 2)
-ENVS = {"ppo": "CartPole-v1", "ppo_shared": "CartPole-v1", "ppo_continuous_action": "Hopper-v4", "ppo_atari": "AsterixNoFrameskip-v4",
-        "ppo_atari_envpool": "Asterix-v5"}
+ENVS = {
+    "ppo": "CartPole-v1",
+    "ppo_shared": "CartPole-v1",
+    "ppo_continuous_action": "Hopper-v4",
+    "ppo_atari": "AsterixNoFrameskip-v4",
+    "ppo_atari_envpool": "Asterix-v5",
+}
 
 
 def tiny(script, **kw):
@@ -76,9 +86,14 @@ def test_ppo_compiled_first_update_equals_eagers_and_checkpoints_cross_the_flag(
 
     def update_keeping_the_first(agent, optimizer, b, args, *compiled):
         if not kept:  # the inputs, copied before the compiled update changes them
-            kept.update(weights={k: v.clone() for k, v in agent.state_dict().items()}, optimizer=optimizer.state_dict(),
-                        b={k: v.clone() for k, v in b.items()}, args=dataclasses.replace(args), rng=torch.get_rng_state(),
-                        compiled=compiled)
+            kept.update(
+                weights={k: v.clone() for k, v in agent.state_dict().items()},
+                optimizer=optimizer.state_dict(),
+                b={k: v.clone() for k, v in b.items()},
+                args=dataclasses.replace(args),
+                rng=torch.get_rng_state(),
+                compiled=compiled,
+            )
         out = real_update(agent, optimizer, b, args, *compiled)
         kept.setdefault("after", {k: v.clone() for k, v in agent.state_dict().items()})
         return out
@@ -147,8 +162,10 @@ def test_hack_temperature_changes_what_the_compiled_rollout_samples(monkeypatch)
 def test_compile_without_a_compiler_or_pythons_headers_is_refused(script, monkeypatch, tmp_path):
     mod, args = tiny(script, compile=True)
     mod.check_args(args)  # g++ and Python.h are here
-    message = (r"^--compile needs a C\+\+ compiler \(\$CXX, or g\+\+\) and Python's headers \(Python.h\), which inductor "
-               r"builds its kernels with: install them \(e.g. apt install g\+\+ python3-dev\) or run without --compile$")
+    message = (
+        r"^--compile needs a C\+\+ compiler \(\$CXX, or g\+\+\) and Python's headers \(Python.h\), which inductor "
+        r"builds its kernels with: install them \(e.g. apt install g\+\+ python3-dev\) or run without --compile$"
+    )
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
     with pytest.raises(mod.ConfigError, match=message):
         mod.check_args(args)
@@ -159,8 +176,10 @@ def test_compile_without_a_compiler_or_pythons_headers_is_refused(script, monkey
         mod.check_args(args)
 
 
-@pytest.mark.skipif(os.environ.get("PPO_LEARNING_CHECKS") != "1", reason="a 100k-step run, ~60 s of CPU (4 min on "
-                    "2 busy cores): PPO_LEARNING_CHECKS=1 runs it")
+@pytest.mark.skipif(
+    os.environ.get("PPO_LEARNING_CHECKS") != "1",
+    reason="a 100k-step run, ~60 s of CPU (4 min on 2 busy cores): PPO_LEARNING_CHECKS=1 runs it",
+)
 def test_ppo_compiled_learns_cartpole():
     """ppo.py --compile, CartPole 100k steps, seed 1: the last 20 episodes' mean return 259.4 (eager: 283.8; random
     play ~22), measured on 2 busy AMD EPYC cores; here it must pass 150."""

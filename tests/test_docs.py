@@ -62,8 +62,7 @@ def test_readme_is_short_and_its_table_cells_read_at_a_glance():
     assert len(text.splitlines()) <= 120, f"README.md has {len(text.splitlines())} lines: move detail to a docs/ page"
     rows = [line for line in text.splitlines() if line.lstrip().startswith("|")]
     assert len(rows) >= 10  # the scripts table
-    long = [cell.strip() for row in rows for cell in re.split(r"(?<!\\)\|", row.strip().strip("|"))
-            if len(cell.strip()) > 100]
+    long = [cell.strip() for row in rows for cell in re.split(r"(?<!\\)\|", row.strip().strip("|")) if len(cell.strip()) > 100]
     assert long == [], "README.md table cells over 100 characters (put the detail on the script's page): " + repr(long)
 
 
@@ -83,15 +82,19 @@ def relative_links(text):
     text = re.sub(r"^(```|~~~).*?^\1", "", text, flags=re.S | re.M)  # fenced blocks
     text = re.sub(r"`[^`\n]*`", "", text)  # code spans
     targets = re.findall(r"\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)", text)
-    targets += re.findall(r"^ {0,3}\[[^\]]+\]:[ \t]*<?([^\s>]+)>?(?:[ \t]+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?[ \t]*$",
-                          text, re.M)  # reference definitions
+    targets += re.findall(
+        r"^ {0,3}\[[^\]]+\]:[ \t]*<?([^\s>]+)>?(?:[ \t]+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?[ \t]*$", text, re.M
+    )  # reference definitions
     targets += re.findall(r"\b(?:href|src)=\"([^\"]+)\"", text)
     return [t for t in targets if not re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:|#|//", t)]
 
 
 def markdown_files():
-    files = [os.path.join(ROOT, "README.md"), *glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True),
-             *glob.glob(os.path.join(ROOT, "benchmark", "results", "**", "*.md"), recursive=True)]
+    files = [
+        os.path.join(ROOT, "README.md"),
+        *glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True),
+        *glob.glob(os.path.join(ROOT, "benchmark", "results", "**", "*.md"), recursive=True),
+    ]
     return sorted(set(files))
 
 
@@ -114,8 +117,10 @@ def test_every_relative_link_and_image_resolves():
 def test_the_link_check_sees_links_images_and_html_but_not_code(tmp_path):
     (tmp_path / "there.md").write_text("")
     page = tmp_path / "page.md"
-    page.write_text("[ok](there.md#a) ![img](gone.png) [web](https://x.org/y) <img src=\"gone2.png\">\n"
-                    "`[code](gone3.md)`\n```\n[block](gone4.md)\n```\n[ref]: gone5.md\n[anchor](#here)\n[1, 2]: not a link\n")
+    page.write_text(
+        '[ok](there.md#a) ![img](gone.png) [web](https://x.org/y) <img src="gone2.png">\n'
+        "`[code](gone3.md)`\n```\n[block](gone4.md)\n```\n[ref]: gone5.md\n[anchor](#here)\n[1, 2]: not a link\n"
+    )
     assert dead_links(str(page)) == ["gone.png", "gone5.md", "gone2.png"]
 
 
@@ -125,9 +130,14 @@ def test_the_link_check_sees_links_images_and_html_but_not_code(tmp_path):
 def test_mkdocs_builds_the_site_strictly(tmp_path):
     pytest.importorskip("mkdocs")
     pytest.importorskip("material")
-    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    run = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     log = run.stdout + run.stderr
     assert run.returncode == 0 and "WARNING" not in log, log[-3000:]
     for page in PAGES:  # each page built, and the reports its pages link to
@@ -140,8 +150,11 @@ def test_the_seed_004_pages_tables_are_its_reports_rows():
     """docs/seed-004.md shows the study's tables as the report has them: a row that the report no longer holds (the
     report remade from more runs) fails here instead of drifting."""
     report = read(os.path.join(ROOT, "benchmark", "results", "implementation_matters", "report.md"))
-    rows = [line for line in read(os.path.join(ROOT, "docs", "seed-004.md")).splitlines()
-            if line.startswith("| ") and not line.startswith("| ---")]
+    rows = [
+        line
+        for line in read(os.path.join(ROOT, "docs", "seed-004.md")).splitlines()
+        if line.startswith("| ") and not line.startswith("| ---")
+    ]
     assert len(rows) >= 15
     assert [row for row in rows if row not in report] == []
 
@@ -154,8 +167,9 @@ def test_each_page_holds_its_scripts_docstring_as_it_is_now():
         text = read(page_of(script))
         blocks = {m[2]: m[3] for m in BLOCK.finditer(text)}
         assert script in blocks, f"{page_of(script)} has no docstring block for {script}"
-        assert blocks[script] == docstring(script), \
+        assert blocks[script] == docstring(script), (
             f"{os.path.relpath(page_of(script), ROOT)}: {script}'s docstring changed; run python tests/test_docs.py"
+        )
         for heading in ["Usage", "Explanation of the logged metrics", "Implementation details", "Experiment results"]:
             assert re.search(rf"^### {heading}", section(text, script), re.M), (script, heading)
 
@@ -176,10 +190,10 @@ TINY = {
     "ppo.py": dict(env_id="CartPole-v1", num_envs=2, num_steps=8, num_minibatches=2, update_epochs=1),
     "ppo_shared.py": dict(env_id="CartPole-v1", num_envs=2, num_steps=8, num_minibatches=2, update_epochs=1),
     "ppo_atari.py": dict(env_id="AsterixNoFrameskip-v4", num_envs=2, num_steps=8, num_minibatches=2, update_epochs=1),
-    "ppo_atari_multigpu.py": dict(env_id="AsterixNoFrameskip-v4", num_envs=2, num_steps=8, num_minibatches=2,
-                                  update_epochs=1),  # a world of one: no torchrun
-    "ppo_atari_lstm.py": dict(env_id="AsterixNoFrameskip-v4", num_envs=2, num_steps=8, num_minibatches=2,
-                              update_epochs=1),
+    "ppo_atari_multigpu.py": dict(
+        env_id="AsterixNoFrameskip-v4", num_envs=2, num_steps=8, num_minibatches=2, update_epochs=1
+    ),  # a world of one: no torchrun
+    "ppo_atari_lstm.py": dict(env_id="AsterixNoFrameskip-v4", num_envs=2, num_steps=8, num_minibatches=2, update_epochs=1),
     "ppo_atari_envpool.py": dict(env_id="Asterix-v5", num_envs=2, num_steps=8, num_minibatches=2, update_epochs=1),
     "ppo_continuous_action.py": dict(env_id="Hopper-v4", num_envs=2, num_steps=8, num_minibatches=2, update_epochs=1),
     "trpo_continuous_action.py": dict(env_id="Hopper-v4", num_envs=2, num_steps=8, num_minibatches=2, update_epochs=1),
@@ -190,8 +204,9 @@ TINY = {
     "impala_vtrace.py": dict(num_actors=2, batch_size=2, unroll_length=5),
 }
 for args in TINY.values():  # two iterations (updates) each
-    args["total_timesteps"] = 2 * (args["unroll_length"] * args["batch_size"] if "unroll_length" in args
-                                   else args["num_envs"] * args["num_steps"])
+    args["total_timesteps"] = 2 * (
+        args["unroll_length"] * args["batch_size"] if "unroll_length" in args else args["num_envs"] * args["num_steps"]
+    )
 # impala_vtrace_distributed.py needs ranks under torchrun: its losses come from impala_vtrace.py's update(), which the
 # test below asserts it still is, and its other tags are read from its code.
 
@@ -220,9 +235,14 @@ COLLECT = textwrap.dedent("""
 
 def logged_tags(out):
     """{script: {"tags": [...]} or {"error": "..."}} from one tiny run of each script in TINY, run in `out`."""
-    run = subprocess.run([sys.executable, "-c", COLLECT, ROOT, json.dumps(TINY), str(out)],
-                         capture_output=True, text=True, timeout=600, cwd=str(out),
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    run = subprocess.run(
+        [sys.executable, "-c", COLLECT, ROOT, json.dumps(TINY), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=str(out),
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     line = [x for x in run.stdout.splitlines() if x.startswith("TAGS ")]
     assert run.returncode == 0 and line, (run.stdout + run.stderr)[-3000:]
     return json.loads(line[0][5:])
@@ -240,14 +260,16 @@ def test_every_tag_a_short_run_logs_is_explained_on_its_page(tmp_path):
     """One test, not one per script: under pytest -n 2 a fixture shared by several tests would run once per worker."""
     assert set(TINY) | {"impala_vtrace_distributed.py"} == set(SCRIPTS), "give a new script a tiny run in TINY"
     # impala_vtrace_distributed.py's losses are impala_vtrace.py's as long as its update() is
-    assert update_source("impala_vtrace_distributed.py") == update_source("impala_vtrace.py"), \
+    assert update_source("impala_vtrace_distributed.py") == update_source("impala_vtrace.py"), (
         "impala_vtrace_distributed.py's update() is no longer impala_vtrace.py's: give it a tiny run of its own here"
+    )
     runs, problems, unavailable = logged_tags(tmp_path), [], []
     for script in SCRIPTS:
         source = "impala_vtrace.py" if script == "impala_vtrace_distributed.py" else script
         if "error" in runs[source]:
             (unavailable if MISSING_HERE.search(runs[source]["error"]) else problems).append(
-                f"{source}'s tiny run failed: {runs[source]['error'][:300]}")
+                f"{source}'s tiny run failed: {runs[source]['error'][:300]}"
+            )
             tags = set()
         else:
             tags = {t for t in runs[source]["tags"] if script == source or t.startswith("losses/")}
@@ -255,8 +277,10 @@ def test_every_tag_a_short_run_logs_is_explained_on_its_page(tmp_path):
         assert "charts/SPS" in literal_tags(script), script
         missing = sorted((tags | literal_tags(script)) - documented_tags(page_of(script)))
         if missing:
-            problems.append(f"{script} logs {missing}, which {os.path.relpath(page_of(script), ROOT)} does not explain "
-                            "(a table row starting with the tag in backticks)")
+            problems.append(
+                f"{script} logs {missing}, which {os.path.relpath(page_of(script), ROOT)} does not explain "
+                "(a table row starting with the tag in backticks)"
+            )
     assert problems == []
     if unavailable:  # Procgen has no wheel for Python 3.13; Gym-uRTS needs Java
         warnings.warn("not run here, so their tags were read from their code alone: " + "; ".join(unavailable))

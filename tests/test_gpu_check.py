@@ -28,8 +28,10 @@ def wheel(folder, name, files):
     """A wheel of `files` ({path: text}), as pip installs it: name-1.0, pure Python."""
     folder.mkdir(parents=True, exist_ok=True)
     dist = f"{name}-1.0.dist-info"
-    meta = {f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
-            f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    meta = {
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
     with zipfile.ZipFile(folder / f"{name}-1.0-py3-none-any.whl", "w") as z:
         for path, text in {**files, **meta}.items():
             z.writestr(path, text)
@@ -49,7 +51,8 @@ def left_behind(marker):
     return found
 
 
-FAKE_LEANRL = '''"""LeanRL's ppo_continuous_action_torchcompile.py as the check sees it: wandb.init, then wandb.log of its speed."""
+FAKE_LEANRL = '''"""LeanRL's ppo_continuous_action_torchcompile.py as the check sees it:
+wandb.init, then wandb.log of its speed."""
 import os, sys
 import wandb
 
@@ -82,24 +85,46 @@ def test_dry_run_checks_trains_resumes_evaluates_times_and_reports(tmp_path):
     (tmp_path / "cleanrl" / "cleanrl" / "ppo_continuous_action.py").write_text(fake)
     wheel(tmp_path / "wheels" / "leanrl", "tensordict", {"tensordict/__init__.py": "", "tensordict_probe.py": ""})
     (tmp_path / "leanrl" / "leanrl").mkdir(parents=True)
-    (tmp_path / "leanrl" / "leanrl" / "ppo_continuous_action_torchcompile.py").write_text(FAKE_LEANRL.replace(
-        "import wandb", "import tensordict_probe, wandb", 1))
+    (tmp_path / "leanrl" / "leanrl" / "ppo_continuous_action_torchcompile.py").write_text(
+        FAKE_LEANRL.replace("import wandb", "import tensordict_probe, wandb", 1)
+    )
     out = tmp_path / "out"
     # paths relative to the working directory, as the device's command gives them (.gpu/...)
-    cmd = [sys.executable, os.path.join(ROOT, "benchmark", "gpu_check.py"), "--no-cuda", "--tiny", "--scripts", *DRY_RUN,
-           "--install", "wheels/ours", "wheels/cleanrl", "wheels/leanrl", "--site", "site", "--cleanrl-dir", "cleanrl",
-           "--leanrl-dir", "leanrl", "--out", "out", "--workers", "2"]
+    cmd = [
+        sys.executable,
+        os.path.join(ROOT, "benchmark", "gpu_check.py"),
+        "--no-cuda",
+        "--tiny",
+        "--scripts",
+        *DRY_RUN,
+        "--install",
+        "wheels/ours",
+        "wheels/cleanrl",
+        "wheels/leanrl",
+        "--site",
+        "site",
+        "--cleanrl-dir",
+        "cleanrl",
+        "--leanrl-dir",
+        "leanrl",
+        "--out",
+        "out",
+        "--workers",
+        "2",
+    ]
     # TORCH_COMPILE_DISABLE: ours' --compile run goes through the check's every step but runs eagerly, as inductor's
     # kernels for it take 40 s of CPU from a cold cache (tests/test_compile.py compiles; this tests the check)
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, TMPDIR=str(tmp_path), TORCH_COMPILE_DISABLE="1"))
+    run = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, TMPDIR=str(tmp_path), TORCH_COMPILE_DISABLE="1")
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads((out / "gpu_check.json").read_text())
     checks, speed = report["checks"], report["speed"]
     cont, multi = "ppo_continuous_action.py", "ppo_atari_multigpu.py"
 
-    assert report["not_run"]["ppo_atari_envpool.py"].startswith("needs envpool, which does not import here "
-                                                                "(ImportError: a stand-in)")
+    assert report["not_run"]["ppo_atari_envpool.py"].startswith(
+        "needs envpool, which does not import here (ImportError: a stand-in)"
+    )
     assert set(checks) == {cont, multi}
     assert [checks[s]["launch"] for s in (cont, multi)] == ["python", "torchrun x1"]
     bf16 = report["meta"]["bf16"]
@@ -115,8 +140,7 @@ def test_dry_run_checks_trains_resumes_evaluates_times_and_reports(tmp_path):
     # 2 iterations of 32 steps (ppo_continuous_action.py: and after each update, its policy on the batch without grad,
     # seed 004's Figure 2); 2 epochs x 2 minibatches each, the Atari script 1 x 2; no sync on a CPU
     syncs = [checks[s]["raw"]["train"]["syncs"] for s in (cont, multi)]
-    assert [(s["rollout"]["calls"], s["update"]["calls"], s["counted"]) for s in syncs] == [(64 + 2, 8, False),
-                                                                                          (64, 4, False)]
+    assert [(s["rollout"]["calls"], s["update"]["calls"], s["counted"]) for s in syncs] == [(64 + 2, 8, False), (64, 4, False)]
 
     assert list(speed) == [cont, multi]  # the CleanRL pair first
     assert all(row["ours"]["sps"] > 0 and row["ours"]["global_step"] == 128 for row in speed.values())
@@ -142,8 +166,10 @@ def test_dry_run_checks_trains_resumes_evaluates_times_and_reports(tmp_path):
     # and --bf16's, CleanRL's 1, LeanRL's 2); a host without bf16 kernels (an AVX2-only CPU) runs no --bf16 and says so
     log = (out / "gpu_check.log").read_text()
     assert log.count("$ ") == 9 + 2 * bf16
-    assert "ppo_continuous_action_torchcompile.py --env-id HalfCheetah-v4 --seed 1 --total-timesteps 128 --compile " \
-           "--cudagraphs  # leanrl's" in log
+    assert (
+        "ppo_continuous_action_torchcompile.py --env-id HalfCheetah-v4 --seed 1 --total-timesteps 128 --compile "
+        "--cudagraphs  # leanrl's" in log
+    )
     assert ("--bf16: a third run, its ratio and its first losses against fp32's." in md) == bf16
     assert ("not run: this device has no bfloat16 kernels" in md) != bf16
     assert not left_behind(str(tmp_path)) and not glob.glob(str(tmp_path / "gpu_check-*"))
@@ -153,7 +179,8 @@ def test_a_script_without_compile_gets_a_row_that_says_so():
     assert gpu_check.Check.has_flag(None, "ppo_continuous_action.py", "compile")
     assert not gpu_check.Check.has_flag(None, "ppo_atari_lstm.py", "compile")
     assert gpu_check.peer_lines("ppo_atari_lstm.py", {"compile": {"not_run": "ppo_atari_lstm.py has no --compile"}}) == [
-        "| ppo_atari_lstm.py | ours --compile | not run: ppo_atari_lstm.py has no --compile | — | — | — | — | 0 |"]
+        "| ppo_atari_lstm.py | ours --compile | not run: ppo_atari_lstm.py has no --compile | — | — | — | — | 0 |"
+    ]
 
 
 @pytest.mark.parametrize("flag, parts", [("--no-correctness", ["speeds", "extras"]), ("--no-speed", ["check"])])
@@ -162,8 +189,9 @@ def test_no_correctness_and_no_speed_leave_out_their_part(tmp_path, monkeypatch,
     ran = []
     monkeypatch.setattr(gpu_check.Check, "missing", lambda self, needs, env, prefix="": list(needs))  # all import
     monkeypatch.setattr(gpu_check.Check, "check", lambda self, script: ran.append("check"))
-    monkeypatch.setattr(gpu_check.Check, "speeds", lambda self, script, extras=False: ran.append(
-        "extras" if extras else "speeds"))
+    monkeypatch.setattr(
+        gpu_check.Check, "speeds", lambda self, script, extras=False: ran.append("extras" if extras else "speeds")
+    )
     args = gpu_check.parse(["--no-cuda", "--scripts", "ppo.py", "--out", str(tmp_path / "out"), flag])
     check = gpu_check.Check(args, [])
     check.run()
@@ -174,25 +202,32 @@ def test_no_correctness_and_no_speed_leave_out_their_part(tmp_path, monkeypatch,
 def good_run(**kw):
     """What a correctness run of a PPO script returns when every check passes (batch 64)."""
     losses = {"policy_loss": 0.0, "value_loss": 2.0, "entropy": 1.0}
-    r = {"train": {"global_step": 128, "ratio": 0.0, "losses": losses}, "resume": {"global_step": 192, "ratio": 0.0},
-         "eval": {"cpu": [3.0], "device": [4.0]}, "twin": {"cpu": losses, "device": dict(losses)},
-         "bf16": {"ratio": 0.0, "losses": dict(losses)}}
+    r = {
+        "train": {"global_step": 128, "ratio": 0.0, "losses": losses},
+        "resume": {"global_step": 192, "ratio": 0.0},
+        "eval": {"cpu": [3.0], "device": [4.0]},
+        "twin": {"cpu": losses, "device": dict(losses)},
+        "bf16": {"ratio": 0.0, "losses": dict(losses)},
+    }
     for step, values in kw.items():
         r[step] = {**r[step], **values}
     return r
 
 
-@pytest.mark.parametrize("change, failed", [
-    ({}, []),
-    ({"train": {"ratio": 2e-5}}, ["ratio"]),
-    ({"resume": {"global_step": 128}}, ["resume"]),
-    ({"eval": {"device": [math.nan]}}, ["eval"]),
-    ({"twin": {"device": {"policy_loss": 0.0, "value_loss": 2.0 * (1 + 2e-4), "entropy": 1.0}}}, ["twin"]),
-    ({"twin": {"device": {"policy_loss": 2e-5, "value_loss": 2.0, "entropy": 1.0}}}, ["twin"]),
-    ({"bf16": {"losses": {"policy_loss": 0.0, "value_loss": 2.1, "entropy": 1.0}}}, ["bf16"]),
-    ({"bf16": {"ratio": 1e-3}}, ["bf16"]),
-    ({"resume": {"error": "ConfigError: boom"}}, ["resume"]),
-])
+@pytest.mark.parametrize(
+    "change, failed",
+    [
+        ({}, []),
+        ({"train": {"ratio": 2e-5}}, ["ratio"]),
+        ({"resume": {"global_step": 128}}, ["resume"]),
+        ({"eval": {"device": [math.nan]}}, ["eval"]),
+        ({"twin": {"device": {"policy_loss": 0.0, "value_loss": 2.0 * (1 + 2e-4), "entropy": 1.0}}}, ["twin"]),
+        ({"twin": {"device": {"policy_loss": 2e-5, "value_loss": 2.0, "entropy": 1.0}}}, ["twin"]),
+        ({"bf16": {"losses": {"policy_loss": 0.0, "value_loss": 2.1, "entropy": 1.0}}}, ["bf16"]),
+        ({"bf16": {"ratio": 1e-3}}, ["bf16"]),
+        ({"resume": {"error": "ConfigError: boom"}}, ["resume"]),
+    ],
+)
 def test_judgement_fails_each_check_past_its_tolerance(change, failed):
     cells, got = gpu_check.judge(good_run(**change), 64)
     assert got == failed and all(("**FAIL**" in cells[k]) == (k in failed) for k in cells)
@@ -228,8 +263,7 @@ def test_twin_runs_both_sides_in_fp32_convolutions_and_restores_tf32():
         return {k: torch.tensor(1.0) for k in gpu_check.LOSSES}
 
     agent = torch.nn.Conv2d(1, 1, 1)
-    state = {"first": (agent, torch.optim.Adam, {"lr": 1e-3}, {"obs": torch.zeros(8, 1, 2, 2)}, Args(), ()),
-             "update": update}
+    state = {"first": (agent, torch.optim.Adam, {"lr": 1e-3}, {"obs": torch.zeros(8, 1, 2, 2)}, Args(), ()), "update": update}
     before = torch.backends.cudnn.allow_tf32
     try:
         torch.backends.cudnn.allow_tf32 = True
@@ -291,17 +325,20 @@ def test_the_sync_median_skips_the_gaps_that_close_a_phase():
     assert s["update"] == {"calls": 2, "median": 42.5, "max": 44} and s["rollout"]["calls"] == 0
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--scripts", "nope.py"], "--scripts nope.py is not one of ppo.py,"),
-    (["--scripts", "ppo.py", "ppo.py"], "a script is given twice in --scripts"),
-    ([], "--out is required"),
-    (["--install-only", "--out", "o"], "--install-only without --install"),
-    (["--workers", "0", "--out", "o"], "--workers must be 1 or more, got 0"),
-    (["--speed-scale", "0", "--out", "o"], "--speed-scale must be > 0"),
-    (["--install", "empty", "--out", "o"], "--install empty: no *.whl there"),
-    (["--cleanrl-dir", "empty", "--out", "o"], "--cleanrl-dir empty holds none of cleanrl/"),
-    (["--scripts", "ppo.py", "--out", "o"], "no CUDA device is visible to"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--scripts", "nope.py"], "--scripts nope.py is not one of ppo.py,"),
+        (["--scripts", "ppo.py", "ppo.py"], "a script is given twice in --scripts"),
+        ([], "--out is required"),
+        (["--install-only", "--out", "o"], "--install-only without --install"),
+        (["--workers", "0", "--out", "o"], "--workers must be 1 or more, got 0"),
+        (["--speed-scale", "0", "--out", "o"], "--speed-scale must be > 0"),
+        (["--install", "empty", "--out", "o"], "--install empty: no *.whl there"),
+        (["--cleanrl-dir", "empty", "--out", "o"], "--cleanrl-dir empty holds none of cleanrl/"),
+        (["--scripts", "ppo.py", "--out", "o"], "no CUDA device is visible to"),
+    ],
+)
 def test_bad_input_is_one_line_and_nothing_runs(tmp_path, monkeypatch, capsys, args, message):
     (tmp_path / "empty").mkdir()
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)  # as on a machine without a GPU
@@ -317,8 +354,9 @@ def test_every_script_has_settings_for_both_parts():
 
 
 def test_gpu_wheels_needs_a_cleanrl_checkout(tmp_path):
-    run = subprocess.run(["bash", os.path.join(ROOT, "benchmark", "gpu_wheels.sh"), str(tmp_path)],
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        ["bash", os.path.join(ROOT, "benchmark", "gpu_wheels.sh"), str(tmp_path)], capture_output=True, text=True
+    )
     assert run.returncode == 2 and run.stderr.count("\n") == 1
     assert run.stderr.startswith(f"gpu_wheels.sh: error: give a CleanRL checkout (no cleanrl/ppo.py under '{tmp_path}'")
 
@@ -333,14 +371,20 @@ def test_gpu_wheels_reads_a_relative_checkout_and_python_from_where_it_is_run(tm
     (work / "cl" / "cleanrl" / "ppo.py").write_text("")
     (work / "python").write_text(f'#!/bin/bash\necho "$PWD $*" > {tmp_path / "called"}\nexit 1\n')  # pip fails at once
     (work / "python").chmod(0o755)
-    run = subprocess.run(["bash", str(repo / "benchmark" / "gpu_wheels.sh"), "cl"], cwd=work, capture_output=True,
-                         text=True, env={**os.environ, "PYTHON": "./python"})
+    run = subprocess.run(
+        ["bash", str(repo / "benchmark" / "gpu_wheels.sh"), "cl"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHON": "./python"},
+    )
     assert run.returncode == 1 and "give a CleanRL checkout" not in run.stderr
     assert (tmp_path / "called").read_text().startswith(f"{repo} -m pip download ")
 
 
-@pytest.mark.parametrize("target, python, example", [("core", "no-such-python3", "python3.12"),
-                                                     ("mujoco-ref", "/bin/false", "python3.11")])
+@pytest.mark.parametrize(
+    "target, python, example", [("core", "no-such-python3", "python3.12"), ("mujoco-ref", "/bin/false", "python3.11")]
+)
 def test_install_with_a_python_that_does_not_run_says_so_and_makes_no_venv(tmp_path, target, python, example):
     """scripts/install.sh (tested here beside gpu_wheels.sh, the other script that sets a machine up) took a PYTHON that
     does not start for one of the wrong version ("... is bash: ...: No such file or directory; the lock is for ...")."""
@@ -348,11 +392,18 @@ def test_install_with_a_python_that_does_not_run_says_so_and_makes_no_venv(tmp_p
     (tmp_path / "requirements").mkdir()
     (tmp_path / "scripts" / "install.sh").write_text(open(os.path.join(ROOT, "scripts", "install.sh")).read())
     (tmp_path / "requirements" / f"{target}.txt").write_text("")
-    run = subprocess.run(["bash", "scripts/install.sh", target], cwd=tmp_path, capture_output=True, text=True,
-                         env={**os.environ, "PYTHON": python})
+    run = subprocess.run(
+        ["bash", "scripts/install.sh", target],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHON": python},
+    )
     found = "" if python.startswith("/") else " (not found)"
-    assert run.returncode == 2 and run.stderr == (f"install.sh: error: PYTHON {python} does not run{found}; give one that "
-                                                  f"does: PYTHON={example} bash scripts/install.sh {target}\n")
+    assert run.returncode == 2 and run.stderr == (
+        f"install.sh: error: PYTHON {python} does not run{found}; give one that "
+        f"does: PYTHON={example} bash scripts/install.sh {target}\n"
+    )
     assert sorted(os.listdir(tmp_path)) == ["requirements", "scripts"]
 
 
@@ -404,6 +455,6 @@ def test_wandb_stand_in_prints_what_is_logged(capfd):
     assert os.path.basename(os.path.dirname(wandb.__file__)) == "peer_shims"
     wandb.init(project="p", name="n", config={"batch_size": 1024, "lr": torch.tensor(0.5)}, save_code=True)
     wandb.log({"speed": torch.tensor(12.5), "x": "text"}, step=10240)
-    lines = [json.loads(line[len(gpu_check.WANDB):]) for line in capfd.readouterr().out.splitlines()]
+    lines = [json.loads(line[len(gpu_check.WANDB) :]) for line in capfd.readouterr().out.splitlines()]
     assert lines == [{"config": {"batch_size": 1024, "lr": 0.5}}, {"step": 10240, "log": {"speed": 12.5, "x": "text"}}]
     sys.modules.pop("wandb")

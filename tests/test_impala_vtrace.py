@@ -11,21 +11,21 @@ import time
 
 import gymnasium as gym
 import numpy as np
+import processes
 import pytest
 import torch
 import torch.nn as nn
 from conftest import ROOT, next_second, resume_elsewhere
 from hacks import Scale, assert_cleanrl_update_trains, assert_every_param_group_anneals, edited_agent
 from precision import bf16_tests
-import processes
 from test_ppo import (
     assert_foreign_and_corrupt_checkpoints_rejected,
     assert_memory_checked,
     assert_nonfinite_stops_and_keeps_the_last_checkpoint,
-    assert_stopped_in_one_line,
     assert_rejected_before_training,
     assert_resumed_log_reads_once,
     assert_runs_in_one_second_get_their_own_directories,
+    assert_stopped_in_one_line,
     assert_unwritable_directory_is_one_line,
     keep_checkpoint,
     read_scalars,
@@ -40,8 +40,9 @@ SCRIPT = os.path.join(ROOT, "impala_vtrace.py")
 
 def tiny(**kw):
     """A few updates on Breakout with 2 actors and small unrolls: fast, but every code path runs."""
-    return iv.Args(**{"cuda": False, "num_actors": 2, "batch_size": 4, "unroll_length": 10,
-                      "total_timesteps": 10 * 4 * 4, **kw})
+    return iv.Args(
+        **{"cuda": False, "num_actors": 2, "batch_size": 4, "unroll_length": 10, "total_timesteps": 10 * 4 * 4, **kw}
+    )
 
 
 # ---- detail 4: V-trace ----------------------------------------------------------------------------
@@ -110,8 +111,9 @@ def nstep_returns(rewards, bootstrap, discounts):
 @pytest.mark.parametrize("rho_bar", [1.0, 3.0])
 def test_vtrace_on_policy_is_nstep_return(rho_bar):
     mu_logp, _, rewards, values, bootstrap, discounts = random_inputs((12, 3), seed=4)
-    vs, pg_adv = iv.vtrace(*(torch.tensor(x) for x in (mu_logp, mu_logp, rewards, values, bootstrap, discounts)),
-                           rho_bar=rho_bar, c_bar=1.0)
+    vs, pg_adv = iv.vtrace(
+        *(torch.tensor(x) for x in (mu_logp, mu_logp, rewards, values, bootstrap, discounts)), rho_bar=rho_bar, c_bar=1.0
+    )
     expected = nstep_returns(rewards, bootstrap, discounts)
     np.testing.assert_allclose(vs.numpy(), expected, atol=1e-6)
     next_vs = np.concatenate([expected[1:], bootstrap[None]])
@@ -137,12 +139,17 @@ def test_losses_summed_and_no_gradient_through_targets():
     g = torch.Generator().manual_seed(0)
     T, B = 6, 3
     values = torch.randn(T, B, generator=g, dtype=torch.float64, requires_grad=True)
-    dist = torch.distributions.Categorical(logits=torch.randn(T, B, 4, generator=g, dtype=torch.float64,
-                                                              requires_grad=True))
+    dist = torch.distributions.Categorical(logits=torch.randn(T, B, 4, generator=g, dtype=torch.float64, requires_grad=True))
     target_logp = dist.log_prob(torch.randint(0, 4, (T, B), generator=g))
     behaviour = target_logp.detach() + 0.3 * torch.randn(T, B, generator=g, dtype=torch.float64)
-    vs, pg_adv = iv.vtrace(behaviour, target_logp, torch.randn(T, B, generator=g, dtype=torch.float64), values,
-                           torch.randn(B, generator=g, dtype=torch.float64), torch.full((T, B), 0.99, dtype=torch.float64))
+    vs, pg_adv = iv.vtrace(
+        behaviour,
+        target_logp,
+        torch.randn(T, B, generator=g, dtype=torch.float64),
+        values,
+        torch.randn(B, generator=g, dtype=torch.float64),
+        torch.full((T, B), 0.99, dtype=torch.float64),
+    )
     loss, pg, baseline, ent = iv.impala_losses(target_logp, dist.entropy(), values, vs, pg_adv, iv.Args())
     assert pg.item() == pytest.approx(-(pg_adv * target_logp).sum().item())
     assert baseline.item() == pytest.approx(0.5 * ((vs - values) ** 2).sum().item())
@@ -153,9 +160,13 @@ def test_losses_summed_and_no_gradient_through_targets():
 
 
 def unroll_batch(T=3, B=2, reward=1000.0):
-    return {"obs": torch.randint(0, 256, (T + 1, B, 4, 84, 84), dtype=torch.uint8),
-            "actions": torch.randint(0, 4, (T, B)), "rewards": torch.full((T, B), reward),
-            "dones": torch.zeros(T, B), "logprobs": torch.full((T, B), -1.4)}
+    return {
+        "obs": torch.randint(0, 256, (T + 1, B, 4, 84, 84), dtype=torch.uint8),
+        "actions": torch.randint(0, 4, (T, B)),
+        "rewards": torch.full((T, B), reward),
+        "dones": torch.zeros(T, B),
+        "logprobs": torch.full((T, B), -1.4),
+    }
 
 
 @pytest.mark.parametrize("deep", [False, True])
@@ -222,8 +233,9 @@ def test_networks_shapes():
 @pytest.mark.parametrize("deep", [False, True])
 def test_channels_last_is_the_same_math(deep):
     x, actions = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8), torch.randint(0, 6, (5,))
-    assert_channels_last_is_the_same_math(lambda cl: iv.Agent(6, deep, cl),
-                                          lambda a, x: a.get_action_and_value(x, actions)[1:], x)
+    assert_channels_last_is_the_same_math(
+        lambda cl: iv.Agent(6, deep, cl), lambda a, x: a.get_action_and_value(x, actions)[1:], x
+    )
     assert iv.Args().channels_last
 
 
@@ -265,9 +277,19 @@ def test_sync_mode_is_on_policy_and_logs_everything():
     assert live_processes("ppid", os.getpid()) == []  # the end of training stopped every actor
     assert all(not os.path.exists(f"/proc/{pid}") for pid in out["actor_pids"])  # joined and reaped
     run_dir = out["run_dir"]
-    for tag in ["charts/learning_rate", "charts/SPS", "charts/policy_lag", "losses/value_loss", "losses/policy_loss",
-                "losses/entropy", "losses/old_approx_kl", "losses/approx_kl", "losses/clipfrac",
-                "losses/explained_variance", "losses/max_abs_logratio"]:
+    for tag in [
+        "charts/learning_rate",
+        "charts/SPS",
+        "charts/policy_lag",
+        "losses/value_loss",
+        "losses/policy_loss",
+        "losses/entropy",
+        "losses/old_approx_kl",
+        "losses/approx_kl",
+        "losses/clipfrac",
+        "losses/explained_variance",
+        "losses/max_abs_logratio",
+    ]:
         values = read_scalars(run_dir, tag)
         assert values and len(values) == 8 and all(np.isfinite(values)), tag
     assert read_scalars(run_dir, "charts/policy_lag") == [0.0] * 8
@@ -320,12 +342,25 @@ def run_cli(*flags, prelude=None):
     """The script as `python impala_vtrace.py` runs it; with `prelude`, that code runs first in the same process. SIGINT
     at its default, as a terminal's: a shell that ran pytest in the background leaves it ignored, which the process
     would inherit (then its Ctrl-C tests wait 180 s for nothing)."""
-    head = [sys.executable, SCRIPT] if prelude is None else [sys.executable, "-c", prelude + (
-        "\nimport runpy\nsys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')"), SCRIPT]
-    return subprocess.Popen([*head, "--no-cuda", "--num-actors", "2", *flags], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-                            env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
+    head = (
+        [sys.executable, SCRIPT]
+        if prelude is None
+        else [
+            sys.executable,
+            "-c",
+            prelude + ("\nimport runpy\nsys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')"),
+            SCRIPT,
+        ]
+    )
+    return subprocess.Popen(
+        [*head, "--no-cuda", "--num-actors", "2", *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"},
+    )
 
 
 def assert_session_ends(proc):
@@ -349,8 +384,10 @@ def test_sigkilled_actor_stops_the_run_with_one_line():
         proc.kill()
     assert_session_ends(proc)
     assert proc.returncode == 1 and "Traceback" not in stderr and "step 4000/4000" not in stdout
-    assert stderr.rstrip().splitlines()[-1] == \
-        f"impala_vtrace.py: error: actor 1 (pid {actors[1]}) died (killed by SIGKILL); the run stops"
+    assert (
+        stderr.rstrip().splitlines()[-1]
+        == f"impala_vtrace.py: error: actor 1 (pid {actors[1]}) died (killed by SIGKILL); the run stops"
+    )
 
 
 STOPPED = "impala_vtrace.py: interrupted; every actor has been stopped; no checkpoint was saved"  # (issue 51.4: and 130)
@@ -401,7 +438,6 @@ def test_ctrl_c_inside_a_queue_put_still_exits():
     assert "Traceback" not in stderr and "Exception ignored" not in stderr
 
 
-
 # Ctrl-C inside the learner's TensorBoard write, as Condition.notify has just woken the writer thread: CPython 3.11
 # leaves that thread's waiter first in line, so close()'s stop signal wakes nobody and the thread sleeps until its next
 # flush (SummaryWriter's default: 120 s; seen in CI as a SIGTERM to torchrun that took 30.3 s, then a SIGKILL)
@@ -426,8 +462,9 @@ sys.settrace(lambda frame, event, arg: on_line if frame.f_code is NOTIFY.__code_
 
 
 def test_ctrl_c_inside_the_learners_log_write_exits_within_the_flush_interval():
-    proc = run_cli("--batch-size", "2", "--unroll-length", "5", "--total-timesteps", "1000000",
-                   prelude=CTRL_C_INSIDE_A_LOG_WRITE)
+    proc = run_cli(
+        "--batch-size", "2", "--unroll-length", "5", "--total-timesteps", "1000000", prelude=CTRL_C_INSIDE_A_LOG_WRITE
+    )
     try:
         start = time.time()
         _, stderr = proc.communicate(timeout=100)
@@ -442,8 +479,13 @@ def test_ctrl_c_inside_the_learners_log_write_exits_within_the_flush_interval():
 def record_batches(monkeypatch):
     """Make iv.update record each batch it receives (the actions and behaviour log-probs the actors sampled)."""
     batches, real = [], iv.update
-    monkeypatch.setattr(iv, "update", lambda agent, optimizer, b, args: batches.append(
-        {k: v.clone() for k, v in b.items()}) or real(agent, optimizer, b, args))
+    monkeypatch.setattr(
+        iv,
+        "update",
+        lambda agent, optimizer, b, args: (
+            batches.append({k: v.clone() for k, v in b.items()}) or real(agent, optimizer, b, args)
+        ),
+    )
     return batches
 
 
@@ -477,8 +519,13 @@ def test_hack_temperature_changes_what_the_actors_sample(monkeypatch):
     # hacks.assert_temperature_changes_rollout's check, local: the actors are other processes, so what they sampled
     # is read from the unrolls the learner receives
     logits, temperature = torch.tensor([0.0, 1.0, 0.0, 0.0]), 0.25
-    edited_agent(iv, monkeypatch, "actor", lambda agent: setattr(
-        agent, "actor", nn.Sequential(agent.actor, Scale(1 / temperature))), bias=logits)
+    edited_agent(
+        iv,
+        monkeypatch,
+        "actor",
+        lambda agent: setattr(agent, "actor", nn.Sequential(agent.actor, Scale(1 / temperature))),
+        bias=logits,
+    )
     batches = record_batches(monkeypatch)
     out = iv.train(tiny(sync=True, batch_size=8, num_envs_per_actor=4, unroll_length=64, total_timesteps=64 * 8))
     actions, logprobs = batches[0]["actions"].reshape(-1), batches[0]["logprobs"].reshape(-1)  # before any update
@@ -490,8 +537,9 @@ def test_hack_temperature_changes_what_the_actors_sample(monkeypatch):
 
 
 def test_hack_added_layer_trains(monkeypatch):
-    edited_agent(iv, monkeypatch, "actor", lambda agent: setattr(
-        agent, "actor", nn.Sequential(nn.LayerNorm(256), agent.actor)))
+    edited_agent(
+        iv, monkeypatch, "actor", lambda agent: setattr(agent, "actor", nn.Sequential(nn.LayerNorm(256), agent.actor))
+    )
     out = iv.train(tiny(sync=True))
     norm = out["agent"].actor[0]
     assert isinstance(norm, nn.LayerNorm) and (norm.weight - 1).abs().max().item() > 0
@@ -546,7 +594,8 @@ def test_cli_error_is_one_line_and_writes_nothing():
     assert code != 0 and stdout == "" and os.listdir(".") == []
     assert stderr.strip().splitlines() == [
         "impala_vtrace.py: error: 'CartPole-v1' is not an Atari NoFrameskip id such as BreakoutNoFrameskip-v4; "
-        "impala_vtrace.py handles Atari only, without sticky actions, and repeats each action itself (detail 9)"]
+        "impala_vtrace.py handles Atari only, without sticky actions, and repeats each action itself (detail 9)"
+    ]
 
 
 def test_cuda_falls_back_with_notice(capsys):
@@ -587,7 +636,11 @@ def test_unwritable_directory_is_one_line(tmp_path):
     assert_unwritable_directory_is_one_line(iv, tiny(), tmp_path)
 
 
-test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_across_precisions, test_bf16_without_bf16_kernels_is_refused = bf16_tests(iv, tiny(num_actors=1))
+(
+    test_bf16_trains_close_to_fp32_and_stays_on_policy,
+    test_bf16_checkpoints_load_across_precisions,
+    test_bf16_without_bf16_kernels_is_refused,
+) = bf16_tests(iv, tiny(num_actors=1))
 
 
 def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
@@ -602,5 +655,11 @@ def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(monkeypatch
 def test_sigterm_is_one_line_naming_the_checkpoint_and_how_to_resume():
     """Issue 51.4 (test_ppo.py's helper; test_ppo.py sends both signals)."""
     flags = ["--num-actors", "2", "--batch-size", "2", "--unroll-length", "5"]
-    assert_stopped_in_one_line("impala_vtrace.py", flags + ["--total-timesteps", "10000000"], signal.SIGTERM, key="update",
-                               infix="every actor has been stopped; ", forked=False)
+    assert_stopped_in_one_line(
+        "impala_vtrace.py",
+        flags + ["--total-timesteps", "10000000"],
+        signal.SIGTERM,
+        key="update",
+        infix="every actor has been stopped; ",
+        forked=False,
+    )

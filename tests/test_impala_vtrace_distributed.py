@@ -14,15 +14,27 @@ import subprocess
 import sys
 import time
 
+import processes
 import pytest
 import torch
 from conftest import ROOT
 from hacks import assert_every_group_annealed, critic_group_copy, recorded_rates
-from test_ppo import (assert_foreign_and_corrupt_checkpoints_rejected, assert_memory_checked, assert_nonfinite_weights_refused,
-                      assert_rejected_before_training, read_scalars)
-import processes
-from processes import (assert_process_group_failure_is_one_line, free_port, group_watcher, rank_env, run_ranks, stop_job,
-                       wait_for)
+from processes import (
+    assert_process_group_failure_is_one_line,
+    free_port,
+    group_watcher,
+    rank_env,
+    run_ranks,
+    stop_job,
+    wait_for,
+)
+from test_ppo import (
+    assert_foreign_and_corrupt_checkpoints_rejected,
+    assert_memory_checked,
+    assert_nonfinite_weights_refused,
+    assert_rejected_before_training,
+    read_scalars,
+)
 
 import impala_vtrace as iv
 import impala_vtrace_distributed as ivd
@@ -55,11 +67,14 @@ def test_learner_updates_from_received_unrolls_are_the_single_host_updates(monke
         out = ivd.train(tiny(sync=True, num_envs_per_actor=2, unroll_length=64, total_timesteps=64 * 4 * 3))
         if rank > 0:
             return [t for dst, t in sent if dst == 0]
-        return {"batches": batches, "after": copy_state(out["agent"]), **{k: out[k] for k in (
-            "losses", "learning_rate", "policy_lag", "episodic_return")}}
+        return {
+            "batches": batches,
+            "after": copy_state(out["agent"]),
+            **{k: out[k] for k in ("losses", "learning_rate", "policy_lag", "episodic_return")},
+        }
 
     learner, *actors = run_ranks(rank_main, world=3, timeout=90, method="fork")  # the ranks keep these patches
-    unrolls = [[dict(zip(KEYS, msgs[i:i + len(KEYS)])) for i in range(0, len(msgs), len(KEYS))] for msgs in actors]
+    unrolls = [[dict(zip(KEYS, msgs[i : i + len(KEYS)])) for i in range(0, len(msgs), len(KEYS))] for msgs in actors]
     # 3 updates of one unroll from each actor, and each actor's last one, answered with the stop
     assert [len(u) for u in unrolls] == [4, 4] and unrolls[0][0]["obs"].shape == (65, 2, 4, 84, 84)
     # --sync: every unroll is sampled by the weights of the update that consumes it; V-trace's ratios are 1
@@ -119,9 +134,25 @@ def test_torchrun_learner_and_two_actors_log_both_checkpoint_and_resume_with_one
     """And the process group is gone before the exit on every rank, as in test_ppo_atari_multigpu.py's test of the
     name: torch.distributed.nn held the learner's group past its destroy_process_group, and the actors never called it.
     The resumed run is 2 updates: past the one it starts from, and each logged once."""
-    run = subprocess.run(torchrun("--no-cuda", "--batch-size", "4", "--unroll-length", "10", "--total-timesteps", "800",
-                                  "--save-model", "--save-every", "10", nproc=3, script=group_watcher(SCRIPT)),
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        torchrun(
+            "--no-cuda",
+            "--batch-size",
+            "4",
+            "--unroll-length",
+            "10",
+            "--total-timesteps",
+            "800",
+            "--save-model",
+            "--save-every",
+            "10",
+            nproc=3,
+            script=group_watcher(SCRIPT),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.count("the group is gone") == 3, run.stdout
     assert [line for line in run.stdout.splitlines() if line.startswith("step ")][-1].startswith("step 800/800 ")
@@ -132,8 +163,9 @@ def test_torchrun_learner_and_two_actors_log_both_checkpoint_and_resume_with_one
     assert len(read_scalars(run_dir, "charts/episodic_return")) == sum(g for _, g in ranks.values())
     assert torch.load(ckpt, weights_only=False)["update"] == 20
 
-    resumed = subprocess.run(torchrun("--resume", ckpt, "--total-timesteps", "880"), capture_output=True, text=True,
-                             timeout=120)
+    resumed = subprocess.run(
+        torchrun("--resume", ckpt, "--total-timesteps", "880"), capture_output=True, text=True, timeout=120
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming" in resumed.stderr and "step 880/880 " in resumed.stdout
     assert actors_line(resumed.stdout).keys() == {1} and actors_line(resumed.stdout)[1][0] == 8  # 2 updates x 4
@@ -158,21 +190,47 @@ torch.optim.RMSprop.step = step
 def test_nonfinite_weights_stop_every_rank_in_one_line_and_keep_the_last_checkpoint():
     """Issue 51.1 under torchrun: the learner's check stops it at update 3 in one line, its actor stops with it, and the
     checkpoint of update 2 stays; --eval-checkpoint refuses it made non-finite (test_ppo.py's helper)."""
-    run = subprocess.run(torchrun("--no-cuda", "--batch-size", "4", "--unroll-length", "10", "--total-timesteps", "800",
-                                  "--save-model", "--save-every", "1", script=processes.driver(SCRIPT, NAN_AT_THE_THIRD_UPDATE)),
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        torchrun(
+            "--no-cuda",
+            "--batch-size",
+            "4",
+            "--unroll-length",
+            "10",
+            "--total-timesteps",
+            "800",
+            "--save-model",
+            "--save-every",
+            "1",
+            script=processes.driver(SCRIPT, NAN_AT_THE_THIRD_UPDATE),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     (path,) = glob.glob("runs/*/checkpoint.pt")
     assert run.returncode != 0 and script_lines(run.stderr) == [
         f"impala_vtrace_distributed.py: error: iteration 3: the weights hold nan; the last finite checkpoint is {path} "
-        "(iteration 2); likely too high a --learning-rate or --max-grad-norm"], run.stderr[-3000:]
+        "(iteration 2); likely too high a --learning-rate or --max-grad-norm"
+    ], run.stderr[-3000:]
     assert torch.load(path, weights_only=False)["update"] == 2
     assert_nonfinite_weights_refused(ivd, path, resume=False)
 
 
 # ---- faults and signals --------------------------------------------------------------------------------------------
 
-LONG_RUN = ("--no-cuda", "--batch-size", "2", "--unroll-length", "5", "--total-timesteps", "1000000", "--save-model",
-            "--save-every", "1")
+LONG_RUN = (
+    "--no-cuda",
+    "--batch-size",
+    "2",
+    "--unroll-length",
+    "5",
+    "--total-timesteps",
+    "1000000",
+    "--save-model",
+    "--save-every",
+    "1",
+)
 
 
 def script_lines(stderr):
@@ -203,8 +261,9 @@ def test_killed_actor_under_torchrun_stops_the_job():
 def test_ctrl_c_or_sigterm_to_torchrun_stops_every_rank(sig):
     code, stderr, took = stop_torchrun(lambda job, workers: job.send_signal(sig))
     assert code != 0 and took < 30
-    assert script_lines(stderr) == ["impala_vtrace_distributed.py: interrupted; the actor ranks stop with the learner"], \
+    assert script_lines(stderr) == ["impala_vtrace_distributed.py: interrupted; the actor ranks stop with the learner"], (
         stderr[-3000:]
+    )
 
 
 def test_the_learners_log_writer_is_impala_vtrace_pys_so_a_ctrl_c_inside_a_write_exits_within_its_flush_interval():
@@ -215,8 +274,11 @@ def test_the_learners_log_writer_is_impala_vtrace_pys_so_a_ctrl_c_inside_a_write
     for path in (SCRIPT, os.path.join(ROOT, "impala_vtrace.py")):
         with open(path) as f:
             source = f.read()
-        lines[path] = [line.strip() for line in source.splitlines()
-                       if line.strip().startswith(("writer = SummaryWriter(", "writer.close()"))]
+        lines[path] = [
+            line.strip()
+            for line in source.splitlines()
+            if line.strip().startswith(("writer = SummaryWriter(", "writer.close()"))
+        ]
         assert len(lines[path]) == 2 and "flush_secs=10" in lines[path][0], (path, lines[path])
         (fn,) = [f for f in ast.parse(source).body if isinstance(f, ast.FunctionDef) and f.name == "train"]
         finals = [ast.unparse(n) for t in ast.walk(fn) if isinstance(t, ast.Try) for n in t.finalbody]
@@ -232,8 +294,11 @@ def test_dead_or_stuck_rank_without_an_agent_stops_the_others_with_one_line(worl
     port, procs, command = free_port(), [], [sys.executable, SCRIPT, *LONG_RUN, "--actor-timeout", "10"]
     try:
         for rank in range(world):
-            procs.append(subprocess.Popen(command, env=rank_env(rank, world, port), stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.PIPE, text=True))
+            procs.append(
+                subprocess.Popen(
+                    command, env=rank_env(rank, world, port), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+                )
+            )
         assert wait_for(lambda: glob.glob("runs/*/checkpoint.pt"), 90), "no update finished"
         procs[victim].send_signal(sig)
         start = time.time()
@@ -247,21 +312,26 @@ def test_dead_or_stuck_rank_without_an_agent_stops_the_others_with_one_line(worl
         assert procs[rank].returncode == 1 and "Traceback" not in stderr
         # a stuck rank, the learner's only actor: the learner's wait on it times out
         reason = "Timed out waiting 10000ms" if sig == signal.SIGSTOP else "Connection|peer"
-        assert re.fullmatch(rf"impala_vtrace_distributed.py: error: rank {rank} lost a rank \(.*({reason}).*\)",
-                            stderr.strip().splitlines()[-1]), stderr[-2000:]
+        assert re.fullmatch(
+            rf"impala_vtrace_distributed.py: error: rank {rank} lost a rank \(.*({reason}).*\)",
+            stderr.strip().splitlines()[-1],
+        ), stderr[-2000:]
 
 
 # ---- bad input -------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kw, env, message", [
-    ({}, {}, r"^WORLD_SIZE 1 leaves no actor rank: run it with torchrun --nproc_per_node=3 impala_vtrace_distrib"),
-    ({"sync": True}, {"WORLD_SIZE": "4"}, r"--sync takes one unroll per actor: --batch-size 3$"),
-    ({"env_id": "CartPole-v1"}, {"WORLD_SIZE": "3"}, "not an Atari NoFrameskip id"),
-    ({"env_id": "BreakoutNoFrameskip-v0"}, {"WORLD_SIZE": "3"}, "not an Atari NoFrameskip id"),  # sticky actions
-    ({"batch_size": 6, "num_envs_per_actor": 4}, {"WORLD_SIZE": "3"}, "not divisible"),
-    ({"actor_timeout": 0.0}, {"WORLD_SIZE": "3"}, "--actor-timeout must be a finite number > 0"),
-])
+@pytest.mark.parametrize(
+    "kw, env, message",
+    [
+        ({}, {}, r"^WORLD_SIZE 1 leaves no actor rank: run it with torchrun --nproc_per_node=3 impala_vtrace_distrib"),
+        ({"sync": True}, {"WORLD_SIZE": "4"}, r"--sync takes one unroll per actor: --batch-size 3$"),
+        ({"env_id": "CartPole-v1"}, {"WORLD_SIZE": "3"}, "not an Atari NoFrameskip id"),
+        ({"env_id": "BreakoutNoFrameskip-v0"}, {"WORLD_SIZE": "3"}, "not an Atari NoFrameskip id"),  # sticky actions
+        ({"batch_size": 6, "num_envs_per_actor": 4}, {"WORLD_SIZE": "3"}, "not divisible"),
+        ({"actor_timeout": 0.0}, {"WORLD_SIZE": "3"}, "--actor-timeout must be a finite number > 0"),
+    ],
+)
 def test_bad_input_rejected_before_anything_starts(monkeypatch, kw, env, message):
     for key, value in {"RANK": "0", **env}.items():
         monkeypatch.setenv(key, value)
@@ -278,12 +348,14 @@ def test_cli_without_torchrun_says_how_to_launch_and_bad_flags_are_one_line_unde
     assert code == 1 and stdout == "" and os.listdir(".") == []
     assert stderr.strip().splitlines() == [
         "impala_vtrace_distributed.py: error: WORLD_SIZE 1 leaves no actor rank: run it with torchrun "
-        "--nproc_per_node=3 impala_vtrace_distributed.py"]
+        "--nproc_per_node=3 impala_vtrace_distributed.py"
+    ]
     start = time.time()
     bad = subprocess.run(torchrun("--no-cuda", "--c-bar", "2"), capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and time.time() - start < 40 and not os.path.exists("runs")
-    assert script_lines(bad.stderr) == ["impala_vtrace_distributed.py: error: --c-bar 2.0 exceeds --rho-bar 1.0; "
-                                        "V-trace assumes c_bar <= rho_bar"]
+    assert script_lines(bad.stderr) == [
+        "impala_vtrace_distributed.py: error: --c-bar 2.0 exceeds --rho-bar 1.0; V-trace assumes c_bar <= rho_bar"
+    ]
 
 
 def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):

@@ -18,6 +18,7 @@ from test_benchmark import FAKE_SCRIPT, calls, sweep_copy
 
 sys.path.insert(0, os.path.join(ROOT, "benchmark"))
 import implementation_matters as im  # noqa: E402
+
 import ppo_continuous_action as pca  # noqa: E402
 import trpo_continuous_action as trpo  # noqa: E402
 
@@ -28,31 +29,116 @@ STUDY = os.path.join(ROOT, "benchmark", "implementation_matters.py")
 CONFIGS = {
     ("PPO", "Walker2d-v4"): dict(learning_rate=4e-4, value_lr=3e-4, clip_vloss=True, max_grad_norm=math.inf),
     ("PPO", "Hopper-v4"): dict(learning_rate=3e-4, value_lr=2.5e-4, clip_vloss=False, max_grad_norm=math.inf),
-    ("PPO-M", "Walker2d-v4"): dict(learning_rate=1e-4, value_lr=2e-4, clip_vloss=False, max_grad_norm=math.inf,
-                                   anneal_lr=False, reward_scaling="none", ortho_init=False, clip_obs=math.inf),
-    ("PPO-M", "Hopper-v4"): dict(learning_rate=1.7e-4, value_lr=4e-4, clip_vloss=False, max_grad_norm=math.inf,
-                                 anneal_lr=False, reward_scaling="none", ortho_init=False, clip_obs=math.inf),
-    ("PPO-NoClip", "Walker2d-v4"): dict(learning_rate=7.25e-5, value_lr=6e-4, clip_coef=1e32, ent_coef=-0.01,
-                                        gae_lambda=0.85, reward_scaling="rewards", clip_reward=30.0, clip_obs=math.inf,
-                                        max_grad_norm=0.1, grad_clip_scope="actor", clip_vloss=False),
-    ("PPO-NoClip", "Hopper-v4"): dict(learning_rate=6e-5, value_lr=4e-4, clip_coef=1e32, ent_coef=-0.005,
-                                      gae_lambda=0.925, reward_scaling="rewards", clip_reward=2.5, max_grad_norm=4.0,
-                                      grad_clip_scope="actor", clip_vloss=False),
-    ("TRPO", "Walker2d-v4"): dict(max_kl=0.04, max_kl_final=None, value_lr=3e-4, clip_vloss=False, anneal_lr=False,
-                                  reward_scaling="none", ortho_init=False, clip_obs=math.inf, max_grad_norm=math.inf),
-    ("TRPO", "Hopper-v4"): dict(max_kl=0.13, max_kl_final=None, value_lr=2e-4, clip_vloss=False, anneal_lr=False,
-                                reward_scaling="none", ortho_init=False, clip_obs=math.inf, max_grad_norm=math.inf),
-    ("TRPO+", "Walker2d-v4"): dict(max_kl=0.07, max_kl_final=None, value_lr=1e-4, clip_vloss=False, anneal_lr=False,
-                                   reward_scaling="returns", ortho_init=True, clip_obs=10.0, clip_reward=10.0,
-                                   max_grad_norm=math.inf),
-    ("TRPO+", "Hopper-v4"): dict(max_kl=0.04, max_kl_final=None, value_lr=2e-4, clip_vloss=False, anneal_lr=False,
-                                 reward_scaling="returns", ortho_init=True, clip_obs=10.0, clip_reward=10.0,
-                                 max_grad_norm=math.inf),
+    ("PPO-M", "Walker2d-v4"): dict(
+        learning_rate=1e-4,
+        value_lr=2e-4,
+        clip_vloss=False,
+        max_grad_norm=math.inf,
+        anneal_lr=False,
+        reward_scaling="none",
+        ortho_init=False,
+        clip_obs=math.inf,
+    ),
+    ("PPO-M", "Hopper-v4"): dict(
+        learning_rate=1.7e-4,
+        value_lr=4e-4,
+        clip_vloss=False,
+        max_grad_norm=math.inf,
+        anneal_lr=False,
+        reward_scaling="none",
+        ortho_init=False,
+        clip_obs=math.inf,
+    ),
+    ("PPO-NoClip", "Walker2d-v4"): dict(
+        learning_rate=7.25e-5,
+        value_lr=6e-4,
+        clip_coef=1e32,
+        ent_coef=-0.01,
+        gae_lambda=0.85,
+        reward_scaling="rewards",
+        clip_reward=30.0,
+        clip_obs=math.inf,
+        max_grad_norm=0.1,
+        grad_clip_scope="actor",
+        clip_vloss=False,
+    ),
+    ("PPO-NoClip", "Hopper-v4"): dict(
+        learning_rate=6e-5,
+        value_lr=4e-4,
+        clip_coef=1e32,
+        ent_coef=-0.005,
+        gae_lambda=0.925,
+        reward_scaling="rewards",
+        clip_reward=2.5,
+        max_grad_norm=4.0,
+        grad_clip_scope="actor",
+        clip_vloss=False,
+    ),
+    ("TRPO", "Walker2d-v4"): dict(
+        max_kl=0.04,
+        max_kl_final=None,
+        value_lr=3e-4,
+        clip_vloss=False,
+        anneal_lr=False,
+        reward_scaling="none",
+        ortho_init=False,
+        clip_obs=math.inf,
+        max_grad_norm=math.inf,
+    ),
+    ("TRPO", "Hopper-v4"): dict(
+        max_kl=0.13,
+        max_kl_final=None,
+        value_lr=2e-4,
+        clip_vloss=False,
+        anneal_lr=False,
+        reward_scaling="none",
+        ortho_init=False,
+        clip_obs=math.inf,
+        max_grad_norm=math.inf,
+    ),
+    ("TRPO+", "Walker2d-v4"): dict(
+        max_kl=0.07,
+        max_kl_final=None,
+        value_lr=1e-4,
+        clip_vloss=False,
+        anneal_lr=False,
+        reward_scaling="returns",
+        ortho_init=True,
+        clip_obs=10.0,
+        clip_reward=10.0,
+        max_grad_norm=math.inf,
+    ),
+    ("TRPO+", "Hopper-v4"): dict(
+        max_kl=0.04,
+        max_kl_final=None,
+        value_lr=2e-4,
+        clip_vloss=False,
+        anneal_lr=False,
+        reward_scaling="returns",
+        ortho_init=True,
+        clip_obs=10.0,
+        clip_reward=10.0,
+        max_grad_norm=math.inf,
+    ),
 }
 TRPO_COMMON = dict(fisher_frac=0.1, cg_steps=10, cg_damping=0.1, backtrack_steps=10)
-COMMON = dict(num_envs=1, num_steps=2048, num_minibatches=32, update_epochs=10, total_timesteps=1000000, gamma=0.99,
-              norm_obs=True, ent_coef=0.0, clip_coef=0.2, gae_lambda=0.95, anneal_lr=True, ortho_init=True,
-              reward_scaling="returns", clip_obs=10.0, clip_reward=10.0)
+COMMON = dict(
+    num_envs=1,
+    num_steps=2048,
+    num_minibatches=32,
+    update_epochs=10,
+    total_timesteps=1000000,
+    gamma=0.99,
+    norm_obs=True,
+    ent_coef=0.0,
+    clip_coef=0.2,
+    gae_lambda=0.95,
+    anneal_lr=True,
+    ortho_init=True,
+    reward_scaling="returns",
+    clip_obs=10.0,
+    clip_reward=10.0,
+)
 
 
 def parsed(env, flags, script="ppo_continuous_action.py"):
@@ -62,8 +148,9 @@ def parsed(env, flags, script="ppo_continuous_action.py"):
 
 
 def plan_lines(store, mode="full", *extra):
-    res = subprocess.run([sys.executable, STUDY, "plan", "--mode", mode, "--store", str(store), *extra],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, STUDY, "plan", "--mode", mode, "--store", str(store), *extra], capture_output=True, text=True
+    )
     assert res.returncode == 0, res.stderr
     return [line.split("\t") for line in res.stdout.splitlines()]
 
@@ -80,8 +167,7 @@ def test_each_cell_runs_the_papers_released_settings(tmp_path):
         expected = {**COMMON, **(TRPO_COMMON if mod is trpo else {}), **expected}
         assert {k: getattr(args, k) for k in expected} == expected, (algo, env)
     # the table first, seeds 1-2 of every cell, then 3-4; Figure 1 the same way; the table's seeds 5-10
-    assert [line[2] for line in lines] == (["1 2"] * 10 + ["3 4"] * 10 + ["1 2"] * 15 + ["3 4"] * 15
-                                           + ["5 6 7 8 9 10"] * 10)
+    assert [line[2] for line in lines] == (["1 2"] * 10 + ["3 4"] * 10 + ["1 2"] * 15 + ["3 4"] * 15 + ["5 6 7 8 9 10"] * 10)
     assert plan_lines(tmp_path, "short") == lines[:20]
     # --cells keeps the named cells' lines, in the same order; fig1 names Figure 1's combinations
     kept = [line for line in lines if line[0].split()[0] in ("TRPO+", "fig1")]
@@ -89,11 +175,14 @@ def test_each_cell_runs_the_papers_released_settings(tmp_path):
 
 
 def test_plan_refuses_an_unknown_cell(tmp_path):
-    res = subprocess.run([sys.executable, STUDY, "plan", "--store", str(tmp_path), "--cells", "PPO", "TRPO-"],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, STUDY, "plan", "--store", str(tmp_path), "--cells", "PPO", "TRPO-"], capture_output=True, text=True
+    )
     assert res.returncode == 2 and res.stdout == ""
-    assert res.stderr.strip().splitlines() == ["implementation_matters.py: error: --cells: unknown cell 'TRPO-'; "
-                                               "choose from PPO, PPO-M, TRPO, TRPO+, PPO-NoClip, fig1"]
+    assert res.stderr.strip().splitlines() == [
+        "implementation_matters.py: error: --cells: unknown cell 'TRPO-'; "
+        "choose from PPO, PPO-M, TRPO, TRPO+, PPO-NoClip, fig1"
+    ]
 
 
 def test_figure1_is_every_combination_of_four_switches_around_ppo():
@@ -110,8 +199,9 @@ def test_figure1_is_every_combination_of_four_switches_around_ppo():
 
 
 def train_short():
-    return pca.train(pca.Args(env_id="Hopper-v4", cuda=False, num_steps=64, num_minibatches=2, update_epochs=2,
-                              total_timesteps=64 * 10))
+    return pca.train(
+        pca.Args(env_id="Hopper-v4", cuda=False, num_steps=64, num_minibatches=2, update_epochs=2, total_timesteps=64 * 10)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -137,9 +227,22 @@ def fake_run(tmp_path, monkeypatch, run=None, cell="PPO", env="Walker2d-v4", see
     extra = im.extra_args(im.SETTINGS[cell, env])
     os.makedirs("runs/summaries", exist_ok=True)
     with open(f"runs/summaries/ppo_continuous_action__{env}__{seed}__{im.args_hash(extra)}.json", "w") as f:
-        json.dump({"ok": True, "script": "ppo_continuous_action.py", "args": extra, "env_id": env, "seed": seed, "tb_dir": os.path.relpath(out["run_dir"], "runs"),
-                   "final_return": float(np.mean(out["episodic_return"][-100:])), "episodes": len(out["episodic_return"]),
-                   "global_step": out["global_step"], "git_commit": "0123456789", "wall_time_s": 1.5}, f)
+        json.dump(
+            {
+                "ok": True,
+                "script": "ppo_continuous_action.py",
+                "args": extra,
+                "env_id": env,
+                "seed": seed,
+                "tb_dir": os.path.relpath(out["run_dir"], "runs"),
+                "final_return": float(np.mean(out["episodic_return"][-100:])),
+                "episodes": len(out["episodic_return"]),
+                "global_step": out["global_step"],
+                "git_commit": "0123456789",
+                "wall_time_s": 1.5,
+            },
+            f,
+        )
     return out
 
 
@@ -169,14 +272,15 @@ def test_store_keeps_finished_runs_once_and_plan_skips_them(tmp_path, monkeypatc
     assert im.read_csv(store / "runs.csv") == [row]
     # curves stored before the explained variance was: read off the run into the rows it lacks, the others as they were
     kept = [dict(curves[0], explained_variance="0.5"), dict(curves[0], seed="7", explained_variance="0.5")]
-    im.write_rows(str(store / "iterations.csv"), kept[:1] + [{k: v for k, v in r.items() if k != "explained_variance"}
-                                                             for r in curves[1:]] + kept[1:])  # another run's row last
+    im.write_rows(
+        str(store / "iterations.csv"),
+        kept[:1] + [{k: v for k, v in r.items() if k != "explained_variance"} for r in curves[1:]] + kept[1:],
+    )  # another run's row last
     assert im.store_runs("runs", str(store)) == 0
     assert im.read_csv(store / "iterations.csv") == kept[:1] + curves[1:] + kept[1:]  # a value stored is kept
 
 
-def test_two_stores_at_once_store_a_run_once_and_a_stopped_store_leaves_no_curve_twice(tmp_path, monkeypatch,
-                                                                                        short_run):
+def test_two_stores_at_once_store_a_run_once_and_a_stopped_store_leaves_no_curve_twice(tmp_path, monkeypatch, short_run):
     fake_run(tmp_path, monkeypatch, short_run)
     store, read_run, both = str(tmp_path / "store"), im.read_run, threading.Barrier(2, timeout=3)
 
@@ -235,14 +339,39 @@ def synthetic_store(path, ppo=3300.0, ppo_m=2700.0, seeds=10, kl_rising=True, on
         h = im.args_hash(im.extra_args(flags, steps))
         for seed in [s for s in seeds_of_cell if s <= seeds]:
             mean = {"PPO": ppo, "PPO-M": ppo_m, "PPO-NoClip": ppo, "TRPO": ppo_m - 100, "TRPO+": ppo - 100}.get(
-                cell, ppo - 200 * ("anneal" in cell))
-            runs.append(dict(cell=cell, script=im.script_of(cell), env_id=env, seed=seed, args_hash=h, flags=flags, final_return=mean + noise[seed],
-                             episodes=900, global_step=999424, git_commit="abc1234", mujoco="3.3.7", wall_time_s=400))
+                cell, ppo - 200 * ("anneal" in cell)
+            )
+            runs.append(
+                dict(
+                    cell=cell,
+                    script=im.script_of(cell),
+                    env_id=env,
+                    seed=seed,
+                    args_hash=h,
+                    flags=flags,
+                    final_return=mean + noise[seed],
+                    episodes=900,
+                    global_step=999424,
+                    git_commit="abc1234",
+                    mujoco="3.3.7",
+                    wall_time_s=400,
+                )
+            )
             # windows out of order, the last without an episode: the late return reads 16 and 20 (mean + 180)
-            curves += [dict(args_hash=h, env_id=env, seed=seed, iteration=i, step=2048 * i,
-                            mean_return=mean + 10 * i if i != 24 else "",
-                            max_ratio=1.5 if cell == "PPO" else 1.1, mean_kl=synthetic_kl(cell, i, kl_rising), max_kl=0.05)
-                       for i in (16, 4, 24, 8, 20, 12)]
+            curves += [
+                dict(
+                    args_hash=h,
+                    env_id=env,
+                    seed=seed,
+                    iteration=i,
+                    step=2048 * i,
+                    mean_return=mean + 10 * i if i != 24 else "",
+                    max_ratio=1.5 if cell == "PPO" else 1.1,
+                    mean_kl=synthetic_kl(cell, i, kl_rising),
+                    max_kl=0.05,
+                )
+                for i in (16, 4, 24, 8, 20, 12)
+            ]
     os.makedirs(path, exist_ok=True)
     im.append_rows(os.path.join(path, "runs.csv"), runs)
     im.append_rows(os.path.join(path, "iterations.csv"), curves)
@@ -283,8 +412,10 @@ def test_report_reads_the_verdicts_off_the_stored_runs(tmp_path):
     # its NoClip [2701, 3024] and PPO-M overlapping, and its NoClip's 2867 (Hopper's 2371) outside its PPO's interval
     assert "(the paper: +557, PPO 3292 and PPO-M 2735, intervals apart)" in claims["| (a) PPO beats PPO-M"]
     b = claims["| (b) PPO-NoClip beats PPO-M, within PPO's interval"].split(" | ")[1:]
-    assert b[0].endswith("(the paper: +132, PPO-NoClip 2867 and PPO-M 2735, intervals overlapping; its NoClip's "
-                         "mean outside its PPO's interval)")
+    assert b[0].endswith(
+        "(the paper: +132, PPO-NoClip 2867 and PPO-M 2735, intervals overlapping; its NoClip's "
+        "mean outside its PPO's interval)"
+    )
     assert b[1].endswith("intervals apart; its NoClip's mean outside its PPO's interval) |")
     assert "AAI 100, ACLI 600" in text.replace(".", "")  # |PPO - TRPO+| = |PPO-M - TRPO| = 100; the details: 600
     assert claims["| (e) the code-level details move results more than the step method (ACLI > AAI)"].count("yes") == 2
@@ -293,32 +424,47 @@ def test_report_reads_the_verdicts_off_the_stored_runs(tmp_path):
     noise = np.mean(np.random.default_rng(0).normal(0, 50, size=11)[1:])
     assert [int(v) for v in late] == [round(m + noise + d) for m in (3300, 2700) for d in (180, 0)]
     assert "10 of 10 cells read higher, by +180 to +180" in text
-    assert "PPO: 100% of iterations above 1.2" in claims["| (c) the max ratio leaves [1 - eps, 1 + eps] for PPO and PPO-M alike"]
+    assert (
+        "PPO: 100% of iterations above 1.2" in claims["| (c) the max ratio leaves [1 - eps, 1 + eps] for PPO and PPO-M alike"]
+    )
     assert "PPO-M: 0% of iterations" in claims["| (c) the max ratio leaves [1 - eps, 1 + eps] for PPO and PPO-M alike"]
-    assert "TRPO's mean KL <= delta 0.13 in 100% of iterations (median 0.010)" in claims[
-        "| (c) the max ratio leaves [1 - eps, 1 + eps] for PPO and PPO-M alike"]  # Hopper's delta
+    assert (
+        "TRPO's mean KL <= delta 0.13 in 100% of iterations (median 0.010)"
+        in claims["| (c) the max ratio leaves [1 - eps, 1 + eps] for PPO and PPO-M alike"]
+    )  # Hopper's delta
     d = claims["| (d) reward scaling, annealing and init each shift the reward distribution"]
     on, off, n_on, n_off = map(int, re.search(r"anneal_lr: on (\d+), off (\d+) \(n (\d+)/(\d+)", d).groups())
     assert abs(on - 3300) < 30 and abs(off - 3100) < 30 and n_on == n_off == 32  # 8 combinations of 4 seeds a side
     assert d.split("anneal_lr")[1].split(";")[0].endswith("shifted")  # only annealing moved the made-up returns
     # paired with the other switches as they are, at the same seed: annealing off 200 lower in each of the 32 pairs
-    paired = re.findall(r"(\w+): on[^;]*; paired with the others' setting and the seed, off - on ([^,]+), n (\d+), "
-                        r"Wilcoxon p ([^,]+), ([\w ]+)\)", d)
+    paired = re.findall(
+        r"(\w+): on[^;]*; paired with the others' setting and the seed, off - on ([^,]+), n (\d+), "
+        r"Wilcoxon p ([^,]+), ([\w ]+)\)",
+        d,
+    )
     assert [(s, x, n) for s, x, n, _, _ in paired] == [(s, "-200" if s == "anneal_lr" else "+0", "32") for s in im.SWITCHES]
     assert [v for *_, p, v in paired if float(p) < 0.05] == ["off lower"]
     assert [p for s, _, _, p, _ in paired if s != "anneal_lr"] == ["1", "1", "1"]  # pairs mixed up would differ
     assert d.count("no shift shown") == 3 + 3
     # the combinations' table: all 16, every seed, the highest mean first (the made-up annealing-off ones 200 lower)
     table = text.split("| switches off | final returns (seeds) | mean |\n|---|---|---|\n")[1].split("\n\n")[0].splitlines()
-    assert len(table) == 16 and all("anneal_lr" in row for row in table[8:]) and not any("anneal_lr" in row for row in table[:8])
+    assert (
+        len(table) == 16 and all("anneal_lr" in row for row in table[8:]) and not any("anneal_lr" in row for row in table[:8])
+    )
     seed_noise = np.random.default_rng(0).normal(0, 50, size=11)  # synthetic_store's
     assert f"| none (PPO) | {', '.join(f'{3300 + seed_noise[k]:.0f} ({k})' for k in (1, 2, 3, 4))} | " in text
     assert (tmp_path / "a" / "figure1.png").stat().st_size > 10000 and (tmp_path / "a" / "figure2.png").exists()
     # Figure 2's KL read the paper's way: six stored iterations a run, so six spans; PPO's peak in the third (i = 12)
-    assert claims["| (f) PPO-M's mean KL trends up over training; PPO's peaks about halfway, then falls by a quarter or more (the paper's "
-                  "reading of Figure 2; a tenth: the median over runs and iterations)"].count(
-        "PPO-M: yes, 0.011 in the first tenth, 0.015 in the last; PPO: yes, its peak 0.020 in tenth 3 of 6, 0.014 in "
-        "the last") == 2
+    assert (
+        claims[
+            "| (f) PPO-M's mean KL trends up over training; PPO's peaks about halfway, then falls by a quarter or more "
+            "(the paper's reading of Figure 2; a tenth: the median over runs and iterations)"
+        ].count(
+            "PPO-M: yes, 0.011 in the first tenth, 0.015 in the last; PPO: yes, its peak 0.020 in tenth 3 of 6, 0.014 in "
+            "the last"
+        )
+        == 2
+    )
     # the same means and a falling PPO-M KL: the verdicts turn
     synthetic_store(tmp_path / "b", ppo_m=3300.0, kl_rising=False)
     make_report(tmp_path / "b")
@@ -340,18 +486,39 @@ def test_report_reads_the_verdicts_off_the_stored_runs(tmp_path):
     assert after.split("## The paper's claims")[0] == tables  # the tables as before, the count of stored runs apart
     assert f"| {stale['cell']} | {stale['env_id']} | `--max-kl-final 9` | 3 | 100 | 100 | — | — |" in after
     # runs of the cell's earlier code at seeds it has now: the cell's runs now at those seeds, and the paired difference
-    then = [dict(rows[0], cell=rows[0]["cell"] + ", joint clip", seed=str(seed), final_return=str(100.0 * seed),
-                 flags="--grad-clip-scope both", args_hash="0ld") for seed in (2, 1)]
+    then = [
+        dict(
+            rows[0],
+            cell=rows[0]["cell"] + ", joint clip",
+            seed=str(seed),
+            final_return=str(100.0 * seed),
+            flags="--grad-clip-scope both",
+            args_hash="0ld",
+        )
+        for seed in (2, 1)
+    ]
     im.append_rows(str(tmp_path / "c" / "runs.csv"), then)
     make_report(tmp_path / "c")
-    now = {int(r["seed"]): float(r["final_return"]) for r in rows if (r["cell"], r["env_id"]) == (rows[0]["cell"], rows[0]["env_id"])}
+    now = {
+        int(r["seed"]): float(r["final_return"])
+        for r in rows
+        if (r["cell"], r["env_id"]) == (rows[0]["cell"], rows[0]["env_id"])
+    }
     assert sorted(now) == [1, 2]
-    assert (f"| {rows[0]['cell']}, joint clip | {rows[0]['env_id']} | `--grad-clip-scope both` | 2 1 | 200, 100 | 150 | "
-            f"{(now[1] + now[2]) / 2:.0f}, 2 | {(now[1] - 100 + now[2] - 200) / 2:+.0f} |") in (tmp_path / "c" / "report.md").read_text()
+    assert (
+        f"| {rows[0]['cell']}, joint clip | {rows[0]['env_id']} | `--grad-clip-scope both` | 2 1 | 200, 100 | 150 | "
+        f"{(now[1] + now[2]) / 2:.0f}, 2 | {(now[1] - 100 + now[2] - 200) / 2:+.0f} |"
+    ) in (tmp_path / "c" / "report.md").read_text()
     # from 3 seeds on, the difference's interval: each earlier run 50 below the run now at its seed
     rows = im.read_csv(tmp_path / "a" / "runs.csv")
-    im.append_rows(str(tmp_path / "a" / "runs.csv"), [dict(r, cell=r["cell"] + ", joint clip", final_return=str(
-        float(r["final_return"]) - 50), args_hash="0ld") for r in rows if r["cell"] == "PPO-M" and int(r["seed"]) <= 3])
+    im.append_rows(
+        str(tmp_path / "a" / "runs.csv"),
+        [
+            dict(r, cell=r["cell"] + ", joint clip", final_return=str(float(r["final_return"]) - 50), args_hash="0ld")
+            for r in rows
+            if r["cell"] == "PPO-M" and int(r["seed"]) <= 3
+        ],
+    )
     make_report(tmp_path / "a")
     assert ", 3 | +50 [+50, +50] |" in (tmp_path / "a" / "report.md").read_text()
 
@@ -368,15 +535,20 @@ def test_a_cells_interval_moves_only_with_its_own_runs(tmp_path):
     synthetic_store(tmp_path / "all")
     rows = im.read_csv(tmp_path / "all" / "runs.csv")
     os.makedirs(tmp_path / "fewer")  # PPO on Walker2d-v4 at 4 seeds, every other cell as before
-    im.append_rows(str(tmp_path / "fewer" / "runs.csv"), [r for r in rows if not (
-        (r["cell"], r["env_id"]) == ("PPO", "Walker2d-v4") and int(r["seed"]) > 4)])
+    im.append_rows(
+        str(tmp_path / "fewer" / "runs.csv"),
+        [r for r in rows if not ((r["cell"], r["env_id"]) == ("PPO", "Walker2d-v4") and int(r["seed"]) > 4)],
+    )
     shutil.copy(tmp_path / "all" / "iterations.csv", tmp_path / "fewer")
     tables = {}
     for name in ("all", "fewer"):
         make_report(tmp_path / name)
         text = (tmp_path / name / "report.md").read_text()
-        tables[name] = {line.split(" | ")[0]: line for line in text.split("## Tables 2 and 3")[1].splitlines()[:14]
-                        if line.startswith("| ")}
+        tables[name] = {
+            line.split(" | ")[0]: line
+            for line in text.split("## Tables 2 and 3")[1].splitlines()[:14]
+            if line.startswith("| ")
+        }
     assert tables["all"]["| PPO"] != tables["fewer"]["| PPO"]
     for algo in ("PPO-M", "TRPO", "TRPO+", "PPO-NoClip"):  # drawn after PPO's: a shared generator would move them
         assert tables["all"][f"| {algo}"] == tables["fewer"][f"| {algo}"]
@@ -386,14 +558,18 @@ def test_figure1_reads_every_combination_at_the_seeds_all_have_and_gives_no_verd
     synthetic_store(tmp_path)
     runs = im.read_csv(tmp_path / "runs.csv")
     # a sweep in progress: one combination not run yet, another at seeds 1 and 2 only
-    kept = [r for r in runs if r["cell"] != "fig1 off: anneal_lr"
-            and not (r["cell"] == "fig1 off: ortho_init" and int(r["seed"]) > 2)]
+    kept = [
+        r
+        for r in runs
+        if r["cell"] != "fig1 off: anneal_lr" and not (r["cell"] == "fig1 off: ortho_init" and int(r["seed"]) > 2)
+    ]
     os.remove(tmp_path / "runs.csv")
     im.append_rows(str(tmp_path / "runs.csv"), kept)
     groups, seeds = im.figure1_groups(kept)
     assert seeds == [1, 2] and len(groups) == 15 and all(len(returns) == 2 for _, returns in groups)
-    assert groups[0][0] == set() and groups[0][1] == [float(r["final_return"]) for r in runs if r["cell"] == "PPO"
-                                                      and r["env_id"] == "Walker2d-v4" and int(r["seed"]) <= 2]
+    assert groups[0][0] == set() and groups[0][1] == [
+        float(r["final_return"]) for r in runs if r["cell"] == "PPO" and r["env_id"] == "Walker2d-v4" and int(r["seed"]) <= 2
+    ]
     make_report(tmp_path)
     text = (tmp_path / "report.md").read_text()
     assert "Figure 1 (15 of 16 combinations stored, read at seeds 1, 2, the seeds all of them have" in text
@@ -405,11 +581,18 @@ def test_figure1_reads_every_combination_at_the_seeds_all_have_and_gives_no_verd
 
 
 def test_the_critics_early_fit_is_the_mean_of_its_stored_iterations_up_to_the_last():
-    runs = [dict(cell="PPO", env_id="Walker2d-v4", seed="1", args_hash="a"), dict(cell="PPO-M", env_id="Walker2d-v4", seed="1", args_hash="b")]
-    rows = [dict(args_hash="a", env_id="Walker2d-v4", seed="1", iteration=i, explained_variance=ev)
-            for i, ev in ((8, "0.5"), (4, "0.25"), (12, ""), (16, "nan"), (20, "-3"))]
-    rows += [dict(args_hash="b", env_id="Walker2d-v4", seed="1", iteration=4, explained_variance="0.9"),
-             dict(args_hash="a", env_id="Hopper-v4", seed="1", iteration=4, explained_variance="0.9")]
+    runs = [
+        dict(cell="PPO", env_id="Walker2d-v4", seed="1", args_hash="a"),
+        dict(cell="PPO-M", env_id="Walker2d-v4", seed="1", args_hash="b"),
+    ]
+    rows = [
+        dict(args_hash="a", env_id="Walker2d-v4", seed="1", iteration=i, explained_variance=ev)
+        for i, ev in ((8, "0.5"), (4, "0.25"), (12, ""), (16, "nan"), (20, "-3"))
+    ]
+    rows += [
+        dict(args_hash="b", env_id="Walker2d-v4", seed="1", iteration=4, explained_variance="0.9"),
+        dict(args_hash="a", env_id="Hopper-v4", seed="1", iteration=4, explained_variance="0.9"),
+    ]
     assert im.early_fit(rows, runs, "PPO", last=16) == {1: 0.375}  # unstored and nan passed over; 20 is past the last
     assert im.early_fit(rows, runs, "PPO", last=20) == {1: pytest.approx((0.5 + 0.25 - 3) / 3)}
     assert im.early_fit(rows, runs, "PPO-M") == {1: 0.9} and im.early_fit(rows, runs, "TRPO") == {}
@@ -423,10 +606,15 @@ def test_figure1s_reward_scaling_is_split_by_value_clipping_with_the_critics_fit
     assert "; 64 Figure 1 runs were stored without it):" in text  # 15 combinations and PPO's, 4 seeds each
     # made up: value clipping on with reward scaling off, 2,000 lower and its critic's fit 0.4 + 0.02 a seed
     runs, curves = im.read_csv(tmp_path / "runs.csv"), im.read_csv(tmp_path / "iterations.csv")
-    lagging = {r["args_hash"] for r in runs if r["cell"].startswith("fig1 off: ") and "reward_scaling" in r["cell"]
-               and "value_clipping" not in r["cell"]}
+    lagging = {
+        r["args_hash"]
+        for r in runs
+        if r["cell"].startswith("fig1 off: ") and "reward_scaling" in r["cell"] and "value_clipping" not in r["cell"]
+    }
     for r in runs:  # and, the highest, init off alone 500 above the rest
-        r["final_return"] = float(r["final_return"]) - 2000 * (r["args_hash"] in lagging) + 500 * (r["cell"] == "fig1 off: ortho_init")
+        r["final_return"] = (
+            float(r["final_return"]) - 2000 * (r["args_hash"] in lagging) + 500 * (r["cell"] == "fig1 off: ortho_init")
+        )
     for c in curves:  # and one fig1 run's (init off, seed 4) left out, as a run stored before it was
         c["explained_variance"] = 0.4 + 0.02 * int(c["seed"]) if c["args_hash"] in lagging else 0.9
         if c["args_hash"] == im.args_hash(im.extra_args(im.figure1_flags({"ortho_init"}))) and int(c["seed"]) == 4:
@@ -437,22 +625,39 @@ def test_figure1s_reward_scaling_is_split_by_value_clipping_with_the_critics_fit
     make_report(tmp_path, draw=("figure1_critic.png",))
     text = (tmp_path / "report.md").read_text()
     assert (tmp_path / "figure1_critic.png").exists()
-    table = {line.split(" | ")[0]: line.split(" | ")[1:] for line in text.split("### Reward scaling")[1].splitlines()
-             if line.startswith("| o")}
+    table = {
+        line.split(" | ")[0]: line.split(" | ")[1:]
+        for line in text.split("### Reward scaling")[1].splitlines()
+        if line.startswith("| o")
+    }
     # each of the 2 x 2: 4 combinations (the all-on one PPO's Walker2d runs) of seeds 1-4
-    side = {(vc, rs): [float(r["final_return"]) for r in runs if int(r["seed"]) <= 4 and (
-        r["cell"] == "PPO" and r["env_id"] == "Walker2d-v4" or r["cell"].startswith("fig1")) and ("value_clipping" in
-        r["cell"]) != vc and ("reward_scaling" in r["cell"]) != rs] for vc in (True, False) for rs in (True, False)}
+    side = {
+        (vc, rs): [
+            float(r["final_return"])
+            for r in runs
+            if int(r["seed"]) <= 4
+            and (r["cell"] == "PPO" and r["env_id"] == "Walker2d-v4" or r["cell"].startswith("fig1"))
+            and ("value_clipping" in r["cell"]) != vc
+            and ("reward_scaling" in r["cell"]) != rs
+        ]
+        for vc in (True, False)
+        for rs in (True, False)
+    }
     means = {k: np.mean(v) for k, v in side.items()}
     for vc in (True, False):
         row = table["| on" if vc else "| off"]
-        assert row[:2] == [f"{means[vc, True]:.0f}, n {len(side[vc, True])}", f"{means[vc, False]:.0f}, n {len(side[vc, False])}"]
+        assert row[:2] == [
+            f"{means[vc, True]:.0f}, n {len(side[vc, True])}",
+            f"{means[vc, False]:.0f}, n {len(side[vc, False])}",
+        ]
         assert row[2].startswith(f"{means[vc, False] - means[vc, True]:+.0f} [") and len(side[vc, True]) == 16
     assert table["| on"][2].startswith("-2125 [")  # 2,000 lower, and the 500 of init off among reward scaling on's 16
-    assert (f"Turning reward scaling off moves the mean by {means[True, False] - means[True, True]:+.0f} with value "
-            f"clipping on and by +0 with value clipping off (not shown: the interval reaches 0 or Mann-Whitney p >= "
-            f"0.05); turning value clipping off moves it by {means[False, True] - means[True, True]:+.0f} with the "
-            f"rewards scaled and by {means[False, False] - means[True, False]:+.0f} without") in text
+    assert (
+        f"Turning reward scaling off moves the mean by {means[True, False] - means[True, True]:+.0f} with value "
+        f"clipping on and by +0 with value clipping off (not shown: the interval reaches 0 or Mann-Whitney p >= "
+        f"0.05); turning value clipping off moves it by {means[False, True] - means[True, True]:+.0f} with the "
+        f"rewards scaled and by {means[False, False] - means[True, False]:+.0f} without"
+    ) in text
     assert "- value clipping on, reward scaling off: 0.45 [0.42, 0.48], 16 runs" in text  # seeds 1-4
     assert "- value clipping on, reward scaling on: 0.90 [0.90, 0.90], 21 runs" in text  # and PPO's seeds 5-10
     assert "; 1 Figure 1 runs were stored without it):" in text
@@ -464,14 +669,17 @@ def test_figure1s_reward_scaling_is_split_by_value_clipping_with_the_critics_fit
     make_report(tmp_path)
     assert "the critic fits worse" not in (tmp_path / "report.md").read_text()
     best = np.mean([float(r["final_return"]) for r in runs if r["cell"] == "fig1 off: ortho_init"])
-    assert (f"the highest mean of the 16 at those seeds: ortho_init off, {best:.0f}, with reward_scaling, anneal_lr on "
-            "(the paper: all three on in its best)") in text
+    assert (
+        f"the highest mean of the 16 at those seeds: ortho_init off, {best:.0f}, with reward_scaling, anneal_lr on "
+        "(the paper: all three on in its best)"
+    ) in text
 
 
 def test_an_empty_store_is_one_line(tmp_path):
     res = subprocess.run([sys.executable, STUDY, "report", "--store", str(tmp_path)], capture_output=True, text=True)
     assert res.returncode == 2 and res.stderr.strip().splitlines() == [
-        f"implementation_matters.py: error: no stored runs in {tmp_path}; run benchmark/implementation_matters.sh first"]
+        f"implementation_matters.py: error: no stored runs in {tmp_path}; run benchmark/implementation_matters.sh first"
+    ]
 
 
 def test_kl_parts_are_tenths_of_each_run_in_iteration_order():
@@ -479,9 +687,14 @@ def test_kl_parts_are_tenths_of_each_run_in_iteration_order():
     runs = [dict(cell="PPO", env_id="Hopper-v4", args_hash=h, seed=str(s)) for s in (1, 2)]
     # 20 iterations a run, stored out of order, seed 2's KL ten times seed 1's: tenth k holds iterations 2k+1 and
     # 2k+2 of both runs, whose median is the mean of 2k+2 and 10 (2k+1)
-    curves = [dict(args_hash=h, env_id="Hopper-v4", seed=str(s), iteration=str(i), mean_kl=str(i * 10 ** (s - 1)))
-              for s in (1, 2) for i in reversed(range(1, 21))]
-    assert im.kl_parts(curves, runs, "PPO", "Hopper-v4") == pytest.approx([(2 * k + 2 + 10 * (2 * k + 1)) / 2 for k in range(10)])
+    curves = [
+        dict(args_hash=h, env_id="Hopper-v4", seed=str(s), iteration=str(i), mean_kl=str(i * 10 ** (s - 1)))
+        for s in (1, 2)
+        for i in reversed(range(1, 21))
+    ]
+    assert im.kl_parts(curves, runs, "PPO", "Hopper-v4") == pytest.approx(
+        [(2 * k + 2 + 10 * (2 * k + 1)) / 2 for k in range(10)]
+    )
     assert im.kl_parts(curves, runs, "PPO-M", "Hopper-v4") is None
 
 
@@ -489,9 +702,19 @@ def released_run(runs_dir, config, seed, final, iterations=488):
     """A result file as benchmark/paper_code.py writes it."""
     os.makedirs(runs_dir / "paper_code", exist_ok=True)
     with open(runs_dir / "paper_code" / f"{config}__{seed}.json", "w") as f:
-        json.dump({"config": config, "seed": seed, "params": {"t": 2048}, "iteration_rewards": [final + 5] * iterations,
-                   "episode_returns": [final] * 150, "final_return": final, "final_5": final + 5,
-                   "wall_time_s": 900.0}, f)
+        json.dump(
+            {
+                "config": config,
+                "seed": seed,
+                "params": {"t": 2048},
+                "iteration_rewards": [final + 5] * iterations,
+                "episode_returns": [final] * 150,
+                "final_return": final,
+                "final_5": final + 5,
+                "wall_time_s": 900.0,
+            },
+            f,
+        )
 
 
 def test_the_released_codes_runs_are_stored_and_set_beside_ours(tmp_path):
@@ -504,7 +727,8 @@ def test_the_released_codes_runs_are_stored_and_set_beside_ours(tmp_path):
     assert im.store_runs(str(tmp_path / "runs"), str(store)) == 3 and im.store_runs(str(tmp_path / "runs"), str(store)) == 0
     rows = im.read_csv(store / "paper_code.csv")
     assert [(r["cell"], r["env_id"], r["seed"], r["final_return"], r["final_5"]) for r in rows] == [
-        ("PPO-M", "Walker2d-v4", str(s), f"{v:.1f}", f"{v + 5:.1f}") for s, v in ((1, 3000), (2, 3100), (3, 3200))]
+        ("PPO-M", "Walker2d-v4", str(s), f"{v:.1f}", f"{v + 5:.1f}") for s, v in ((1, 3000), (2, 3100), (3, 3200))
+    ]
     make_report(store)
     (line,) = [x for x in (store / "report.md").read_text().splitlines() if x.startswith("| PPO-M | Walker2d-v4 | ")]
     ours = im.finals(im.read_csv(store / "runs.csv"), "PPO-M", "Walker2d-v4")
@@ -528,9 +752,14 @@ def test_the_released_codes_runs_are_stored_and_set_beside_ours(tmp_path):
 def test_ppos_kl_must_fall_by_a_quarter_from_its_peak(last, verdict):
     runs = [dict(cell=c, env_id="Hopper-v4", args_hash=c, seed="1") for c in ("PPO", "PPO-M")]
     ppo = [0.5, 0.8, 1.0, 0.9, 0.8, 0.8, 0.8, 0.8, 0.8, last]  # the peak in the third tenth
-    curves = [dict(args_hash=c, env_id="Hopper-v4", seed="1", iteration=str(i + 1), mean_kl=str(k))
-              for c, kls in (("PPO", ppo), ("PPO-M", [0.1 * (i + 1) for i in range(10)])) for i, k in enumerate(kls)]
-    assert f"PPO: {verdict}, its peak 1.000 in tenth 3 of 10, {last:.3f} in the last" in im.kl_trends(curves, runs, "Hopper-v4")
+    curves = [
+        dict(args_hash=c, env_id="Hopper-v4", seed="1", iteration=str(i + 1), mean_kl=str(k))
+        for c, kls in (("PPO", ppo), ("PPO-M", [0.1 * (i + 1) for i in range(10)]))
+        for i, k in enumerate(kls)
+    ]
+    assert f"PPO: {verdict}, its peak 1.000 in tenth 3 of 10, {last:.3f} in the last" in im.kl_trends(
+        curves, runs, "Hopper-v4"
+    )
 
 
 @pytest.mark.parametrize("fixed", [True, False])
@@ -549,6 +778,7 @@ def test_descends_asks_git():
 
 def test_a_study_on_another_mujoco_is_planned_stored_and_reported_apart(tmp_path, monkeypatch, capsys, short_run):
     import importlib.metadata
+
     store, lock = tmp_path / "store", im.lock_mujoco()
 
     def first_planned():  # PPO's first line of the plan on this (patched) MuJoCo: cell, env, seeds
@@ -565,7 +795,8 @@ def test_a_study_on_another_mujoco_is_planned_stored_and_reported_apart(tmp_path
     monkeypatch.setattr(im, "installed", lambda name: "")  # no MuJoCo at all: one line, not a folder "mujoco-"
     assert im.main(["mujoco-dir"]) == 2 and capsys.readouterr().err == (
         "implementation_matters.py: error: mujoco is not installed in this python: bash scripts/install.sh mujoco "
-        "(or mujoco-ref)\n")
+        "(or mujoco-ref)\n"
+    )
     monkeypatch.undo()
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.3.3" if name == "mujoco" else real(name))
     monkeypatch.chdir(tmp_path)
@@ -586,10 +817,24 @@ def test_the_report_sets_another_mujocos_runs_beside_the_tables(tmp_path):
     synthetic_store(tmp_path / "a")
     table = im.finals(im.read_csv(tmp_path / "a" / "runs.csv"), "PPO", "Hopper-v4")
     os.makedirs(tmp_path / "a" / "mujoco-2.3.3")
-    im.append_rows(str(tmp_path / "a" / "mujoco-2.3.3" / "runs.csv"), [
-        dict(cell="PPO", script="ppo_continuous_action.py", env_id="Hopper-v4", seed=s, flags=im.SETTINGS["PPO", "Hopper-v4"],
-             args_hash=im.args_hash(im.extra_args(im.SETTINGS["PPO", "Hopper-v4"])), final_return=table[s - 1] + 300,
-             final_5=3000, git_commit="abc1234", mujoco="2.3.3") for s in (1, 2, 3, 4)])
+    im.append_rows(
+        str(tmp_path / "a" / "mujoco-2.3.3" / "runs.csv"),
+        [
+            dict(
+                cell="PPO",
+                script="ppo_continuous_action.py",
+                env_id="Hopper-v4",
+                seed=s,
+                flags=im.SETTINGS["PPO", "Hopper-v4"],
+                args_hash=im.args_hash(im.extra_args(im.SETTINGS["PPO", "Hopper-v4"])),
+                final_return=table[s - 1] + 300,
+                final_5=3000,
+                git_commit="abc1234",
+                mujoco="2.3.3",
+            )
+            for s in (1, 2, 3, 4)
+        ],
+    )
     assert make_report(tmp_path / "a", draw=("mujoco-2.3.3.png",)) == 0
     text = (tmp_path / "a" / "report.md").read_text()
     (row,) = [line for line in text.splitlines() if line.startswith("| PPO | Hopper-v4 | 2513 |")]
@@ -601,16 +846,35 @@ def test_the_report_sets_another_mujocos_runs_beside_the_tables(tmp_path):
     assert diff == round(x.mean() - table.mean()) and low < diff < high
     assert cells[6] == "3000"
     assert "## On MuJoCo 2.3.3" in text and text.count("| PPO | Hopper-v4 |") == 1  # the tables read the store's own
-    assert f"![each run on MuJoCo {im.lock_mujoco()} and 2.3.3](mujoco-2.3.3.png)" in text and (tmp_path / "a" / "mujoco-2.3.3.png").exists()
+    assert (
+        f"![each run on MuJoCo {im.lock_mujoco()} and 2.3.3](mujoco-2.3.3.png)" in text
+        and (tmp_path / "a" / "mujoco-2.3.3.png").exists()
+    )
     assert "The claims on MuJoCo 2.3.3" not in text  # no PPO-M there yet
     ppo_m = im.finals(im.read_csv(tmp_path / "a" / "runs.csv"), "PPO-M", "Hopper-v4")[:3]
-    im.append_rows(str(tmp_path / "a" / "mujoco-2.3.3" / "runs.csv"), [
-        dict(cell="PPO-M", script="ppo_continuous_action.py", env_id="Hopper-v4", seed=s, flags=im.SETTINGS["PPO-M", "Hopper-v4"],
-             args_hash=im.args_hash(im.extra_args(im.SETTINGS["PPO-M", "Hopper-v4"])), final_return=ppo_m[s - 1],
-             git_commit="abc1234", mujoco="2.3.3") for s in (1, 2, 3)])
+    im.append_rows(
+        str(tmp_path / "a" / "mujoco-2.3.3" / "runs.csv"),
+        [
+            dict(
+                cell="PPO-M",
+                script="ppo_continuous_action.py",
+                env_id="Hopper-v4",
+                seed=s,
+                flags=im.SETTINGS["PPO-M", "Hopper-v4"],
+                args_hash=im.args_hash(im.extra_args(im.SETTINGS["PPO-M", "Hopper-v4"])),
+                final_return=ppo_m[s - 1],
+                git_commit="abc1234",
+                mujoco="2.3.3",
+            )
+            for s in (1, 2, 3)
+        ],
+    )
     assert make_report(tmp_path / "a") == 0
-    (claims,) = [line for line in (tmp_path / "a" / "report.md").read_text().splitlines()
-                 if line.startswith("The claims on MuJoCo 2.3.3's runs alone: ")]
+    (claims,) = [
+        line
+        for line in (tmp_path / "a" / "report.md").read_text().splitlines()
+        if line.startswith("The claims on MuJoCo 2.3.3's runs alone: ")
+    ]
     assert claims.split(": ", 1)[1].startswith(f"(a) PPO beats PPO-M on Hopper-v4: yes: {x.mean() - ppo_m.mean():+.0f} [")
     assert claims.endswith("n 4 and 3") and "(b)" not in claims  # (b) waits for PPO-NoClip's runs there
 
@@ -628,11 +892,13 @@ def without_mean_kl(store):
 
 def edit(name, change):
     """A damage: the store's file `name` changed, its text as a list of lines, by change(lines)."""
+
     def damage(store):
         with open(os.path.join(store, name), newline="") as f:
             lines = f.read().split("\r\n")
         with open(os.path.join(store, name), "w", newline="") as f:
             f.write("\r\n".join(change(lines)))
+
     return damage
 
 
@@ -641,29 +907,54 @@ FIX = "delete that line; the next store of its runs/ stores that run again"
 RESTORE = "restore the file from a copy (git, or the machine that stored the runs)"
 
 
-@pytest.mark.parametrize("argv, damage, message", [
-    ("plan --store {s}", edit("runs.csv", lambda lines: lines[:1] + [lines[1].replace(",1,", ",one,", 1)] + lines[2:]),
-     f"{{s}}/runs.csv line 2: seed 'one' is not a whole number; {FIX}"),
-    ("plan --store {s}", CUT, f"{{s}}/runs.csv line 5 has no line end (a write cut short); {FIX}"),  # not: seed stored
-    ("store runs --store {s}", CUT, f"{{s}}/runs.csv line 5 has no line end (a write cut short); {FIX}"),  # not: glued
-    ("report --store {s}", without_mean_kl, f"{{s}}/iterations.csv has no 'mean_kl' column; {RESTORE}"),
-    ("report --store {s}", edit("iterations.csv", lambda lines: lines[:6] + [",".join(lines[6].split(",")[:3])] + lines[7:]),
-     "{s}/iterations.csv line 7 has 3 fields, the header 9; delete that line and its run's row in runs.csv; the next "
-     "store of its runs/ stores both again"),
-    ("report --store {s}", lambda store: os.remove(os.path.join(store, "iterations.csv")),
-     f"{{s}}/iterations.csv is missing beside 4 stored runs; {RESTORE}"),
-    ("store runs --store {s}", summary_without_args,
-     "runs/summaries/ppo_continuous_action__Hopper-v4__1__x.json has no 'args'; delete it and rerun its run"),
-    ("plan --store {s}/runs.csv", None,
-     "--store {s}/runs.csv is a file; give the folder of the stored runs (runs.csv, iterations.csv)"),
-    ("store nothing --store {s}", None, "nothing is not a folder; give the runs/ folder the sweep wrote"),
-    ("report --store {s} --out {s}/runs.csv", None,
-     "--out {s}/runs.csv cannot be written to (File exists); give a folder you can write to"),
-    ("store runs --store {s}/runs.csv/new", None,
-     "--store {s}/runs.csv/new cannot be written to (Not a directory); give a folder you can write to"),
-])
-def test_a_damaged_store_or_a_path_that_cannot_be_used_is_one_line_and_nothing_is_written(tmp_path, capsys, argv, damage,
-                                                                                          message):
+@pytest.mark.parametrize(
+    "argv, damage, message",
+    [
+        (
+            "plan --store {s}",
+            edit("runs.csv", lambda lines: lines[:1] + [lines[1].replace(",1,", ",one,", 1)] + lines[2:]),
+            f"{{s}}/runs.csv line 2: seed 'one' is not a whole number; {FIX}",
+        ),
+        ("plan --store {s}", CUT, f"{{s}}/runs.csv line 5 has no line end (a write cut short); {FIX}"),  # not: seed stored
+        ("store runs --store {s}", CUT, f"{{s}}/runs.csv line 5 has no line end (a write cut short); {FIX}"),  # not: glued
+        ("report --store {s}", without_mean_kl, f"{{s}}/iterations.csv has no 'mean_kl' column; {RESTORE}"),
+        (
+            "report --store {s}",
+            edit("iterations.csv", lambda lines: lines[:6] + [",".join(lines[6].split(",")[:3])] + lines[7:]),
+            "{s}/iterations.csv line 7 has 3 fields, the header 9; delete that line and its run's row in runs.csv; the next "
+            "store of its runs/ stores both again",
+        ),
+        (
+            "report --store {s}",
+            lambda store: os.remove(os.path.join(store, "iterations.csv")),
+            f"{{s}}/iterations.csv is missing beside 4 stored runs; {RESTORE}",
+        ),
+        (
+            "store runs --store {s}",
+            summary_without_args,
+            "runs/summaries/ppo_continuous_action__Hopper-v4__1__x.json has no 'args'; delete it and rerun its run",
+        ),
+        (
+            "plan --store {s}/runs.csv",
+            None,
+            "--store {s}/runs.csv is a file; give the folder of the stored runs (runs.csv, iterations.csv)",
+        ),
+        ("store nothing --store {s}", None, "nothing is not a folder; give the runs/ folder the sweep wrote"),
+        (
+            "report --store {s} --out {s}/runs.csv",
+            None,
+            "--out {s}/runs.csv cannot be written to (File exists); give a folder you can write to",
+        ),
+        (
+            "store runs --store {s}/runs.csv/new",
+            None,
+            "--store {s}/runs.csv/new cannot be written to (Not a directory); give a folder you can write to",
+        ),
+    ],
+)
+def test_a_damaged_store_or_a_path_that_cannot_be_used_is_one_line_and_nothing_is_written(
+    tmp_path, capsys, argv, damage, message
+):
     store = str(tmp_path / "s")
     synthetic_store(store, seeds=2, only=("PPO",))
     os.makedirs("runs", exist_ok=True)
@@ -689,7 +980,8 @@ def test_a_smoke_sweep_runs_stores_and_reports_in_a_store_of_its_own(tmp_path):
     refused = subprocess.run(sweep, capture_output=True, text=True, env=env)  # into the study's store: no
     assert refused.returncode == 2 and refused.stderr == (
         "implementation_matters.sh: error: STEPS=200 wants a STORE of its own (e.g. STORE=/tmp/smoke): the study's, "
-        "benchmark/results/implementation_matters/, holds its runs of 1000000 steps\n")
+        "benchmark/results/implementation_matters/, holds its runs of 1000000 steps\n"
+    )
     env.update(STORE="smoke")
     res = subprocess.run(sweep, capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -701,5 +993,7 @@ def test_a_smoke_sweep_runs_stores_and_reports_in_a_store_of_its_own(tmp_path):
     again = subprocess.run(sweep, capture_output=True, text=True, env=env, timeout=300)
     assert again.returncode == 0 and again.stdout.startswith("nothing left to run: every planned run is stored in")
     assert not (tmp_path / "smoke" / "report.md").exists() and len(calls()) == 1
-    assert sorted(os.listdir(tmp_path)) == ["benchmark", "calls.txt", "ppo_continuous_action.py", "requirements", "runs",
-                                            "smoke"] and not (bench / "results").exists()
+    assert (
+        sorted(os.listdir(tmp_path)) == ["benchmark", "calls.txt", "ppo_continuous_action.py", "requirements", "runs", "smoke"]
+        and not (bench / "results").exists()
+    )

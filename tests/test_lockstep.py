@@ -14,8 +14,22 @@ sys.path.insert(0, os.path.join(ROOT, "benchmark"))
 import lockstep  # noqa: E402
 
 SCRIPT = os.path.join(ROOT, "ppo_continuous_action.py")
-TINY = ["--env-id", "Pendulum-v1", "--seed", "3", "--total-timesteps", "1024", "--num-envs", "1", "--num-steps", "128",
-        "--num-minibatches", "4", "--update-epochs", "3"]
+TINY = [
+    "--env-id",
+    "Pendulum-v1",
+    "--seed",
+    "3",
+    "--total-timesteps",
+    "1024",
+    "--num-envs",
+    "1",
+    "--num-steps",
+    "128",
+    "--num-minibatches",
+    "4",
+    "--update-epochs",
+    "3",
+]
 
 
 class Recorder(torch.nn.Module):
@@ -29,19 +43,26 @@ class Recorder(torch.nn.Module):
     def get_action_and_value(self, obs, *rest):
         self.seen.append(obs[:, 0].long().tolist())
         z = self.w * obs[:, 0]
-        return (None, z, z, z, None)[:self.outputs]
+        return (None, z, z, z, None)[: self.outputs]
 
 
 def minibatch_order(module, seed, lstm):
     """The indices of every minibatch a script's update visits over a 16-sample batch, in order, after
     np.random.seed(seed): 2 envs x 8 steps in 4 minibatches, or (ppo_atari_lstm.py) 4 envs x 4 steps in 2 of 2 envs."""
-    args = module.Args(num_envs=4 if lstm else 2, num_steps=4 if lstm else 8, num_minibatches=2 if lstm else 4,
-                       update_epochs=3)
+    args = module.Args(
+        num_envs=4 if lstm else 2, num_steps=4 if lstm else 8, num_minibatches=2 if lstm else 4, update_epochs=3
+    )
     args.batch_size, args.minibatch_size = 16, 8 if lstm else 4
     agent = Recorder(5 if lstm else 4)
-    b = {"obs": torch.arange(16.0)[:, None], "actions": torch.zeros(16, 1), "logprobs": torch.zeros(16),
-         "values": torch.zeros(16), "advantages": torch.randn(16), "returns": torch.zeros(16),
-         **({"lstm_state": (torch.zeros(1, 4, 1),) * 2, "starts": torch.zeros(16)} if lstm else {})}
+    b = {
+        "obs": torch.arange(16.0)[:, None],
+        "actions": torch.zeros(16, 1),
+        "logprobs": torch.zeros(16),
+        "values": torch.zeros(16),
+        "advantages": torch.randn(16),
+        "returns": torch.zeros(16),
+        **({"lstm_state": (torch.zeros(1, 4, 1),) * 2, "starts": torch.zeros(16)} if lstm else {}),
+    }
     np.random.seed(seed)
     module.update(agent, torch.optim.Adam(agent.parameters(), lr=1e-3), b, args)
     return agent.seen
@@ -55,9 +76,9 @@ def cleanrl_order(seed, lstm):
     for _ in range(3):
         np.random.shuffle(inds)
         if lstm:
-            order += [[t * 4 + e for t in range(4) for e in inds[i:i + 2]] for i in (0, 2)]
+            order += [[t * 4 + e for t in range(4) for e in inds[i : i + 2]] for i in (0, 2)]
         else:
-            order += [inds[i:i + 4].tolist() for i in range(0, 16, 4)]
+            order += [inds[i : i + 4].tolist() for i in range(0, 16, 4)]
     return order
 
 
@@ -87,8 +108,18 @@ def test_same_flags_run_in_lockstep_and_another_learning_rate_differs_from_itera
     assert "holds no losses/value_loss" in capsys.readouterr().err
     module = import_copy(lockstep.patched(open(SCRIPT).read(), 8), tmp_path / "lockstep_full.py")
     monkeypatch.chdir(tmp_path)
-    ref = module.train(module.Args(env_id="Pendulum-v1", seed=3, total_timesteps=1024, num_envs=1, num_steps=128,
-                                   num_minibatches=4, update_epochs=3, cuda=False))
+    ref = module.train(
+        module.Args(
+            env_id="Pendulum-v1",
+            seed=3,
+            total_timesteps=1024,
+            num_envs=1,
+            num_steps=128,
+            num_minibatches=4,
+            update_epochs=3,
+            cuda=False,
+        )
+    )
     assert ref["learning_rate"] == [3e-4 * (1 - i / 8) for i in range(8)]  # CleanRL's schedule: lr / 8 at the last
     ref_dir = ref["run_dir"]
     base = ["--cleanrl-run", os.path.join(tmp_path, ref_dir), "--iterations", "2", "--work-dir", str(tmp_path / "w")]
@@ -100,8 +131,19 @@ def test_same_flags_run_in_lockstep_and_another_learning_rate_differs_from_itera
     assert lockstep.main(base + ["--"] + TINY) == 0
     out = capsys.readouterr().out
     assert "identical (relative difference <= 0.0001) through iteration 2 of 2" in out
-    other = module.train(module.Args(env_id="Pendulum-v1", seed=3, total_timesteps=1024, num_envs=1, num_steps=128,
-                                     num_minibatches=4, update_epochs=3, cuda=False, learning_rate=1e-3))
+    other = module.train(
+        module.Args(
+            env_id="Pendulum-v1",
+            seed=3,
+            total_timesteps=1024,
+            num_envs=1,
+            num_steps=128,
+            num_minibatches=4,
+            update_epochs=3,
+            cuda=False,
+            learning_rate=1e-3,
+        )
+    )
     lines, same = lockstep.side_by_side(other["run_dir"], ref_dir, 2, 1e-4)
     assert same == 0 and lines[-1] == "identical (relative difference <= 0.0001) through iteration 0 of 2"
     # issue 37.9: runs of other flags or another env were compared as if they were a pair; now refused, named, by our
@@ -109,14 +151,22 @@ def test_same_flags_run_in_lockstep_and_another_learning_rate_differs_from_itera
     runs, _ = sorted(os.listdir(tmp_path / "w" / "runs")), capsys.readouterr()
     assert lockstep.main(base + ["--"] + TINY + ["--learning-rate", "1e-3"]) == 2
     refused = capsys.readouterr()
-    assert refused.err == ("lockstep.py: the flags after -- give learning_rate 0.001 (CleanRL's run 0.0003): not the "
-                           "CleanRL run's flags; give its flags after --\n") and refused.out == ""
+    assert (
+        refused.err
+        == (
+            "lockstep.py: the flags after -- give learning_rate 0.001 (CleanRL's run 0.0003): not the "
+            "CleanRL run's flags; give its flags after --\n"
+        )
+        and refused.out == ""
+    )
     assert lockstep.main(base + ["--"] + TINY[2:] + ["--env-id", "MountainCarContinuous-v0"]) == 2
-    assert capsys.readouterr().err.startswith("lockstep.py: the flags after -- give env_id MountainCarContinuous-v0 "
-                                              "(CleanRL's run Pendulum-v1)")
+    assert capsys.readouterr().err.startswith(
+        "lockstep.py: the flags after -- give env_id MountainCarContinuous-v0 (CleanRL's run Pendulum-v1)"
+    )
     assert lockstep.main(base + ["--"] + TINY + ["--learning-rate", "fast"]) == 2  # one it cannot read: its own line
-    assert capsys.readouterr().err == ("lockstep.py: the flags after --: Error parsing --learning-rate: could not convert "
-                                       "string to float: 'fast'\n")
+    assert capsys.readouterr().err == (
+        "lockstep.py: the flags after --: Error parsing --learning-rate: could not convert string to float: 'fast'\n"
+    )
     assert sorted(os.listdir(tmp_path / "w" / "runs")) == runs
 
 
@@ -137,30 +187,74 @@ def test_an_env_whose_physics_mujoco_4_changed_is_refused_on_either_side_of_it_b
     assert capsys.readouterr().err == (
         f"lockstep.py: ours runs MuJoCo {ours}, CleanRL's run ran on {other}: MuJoCo 4 changed the physics of Humanoid-v4, "
         "so the two would part by the physics, not the algorithm; run ours on the run's MuJoCo (2.3.3: bash "
-        "scripts/install.sh mujoco-ref, then .venv-mujoco-ref/bin/python benchmark/lockstep.py ...)\n")
+        "scripts/install.sh mujoco-ref, then .venv-mujoco-ref/bin/python benchmark/lockstep.py ...)\n"
+    )
     assert lockstep.main(args) == 2  # CleanRL does not log its MuJoCo: without --cleanrl-mujoco it is not known
-    assert capsys.readouterr().err.startswith("lockstep.py: MuJoCo 4 changed the physics of Humanoid-v4: give "
-                                              "--cleanrl-mujoco, the MuJoCo CleanRL's run ran on")
+    assert capsys.readouterr().err.startswith(
+        "lockstep.py: MuJoCo 4 changed the physics of Humanoid-v4: give --cleanrl-mujoco, the MuJoCo CleanRL's run ran on"
+    )
     assert lockstep.main(["--cleanrl-mujoco", "2.3.3 (uv.lock)", *args]) == 2
-    assert capsys.readouterr().err == ("lockstep.py: --cleanrl-mujoco '2.3.3 (uv.lock)' is not a version; give one such "
-                                       "as 2.3.3\n")
+    assert capsys.readouterr().err == (
+        "lockstep.py: --cleanrl-mujoco '2.3.3 (uv.lock)' is not a version; give one such as 2.3.3\n"
+    )
     assert not (tmp_path / "w").exists()  # refused before our copy was written
     # 2.3.3 and 3.1.6 agree to 4e-10 over 1,000 Humanoid steps; Walker2d and HalfCheetah are the same under all three
-    assert [lockstep.mujoco_check(*c) for c in [("Ant-v4", "3.1.6", "2.3.3"), ("Walker2d-v4", "4.0.0", "2.3.3"),
-                                                ("HalfCheetah-v4", "4.0.0", None)]] == [None] * 3
+    assert [
+        lockstep.mujoco_check(*c)
+        for c in [("Ant-v4", "3.1.6", "2.3.3"), ("Walker2d-v4", "4.0.0", "2.3.3"), ("HalfCheetah-v4", "4.0.0", None)]
+    ] == [None] * 3
 
 
 def test_walker2d_on_another_mujoco_is_not_refused_and_the_output_names_each_sides(tmp_path, capsys, monkeypatch):
     """Walker2d's physics are the same under MuJoCo 2.3.3 and 4.0.0 (tests/test_mujoco_physics.py)."""
     module = import_copy(lockstep.patched(open(SCRIPT).read(), 2), tmp_path / "lockstep_walker.py")
     monkeypatch.chdir(tmp_path)
-    ref = module.train(module.Args(env_id="Walker2d-v4", seed=3, total_timesteps=256, num_envs=1, num_steps=128,
-                                   num_minibatches=4, update_epochs=3, cuda=False))
-    flags = ["--env-id", "Walker2d-v4", "--seed", "3", "--total-timesteps", "256", "--num-envs", "1", "--num-steps", "128",
-             "--num-minibatches", "4", "--update-epochs", "3"]
+    ref = module.train(
+        module.Args(
+            env_id="Walker2d-v4",
+            seed=3,
+            total_timesteps=256,
+            num_envs=1,
+            num_steps=128,
+            num_minibatches=4,
+            update_epochs=3,
+            cuda=False,
+        )
+    )
+    flags = [
+        "--env-id",
+        "Walker2d-v4",
+        "--seed",
+        "3",
+        "--total-timesteps",
+        "256",
+        "--num-envs",
+        "1",
+        "--num-steps",
+        "128",
+        "--num-minibatches",
+        "4",
+        "--update-epochs",
+        "3",
+    ]
     capsys.readouterr()
-    assert lockstep.main(["--cleanrl-run", ref["run_dir"], "--iterations", "2", "--cleanrl-mujoco", "2.3.3",
-                          "--work-dir", str(tmp_path / "w"), "--", *flags]) == 0
+    assert (
+        lockstep.main(
+            [
+                "--cleanrl-run",
+                ref["run_dir"],
+                "--iterations",
+                "2",
+                "--cleanrl-mujoco",
+                "2.3.3",
+                "--work-dir",
+                str(tmp_path / "w"),
+                "--",
+                *flags,
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out.splitlines()
     assert out[1] == f"MuJoCo: ours {importlib.metadata.version('mujoco')}, CleanRL's run 2.3.3"
     assert out[-1] == "identical (relative difference <= 0.0001) through iteration 2 of 2"

@@ -54,18 +54,19 @@ def stored():
 
 
 def same(a, b):
-    return a["ends"] == b["ends"] and all(np.allclose(a[k], b[k], rtol=RTOL, atol=ATOL)
-                                          for k in ("observations", "rewards"))
+    return a["ends"] == b["ends"] and all(np.allclose(a[k], b[k], rtol=RTOL, atol=ATOL) for k in ("observations", "rewards"))
 
 
 @pytest.mark.parametrize("env_id", ENVS)
 def test_a_seeded_rollout_is_the_one_stored_for_the_installed_mujoco(env_id):
     versions = stored()
     if mujoco.__version__ not in versions:
-        pytest.fail(f"MuJoCo {mujoco.__version__} has no stored rollout in tests/mujoco_physics.json (it holds "
-                    f"{', '.join(versions)}): run `python tests/test_mujoco_physics.py` to store it, then see which env "
-                    "changed against the versions stored and write it down (this file's docstring says where)",
-                    pytrace=False)
+        pytest.fail(
+            f"MuJoCo {mujoco.__version__} has no stored rollout in tests/mujoco_physics.json (it holds "
+            f"{', '.join(versions)}): run `python tests/test_mujoco_physics.py` to store it, then see which env "
+            "changed against the versions stored and write it down (this file's docstring says where)",
+            pytrace=False,
+        )
     want, got = versions[mujoco.__version__][env_id], rollout(env_id)
     assert got["ends"] == want["ends"]
     np.testing.assert_allclose(got["observations"], want["observations"], rtol=RTOL, atol=ATOL)
@@ -75,8 +76,11 @@ def test_a_seeded_rollout_is_the_one_stored_for_the_installed_mujoco(env_id):
 def test_every_mujoco_the_lock_pins_has_a_stored_rollout():
     from test_repo import lock_pins
 
-    locked = {v for lock in ("mujoco.txt", "mujoco-ref.txt")
-              for v, _ in lock_pins(os.path.join(HERE, "..", "requirements", lock))["mujoco"]}
+    locked = {
+        v
+        for lock in ("mujoco.txt", "mujoco-ref.txt")
+        for v, _ in lock_pins(os.path.join(HERE, "..", "requirements", lock))["mujoco"]
+    }
     assert sorted(locked - set(stored())) == []
 
 
@@ -94,14 +98,21 @@ def test_lockstep_calls_two_mujocos_other_physics_exactly_where_their_stored_rol
 
 
 if __name__ == "__main__":
-    data = json.load(open(STORED)) if os.path.exists(STORED) else {
-        "about": "tests/test_mujoco_physics.py's rollouts (its docstring); each version's made by the command stored "
-                 "with it", "versions": {}}
+    data = (
+        json.load(open(STORED))
+        if os.path.exists(STORED)
+        else {
+            "about": "tests/test_mujoco_physics.py's rollouts (its docstring); each version's made by the command stored "
+            "with it",
+            "versions": {},
+        }
+    )
     data["versions"][mujoco.__version__] = {
         "command": f"{os.path.relpath(sys.executable)} tests/test_mujoco_physics.py",
         "made": f"{time.strftime('%Y-%m-%d', time.gmtime())}, Python {platform.python_version()}, gymnasium "
-                f"{gym.__version__}, numpy {np.__version__}, {platform.machine()}",
-        **{env_id: rollout(env_id) for env_id in ENVS}}
+        f"{gym.__version__}, numpy {np.__version__}, {platform.machine()}",
+        **{env_id: rollout(env_id) for env_id in ENVS},
+    }
     data["versions"] = dict(sorted(data["versions"].items()))
     with open(STORED, "w") as f:
         json.dump(data, f, indent=1)

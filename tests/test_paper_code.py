@@ -46,8 +46,9 @@ class Trainer:
 def fake_release(path, params="{'game': ['Hopper-v2'], 'val_lr': [4e-4] * 40, 'clip_eps': [1e32]}"):
     os.makedirs(path / "src" / "policy_gradients")
     os.makedirs(path / "configs")
-    (path / "src" / "MuJoCo.json").write_text(json.dumps({"game": "Walker2d-v2", "t": 200, "val_lr": 1.5e-4,
-                                                           "train_steps": 488, "advanced_logging": True}))
+    (path / "src" / "MuJoCo.json").write_text(
+        json.dumps({"game": "Walker2d-v2", "t": 200, "val_lr": 1.5e-4, "train_steps": 488, "advanced_logging": True})
+    )
     (path / "src" / "policy_gradients" / "__init__.py").write_text("")
     (path / "src" / "policy_gradients" / "agent.py").write_text(FAKE_AGENT)
     (path / "configs" / "hopper_x.py").write_text(f"import os\nPARAMS = {params}\nos.makedirs('agents/')\n")
@@ -57,8 +58,14 @@ def test_a_config_is_the_base_json_overridden_by_the_first_value_of_each_entry(t
     monkeypatch.chdir(tmp_path)
     fake_release(tmp_path)
     params = paper_code.config_params(str(tmp_path), "hopper_x")
-    assert params == {"game": "Hopper-v2", "t": 200, "val_lr": 4e-4, "train_steps": 488, "advanced_logging": True,
-                      "clip_eps": 1e32}
+    assert params == {
+        "game": "Hopper-v2",
+        "t": 200,
+        "val_lr": 4e-4,
+        "train_steps": 488,
+        "advanced_logging": True,
+        "clip_eps": 1e32,
+    }
     assert not os.path.exists("agents")  # the config is read, not run
 
 
@@ -80,8 +87,9 @@ def test_the_old_api_env_keeps_each_finished_episode_and_drops_an_unfinished_one
 
 
 def run(tmp_path, *args):
-    return subprocess.run([sys.executable, SCRIPT, "--src", str(tmp_path), *args], capture_output=True, text=True,
-                          cwd=tmp_path)
+    return subprocess.run(
+        [sys.executable, SCRIPT, "--src", str(tmp_path), *args], capture_output=True, text=True, cwd=tmp_path
+    )
 
 
 def test_main_trains_the_release_on_the_v4_env_and_writes_its_results(tmp_path):
@@ -95,8 +103,10 @@ def test_main_trains_the_release_on_the_v4_env_and_writes_its_results(tmp_path):
     assert out["final_5"] == pytest.approx(np.mean(out["iteration_rewards"][-5:]))
     assert out["mujoco"] == paper_code.version("mujoco") and out["src_commit"] == ""  # the fake release is no git checkout
     again = run(tmp_path, "--config", "hopper_x", "--seed", "2", "--train-steps", "6", "--out", "p")
-    assert again.returncode == 0 and json.loads((tmp_path / "p" / "hopper_x__2.json").read_text())[
-        "episode_returns"] == out["episode_returns"]  # seeded: the same episodes
+    assert (
+        again.returncode == 0
+        and json.loads((tmp_path / "p" / "hopper_x__2.json").read_text())["episode_returns"] == out["episode_returns"]
+    )  # seeded: the same episodes
 
 
 WHOLE = "is --src a whole checkout of https://github.com/MadryLab/implementation-matters?"
@@ -111,20 +121,37 @@ def config(text):
     return lambda tmp_path: (tmp_path / "configs" / "hopper_x.py").write_text(text)
 
 
-@pytest.mark.parametrize("args, damage, message", [
-    ([], None, "no src/policy_gradients/agent.py under --src {src}; clone https://github.com/MadryLab/implementation-"
-               "matters there"),
-    (["--config", "nothing"], "release", "no configs/nothing.py under --src {src}"),
-    ([], config("BASE = {}\n"), "configs/hopper_x.py has no PARAMS = {{...}}; is --src the released repo?"),
-    ([], without("src/MuJoCo.json"), f"src/MuJoCo.json under --src {{src}} cannot be read (No such file or directory); "
-                                     f"{WHOLE}"),  # a partial checkout
-    ([], config("GAME = 'Hopper-v2'\nPARAMS = {'game': [GAME]}\n"),
-     f"configs/hopper_x.py's PARAMS is not written in literals; {LISTS}"),
-    ([], config("PARAMS = {'game': 'Hopper-v2'}\n"), "configs/hopper_x.py's PARAMS['game'] is not a list of values; "
-                                                     "give a config whose every entry is one, as the released ones"),
-    (["--seed", "-1"], "release", "--seed -1 is out of range; seeds go from 0 to 2**32 - 1"),
-    (["--train-steps", "-1"], "release", "--train-steps must be 0 (the config's) or more, got -1"),
-])
+@pytest.mark.parametrize(
+    "args, damage, message",
+    [
+        (
+            [],
+            None,
+            "no src/policy_gradients/agent.py under --src {src}; clone https://github.com/MadryLab/implementation-"
+            "matters there",
+        ),
+        (["--config", "nothing"], "release", "no configs/nothing.py under --src {src}"),
+        ([], config("BASE = {}\n"), "configs/hopper_x.py has no PARAMS = {{...}}; is --src the released repo?"),
+        (
+            [],
+            without("src/MuJoCo.json"),
+            f"src/MuJoCo.json under --src {{src}} cannot be read (No such file or directory); {WHOLE}",
+        ),  # a partial checkout
+        (
+            [],
+            config("GAME = 'Hopper-v2'\nPARAMS = {'game': [GAME]}\n"),
+            f"configs/hopper_x.py's PARAMS is not written in literals; {LISTS}",
+        ),
+        (
+            [],
+            config("PARAMS = {'game': 'Hopper-v2'}\n"),
+            "configs/hopper_x.py's PARAMS['game'] is not a list of values; "
+            "give a config whose every entry is one, as the released ones",
+        ),
+        (["--seed", "-1"], "release", "--seed -1 is out of range; seeds go from 0 to 2**32 - 1"),
+        (["--train-steps", "-1"], "release", "--train-steps must be 0 (the config's) or more, got -1"),
+    ],
+)
 def test_bad_input_is_one_line_before_anything_runs(tmp_path, capsys, args, damage, message):
     if damage:
         fake_release(tmp_path)
@@ -141,5 +168,7 @@ def test_a_checkout_whose_trainer_cannot_be_imported_is_one_line(tmp_path):
     fake_release(tmp_path)
     (tmp_path / "src" / "policy_gradients" / "agent.py").write_text("from .torch_utils import *\n" + FAKE_AGENT)
     res = run(tmp_path, "--config", "hopper_x")
-    assert res.returncode == 2 and res.stderr == ("paper_code.py: error: the released Trainer cannot be imported (No "
-                                                  f"module named 'policy_gradients.torch_utils'); {WHOLE}\n")
+    assert res.returncode == 2 and res.stderr == (
+        "paper_code.py: error: the released Trainer cannot be imported (No "
+        f"module named 'policy_gradients.torch_utils'); {WHOLE}\n"
+    )

@@ -17,13 +17,20 @@ import sys
 import time
 
 import numpy as np
+import processes
 import pytest
 import torch
 from conftest import ROOT, CountingEnv, interrupt_at_update, next_second, resume_elsewhere
-from hacks import (assert_added_layer_trains, assert_cleanrl_update_trains, assert_every_group_annealed,
-                   assert_every_param_group_anneals, assert_temperature_changes_rollout, critic_group_copy, edited_agent,
-                   recorded_rates)
-import processes
+from hacks import (
+    assert_added_layer_trains,
+    assert_cleanrl_update_trains,
+    assert_every_group_annealed,
+    assert_every_param_group_anneals,
+    assert_temperature_changes_rollout,
+    critic_group_copy,
+    edited_agent,
+    recorded_rates,
+)
 from processes import run_cli
 
 SCRIPTS = ["ppo", "ppo_shared"]
@@ -75,8 +82,16 @@ def test_compute_gae_matches_brute_force(mod, shape):
 
 
 # every PPO script carries the same compute_gae contract; it is checked here once for all of them
-PPO_FAMILY = SCRIPTS + ["ppo_atari", "ppo_atari_lstm", "ppo_atari_envpool", "ppo_continuous_action", "ppo_procgen",
-                        "ppo_multidiscrete", "ppo_multidiscrete_mask", "ppo_atari_multigpu"]
+PPO_FAMILY = SCRIPTS + [
+    "ppo_atari",
+    "ppo_atari_lstm",
+    "ppo_atari_envpool",
+    "ppo_continuous_action",
+    "ppo_procgen",
+    "ppo_multidiscrete",
+    "ppo_multidiscrete_mask",
+    "ppo_atari_multigpu",
+]
 
 
 @pytest.mark.parametrize("name", PPO_FAMILY[2:])
@@ -158,9 +173,13 @@ def test_clipped_surrogate_and_value_loss_by_hand(mod):
     ratio = torch.tensor([0.5, 1.0, 1.5], dtype=torch.float64)
     old = torch.tensor([-1.0, -2.0, -0.5], dtype=torch.float64)
     loss, pg, v, ent, logratio = mod.ppo_losses(
-        old + ratio.log(), old, torch.tensor([1.0, -1.0, 2.0], dtype=torch.float64),
-        torch.tensor([1.0, 2.0, 0.0], dtype=torch.float64), torch.tensor([0.5, 2.1, 0.0], dtype=torch.float64),
-        torch.tensor([2.0, 0.0, 1.0], dtype=torch.float64), torch.tensor([0.5, 0.6, 0.7], dtype=torch.float64),
+        old + ratio.log(),
+        old,
+        torch.tensor([1.0, -1.0, 2.0], dtype=torch.float64),
+        torch.tensor([1.0, 2.0, 0.0], dtype=torch.float64),
+        torch.tensor([0.5, 2.1, 0.0], dtype=torch.float64),
+        torch.tensor([2.0, 0.0, 1.0], dtype=torch.float64),
+        torch.tensor([0.5, 0.6, 0.7], dtype=torch.float64),
         hand_args(mod),
     )
     # per sample max(-A r, -A clip(r, 0.8, 1.2)): -0.5, 1.0, -2.4
@@ -176,8 +195,14 @@ def test_clipped_surrogate_and_value_loss_by_hand(mod):
     with_grad = logratio.clone().requires_grad_()
     assert not any(x.requires_grad for x in mod.ratio_stats(with_grad, 0.2))  # statistics, not losses
     _, _, v_unclipped, *_ = mod.ppo_losses(
-        old, old, torch.zeros(3), torch.tensor([1.0, 2.0, 0.0]), torch.tensor([0.5, 2.1, 0.0]),
-        torch.tensor([2.0, 0.0, 1.0]), torch.zeros(3), hand_args(mod, clip_vloss=False),
+        old,
+        old,
+        torch.zeros(3),
+        torch.tensor([1.0, 2.0, 0.0]),
+        torch.tensor([0.5, 2.1, 0.0]),
+        torch.tensor([2.0, 0.0, 1.0]),
+        torch.zeros(3),
+        hand_args(mod, clip_vloss=False),
     )
     assert v_unclipped.item() == pytest.approx(0.5 * 6.0 / 3)
 
@@ -192,7 +217,7 @@ def test_minibatches_partition_each_epoch(mod, monkeypatch):
         _, all_logprobs, _, _ = agent.get_action_and_value(batch["obs"], batch["actions"])
     mod.update(agent, torch.optim.SGD(agent.parameters(), lr=0.0), batch, args)
     assert len(seen) == args.update_epochs * args.num_minibatches and all(len(x) == args.minibatch_size for x in seen)
-    epochs = [torch.cat(seen[e * args.num_minibatches:(e + 1) * args.num_minibatches]) for e in range(args.update_epochs)]
+    epochs = [torch.cat(seen[e * args.num_minibatches : (e + 1) * args.num_minibatches]) for e in range(args.update_epochs)]
     for epoch in epochs:
         torch.testing.assert_close(torch.sort(epoch).values, torch.sort(all_logprobs).values)
     assert not torch.equal(epochs[0], epochs[1])  # reshuffled every epoch
@@ -213,7 +238,7 @@ def test_advantages_normalised_per_minibatch(mod, monkeypatch):
     seen.clear()
     args.norm_adv = False
     mod.update(agent, torch.optim.Adam(agent.parameters(), eps=1e-5), batch, args)
-    epoch = torch.cat(seen[:args.num_minibatches])
+    epoch = torch.cat(seen[: args.num_minibatches])
     assert torch.equal(torch.sort(epoch).values, torch.sort(batch["advantages"]).values)
 
 
@@ -225,8 +250,14 @@ def make_batch(mod, n=256):
     obs, actions = torch.randn(n, 4) * 3, torch.randint(0, 3, (n,))
     with torch.no_grad():
         _, logprobs, _, values = agent.get_action_and_value(obs, actions)
-    batch = {"obs": obs, "actions": actions, "logprobs": logprobs, "values": values,
-             "advantages": torch.randn(n) * 4 + 3, "returns": torch.randn(n) * 10}
+    batch = {
+        "obs": obs,
+        "actions": actions,
+        "logprobs": logprobs,
+        "values": values,
+        "advantages": torch.randn(n) * 4 + 3,
+        "returns": torch.randn(n) * 10,
+    }
     return agent, batch, args
 
 
@@ -301,8 +332,9 @@ class MaskFirstAction(torch.nn.Module):
 
 
 def test_hack_minus_inf_mask_in_the_head_trains(mod, monkeypatch):
-    sampled = edited_agent(mod, monkeypatch, "actor",
-                           lambda agent: setattr(agent, "actor", torch.nn.Sequential(agent.actor, MaskFirstAction())))
+    sampled = edited_agent(
+        mod, monkeypatch, "actor", lambda agent: setattr(agent, "actor", torch.nn.Sequential(agent.actor, MaskFirstAction()))
+    )
     out = mod.train(tiny(mod))
     actions = torch.cat([a.reshape(-1) for a in sampled])
     assert len(actions) == 2 * 16 * 4 and not (actions == 0).any()  # the masked action is never taken
@@ -327,7 +359,7 @@ def test_every_param_group_resumes_its_schedule(mod, tmp_path, monkeypatch):
         out = copy.train(tiny(mod, save_model=True, save_every=1))
     with recorded_rates() as resumed:
         resume_later(copy, kept)
-    assert len(resumed) == len(full) // 2 and resumed == full[len(full) // 2:]
+    assert len(resumed) == len(full) // 2 and resumed == full[len(full) // 2 :]
     assert_every_group_annealed(full, out["learning_rate"])
 
 
@@ -357,9 +389,19 @@ def test_logged_returns_are_episode_reward_sums(mod):
 def test_all_logging_keys_present(mod):
     out = mod.train(tiny(mod))
     run_dir = f"runs/{out['run_name']}"
-    for tag in ["charts/episodic_return", "charts/episodic_length", "charts/learning_rate", "charts/SPS",
-                "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl",
-                "losses/approx_kl", "losses/clipfrac", "losses/explained_variance"]:
+    for tag in [
+        "charts/episodic_return",
+        "charts/episodic_length",
+        "charts/learning_rate",
+        "charts/SPS",
+        "losses/value_loss",
+        "losses/policy_loss",
+        "losses/entropy",
+        "losses/old_approx_kl",
+        "losses/approx_kl",
+        "losses/clipfrac",
+        "losses/explained_variance",
+    ]:
         values = read_scalars(run_dir, tag)
         assert values, tag
         assert all(np.isfinite(values)), tag
@@ -432,8 +474,7 @@ def assert_resumed_log_reads_once(full, returns=True):
     np.testing.assert_allclose(read_scalars(run_dir, "charts/learning_rate"), full["learning_rate"], rtol=1e-6)
     if returns:
         assert full["episodic_return"]
-        np.testing.assert_allclose(read_scalars(run_dir, "charts/episodic_return"), full["episodic_return"],
-                                   rtol=1e-6)
+        np.testing.assert_allclose(read_scalars(run_dir, "charts/episodic_return"), full["episodic_return"], rtol=1e-6)
 
 
 def cli_flags(args):
@@ -464,6 +505,7 @@ def assert_resumes_with_fresh_episodes(mod, args, capture, monkeypatch, unsaveab
     that cannot be saved this time: train `args` (2 iterations, a checkpoint after each), resume from the first one,
     and check that the run continues with fresh episodes to the same final step, the learning-rate schedule where it
     was, and a log that reads once. Returns both runs."""
+
     def raises(env):
         raise TypeError("cannot pickle this env")
 
@@ -500,7 +542,8 @@ def assert_resume_matches_uninterrupted_run(mod, args, monkeypatch, at=2, return
 
 def test_resume_matches_uninterrupted_run(mod, monkeypatch):
     assert_resume_matches_uninterrupted_run(
-        mod, tiny(mod, env_id="CartPole-v1", total_timesteps=2 * 16 * 6, save_model=True, save_every=2), monkeypatch)
+        mod, tiny(mod, env_id="CartPole-v1", total_timesteps=2 * 16 * 6, save_model=True, save_every=2), monkeypatch
+    )
 
 
 def test_interrupted_run_keeps_its_last_checkpoint(mod, monkeypatch):
@@ -616,8 +659,11 @@ def assert_envs_of_another_version_refused(mod, out, forge):
     ckpt = torch.load(out["checkpoint"], weights_only=False)
     renamed_wrapper = f"c{mod.__name__}\nRenamedWrapper\n)\x81.".encode()  # pickle opcodes: the class, no arguments
     torch.save({**ckpt, "envs": forge(ckpt["envs"], renamed_wrapper)}, "other_version.pt")
-    with pytest.raises(mod.ConfigError, match=rf"^the envs in other_version.pt do not fit this version of {mod.__name__}"
-                                              r"\.py \((AttributeError|KeyError): .+\); resume it with the version that"):
+    with pytest.raises(
+        mod.ConfigError,
+        match=rf"^the envs in other_version.pt do not fit this version of {mod.__name__}"
+        r"\.py \((AttributeError|KeyError): .+\); resume it with the version that",
+    ):
         mod.train(mod.Args(resume="other_version.pt", total_timesteps=2 * ckpt["args"]["total_timesteps"]))
 
 
@@ -646,7 +692,8 @@ PPO_BAD_INPUT = [
     [
         ({"env_id": "NoSuchEnv-v9"}, "unknown env id"),
         ({"env_id": "Pendulum-v1"}, "Discrete only"),
-    ] + PPO_BAD_INPUT,
+    ]
+    + PPO_BAD_INPUT,
 )
 def test_bad_input_rejected_before_training(mod, kw, message):
     assert_rejected_before_training(mod, tiny(mod, **kw), message)
@@ -665,8 +712,12 @@ def machine_memory(monkeypatch, nbytes):
 def assert_memory_checked(mod, monkeypatch, huge, flag="--num-envs"):
     """`huge` args, needing more memory than any machine has, are refused before any env is made or anything is
     written, in one line naming `flag`, the estimate and the machine's memory; the defaults fit an 8 GB laptop."""
-    assert_rejected_before_training(mod, huge, rf"^{flag} \d+ .*needs about [\d.]+ GB \(.*\), more than this machine's "
-                                               r"[\d.]+ GB; use fewer")
+    assert_rejected_before_training(
+        mod,
+        huge,
+        rf"^{flag} \d+ .*needs about [\d.]+ GB \(.*\), more than this machine's "
+        r"[\d.]+ GB; use fewer",
+    )
     machine_memory(monkeypatch, 8e9)
     mod.check_args(mod.Args())
 
@@ -724,8 +775,10 @@ def test_cli_error_is_one_line_without_traceback(mod):
     code, _, stderr = run_cli(f"{mod.__name__}.py", ["--env-id", "Pendulum-v1", "--no-cuda"])
     assert code != 0
     assert "Traceback" not in stderr
-    assert stderr.strip().splitlines() == [f"{mod.__name__}.py: error: Pendulum-v1 has a Box action space; "
-                                           f"{mod.__name__}.py handles Discrete only (use ppo_continuous_action.py for Box actions)"]
+    assert stderr.strip().splitlines() == [
+        f"{mod.__name__}.py: error: Pendulum-v1 has a Box action space; "
+        f"{mod.__name__}.py handles Discrete only (use ppo_continuous_action.py for Box actions)"
+    ]
 
 
 def test_cli_help_writes_nothing(mod):
@@ -798,14 +851,22 @@ def test_a_flag_named_beside_resume_counts_even_at_its_default_value(mod):
         mod.load_checkpoint(full["checkpoint"], mod.Args(), given={"learning_rate"})
     # on the command line, where a flag given at its default value parses the same as one left out
     script, resume = f"{mod.__name__}.py", ["--resume", full["checkpoint"]]
-    assert_cli_error_is_one_line(script, resume + ["--learning-rate", str(default.learning_rate)],
-                                 f"{script}: error: --learning-rate cannot change when resuming (the checkpoint has "
-                                 f"0.001); start a new run to train with {default.learning_rate!r}")
-    assert_cli_error_is_one_line(script, resume + ["--anneal-lr"], f"{script}: error: --anneal-lr cannot change when "
-                                 "resuming (the checkpoint has False); start a new run to train with True")
+    assert_cli_error_is_one_line(
+        script,
+        resume + ["--learning-rate", str(default.learning_rate)],
+        f"{script}: error: --learning-rate cannot change when resuming (the checkpoint has "
+        f"0.001); start a new run to train with {default.learning_rate!r}",
+    )
+    assert_cli_error_is_one_line(
+        script,
+        resume + ["--anneal-lr"],
+        f"{script}: error: --anneal-lr cannot change when "
+        "resuming (the checkpoint has False); start a new run to train with True",
+    )
     # --no-save-model (Args' default) names save_model: the resumed run's two iterations write no checkpoint
-    code, _, stderr = run_cli(script, [*resume, "--no-save-model", "--total-timesteps", str(2 * full["global_step"])],
-                              timeout=60)
+    code, _, stderr = run_cli(
+        script, [*resume, "--no-save-model", "--total-timesteps", str(2 * full["global_step"])], timeout=60
+    )
     assert code == 0, stderr[-2000:]
     assert mod.load_checkpoint(full["checkpoint"])[0]["iteration"] == len(full["losses"])
 
@@ -918,8 +979,10 @@ def assert_nonfinite_stops_and_keeps_the_last_checkpoint(mod, args, monkeypatch,
     with pytest.raises(mod.ConfigError) as stopped:
         mod.train(args)
     (path,) = glob.glob("runs/*/checkpoint.pt")
-    assert str(stopped.value).startswith(f"iteration {at}: the weights hold nan; the last finite checkpoint is {path} "
-                                         f"(iteration {at - 1}); likely too high a --"), str(stopped.value)
+    assert str(stopped.value).startswith(
+        f"iteration {at}: the weights hold nan; the last finite checkpoint is {path} "
+        f"(iteration {at - 1}); likely too high a --"
+    ), str(stopped.value)
     kept = torch.load(path, weights_only=False)
     assert kept[key] == at - 1 and all(v.isfinite().all() for v in kept["model"].values() if v.is_floating_point())
     assert_nonfinite_weights_refused(mod, path)
@@ -936,19 +999,42 @@ def test_a_diverging_learning_rate_is_one_line_exit_1_and_its_checkpoint_is_refu
     print their ConfigError as this one does."""
     mod = importlib.import_module("ppo")
     script = "ppo.py"
-    code, _, stderr = run_cli(script, ["--no-cuda", "--learning-rate", "1e30", "--num-envs", "2", "--num-steps", "16",
-                                       "--total-timesteps", "64", "--save-model", "--save-every", "1"], timeout=120)
+    code, _, stderr = run_cli(
+        script,
+        [
+            "--no-cuda",
+            "--learning-rate",
+            "1e30",
+            "--num-envs",
+            "2",
+            "--num-steps",
+            "16",
+            "--total-timesteps",
+            "64",
+            "--save-model",
+            "--save-every",
+            "1",
+        ],
+        timeout=120,
+    )
     assert code == 1 and "Traceback" not in stderr, stderr[-2000:]
     assert [line for line in stderr.splitlines() if line.startswith(script)] == [
         f"{script}: error: iteration 1: the value loss is nan; no checkpoint was saved; likely too high a --learning-rate "
-        "or --max-grad-norm"]
+        "or --max-grad-norm"
+    ]
     assert glob.glob("runs/*/checkpoint.pt") == []
-    torch.save({"script": script, "args": dataclasses.asdict(mod.Args()), "model": {"w": torch.tensor([math.nan])}},
-               "nonfinite.pt")
+    torch.save(
+        {"script": script, "args": dataclasses.asdict(mod.Args()), "model": {"w": torch.tensor([math.nan])}}, "nonfinite.pt"
+    )
     for flag in ("--eval-checkpoint", "--resume"):
-        assert_cli_error_is_one_line(script, [flag, "nonfinite.pt"], (
-            f"{script}: error: checkpoint 'nonfinite.pt' holds non-finite weights (nan or inf), which neither train nor "
-            "evaluate; use an earlier checkpoint of the run"))
+        assert_cli_error_is_one_line(
+            script,
+            [flag, "nonfinite.pt"],
+            (
+                f"{script}: error: checkpoint 'nonfinite.pt' holds non-finite weights (nan or inf), which neither train nor "
+                "evaluate; use an earlier checkpoint of the run"
+            ),
+        )
 
 
 # ---- Ctrl-C and SIGTERM are one line (issue 51.4) ---------------------------------------------------------------
@@ -962,9 +1048,18 @@ def assert_stopped_in_one_line(script, flags, sig, key="iteration", infix="", fo
     `forked=False` a fresh interpreter (the scripts that start processes of their own: their exit is multiprocessing's).
     Its SIGINT handler is a fresh interpreter's, which a shell that ran pytest in the background would have left ignored."""
     flags = ["--no-cuda", "--save-model", "--save-every", "1", *flags]
-    proc = processes.Forked(script, flags, new_session=True) if forked else subprocess.Popen(
-        [sys.executable, os.path.join(ROOT, script), *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = (
+        processes.Forked(script, flags, new_session=True)
+        if forked
+        else subprocess.Popen(
+            [sys.executable, os.path.join(ROOT, script), *flags],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+    )
     stderr = "(still running 120 s after two signals)"
     try:
         deadline = time.time() + 120
@@ -983,7 +1078,8 @@ def assert_stopped_in_one_line(script, flags, sig, key="iteration", infix="", fo
     assert proc.returncode == 128 + sig and "Traceback" not in stderr, stderr[-3000:]
     assert [line for line in stderr.splitlines() if line.startswith(script)] == [
         f"{script}: interrupted; {infix}the last checkpoint is {path} (iteration {done}); continue with: python {script} "
-        f"--resume {path}"], stderr[-3000:]
+        f"--resume {path}"
+    ], stderr[-3000:]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
@@ -1008,15 +1104,31 @@ def test_a_signal_as_a_checkpoint_lands_names_that_checkpoint():
     """A full-suite run caught it (a2c_paac.py: the line said iteration 3 of a file that held 4): between the save's
     os.replace and `saved = ...` a signal named the checkpoint before (here, the first: none). signals_held() makes it
     wait for both; the same text in every script (tests/test_repo.py)."""
-    flags = ["--no-cuda", "--save-model", "--save-every", "1", "--num-envs", "2", "--num-steps", "16", "--total-timesteps",
-             "320"]
-    run = subprocess.run([sys.executable, processes.driver(os.path.join(ROOT, "ppo.py"), SIGTERM_AS_A_CHECKPOINT_LANDS),
-                          *flags], capture_output=True, text=True, timeout=120)
+    flags = [
+        "--no-cuda",
+        "--save-model",
+        "--save-every",
+        "1",
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "16",
+        "--total-timesteps",
+        "320",
+    ]
+    run = subprocess.run(
+        [sys.executable, processes.driver(os.path.join(ROOT, "ppo.py"), SIGTERM_AS_A_CHECKPOINT_LANDS), *flags],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     (path,) = glob.glob("runs/*/checkpoint.pt")
     assert torch.load(path, weights_only=False)["iteration"] == 1
-    assert run.returncode == 128 + signal.SIGTERM and [line for line in run.stderr.splitlines() if line.startswith("ppo.py")] \
-        == [f"ppo.py: interrupted; the last checkpoint is {path} (iteration 1); continue with: python ppo.py --resume {path}"], \
+    assert run.returncode == 128 + signal.SIGTERM and [
+        line for line in run.stderr.splitlines() if line.startswith("ppo.py")
+    ] == [f"ppo.py: interrupted; the last checkpoint is {path} (iteration 1); continue with: python ppo.py --resume {path}"], (
         run.stderr[-3000:]
+    )
 
 
 # ---- tyro's parse errors are one line (issue 51.5) --------------------------------------------------------------
@@ -1025,12 +1137,19 @@ def test_a_signal_as_a_checkpoint_lands_names_that_checkpoint():
 def test_a_flag_tyro_cannot_parse_is_one_line(mod, monkeypatch):
     """A number that is none, a flag without its value: tyro's 6-10 line box became `<script>: error: ...`, exit 1."""
     script = f"{mod.__name__}.py"
-    assert_cli_error_is_one_line(script, ["--num-envs", "abc"], f"{script}: error: Error parsing --num-envs: invalid "
-                                 "literal for int() with base 10: 'abc'")
-    assert_cli_error_is_one_line(script, ["--learning-rate"], f"{script}: error: Missing value for argument "
-                                 "'--learning-rate'. Expected 1 values.")
+    assert_cli_error_is_one_line(
+        script,
+        ["--num-envs", "abc"],
+        f"{script}: error: Error parsing --num-envs: invalid literal for int() with base 10: 'abc'",
+    )
+    assert_cli_error_is_one_line(
+        script, ["--learning-rate"], f"{script}: error: Missing value for argument '--learning-rate'. Expected 1 values."
+    )
     # tyro draws the box in ASCII where sys.stdout's encoding is not utf-8 (PYTHONIOENCODING=ascii, pytest's capsys:
     # "UTF-8"): the same line
     monkeypatch.setattr(processes._Pipe, "encoding", "ascii")
-    assert_cli_error_is_one_line(script, ["--num-envs", "abc"], f"{script}: error: Error parsing --num-envs: invalid "
-                                 "literal for int() with base 10: 'abc'")
+    assert_cli_error_is_one_line(
+        script,
+        ["--num-envs", "abc"],
+        f"{script}: error: Error parsing --num-envs: invalid literal for int() with base 10: 'abc'",
+    )

@@ -12,12 +12,20 @@ import pytest
 import torch
 from hacks import hack_safety_tests
 from precision import bf16_tests
-from test_ppo import (PPO_BAD_INPUT, assert_cli_error_is_one_line, assert_command_line_checkpoint_resumes_in_python,
-                      assert_envs_of_another_version_refused, assert_foreign_and_corrupt_checkpoints_rejected,
-                      assert_memory_checked, assert_nonfinite_stops_and_keeps_the_last_checkpoint,
-                      assert_rejected_before_training,
-                      assert_resume_matches_uninterrupted_run, assert_resumes_with_fresh_episodes,
-                      assert_stopped_in_one_line, read_scalars)
+from test_ppo import (
+    PPO_BAD_INPUT,
+    assert_cli_error_is_one_line,
+    assert_command_line_checkpoint_resumes_in_python,
+    assert_envs_of_another_version_refused,
+    assert_foreign_and_corrupt_checkpoints_rejected,
+    assert_memory_checked,
+    assert_nonfinite_stops_and_keeps_the_last_checkpoint,
+    assert_rejected_before_training,
+    assert_resume_matches_uninterrupted_run,
+    assert_resumes_with_fresh_episodes,
+    assert_stopped_in_one_line,
+    read_scalars,
+)
 
 import ppo_atari
 
@@ -26,8 +34,9 @@ ASTERIX = "AsterixNoFrameskip-v4"
 
 
 def tiny(**kw):
-    base = dict(cuda=False, env_id=ASTERIX, num_envs=2, num_steps=32, num_minibatches=2, update_epochs=1,
-                total_timesteps=2 * 32 * 2)
+    base = dict(
+        cuda=False, env_id=ASTERIX, num_envs=2, num_steps=32, num_minibatches=2, update_epochs=1, total_timesteps=2 * 32 * 2
+    )
     base.update(kw)
     return ppo_atari.Args(**base)
 
@@ -56,8 +65,14 @@ def test_nature_cnn_init_and_pixel_scaling():
     torch.manual_seed(0)
     agent = ppo_atari.Agent(4, 6)
     layers = {n: m for n, m in agent.named_modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))}
-    expected = {"network.0": 2**0.5, "network.2": 2**0.5, "network.4": 2**0.5, "network.7": 2**0.5,
-                "actor": 0.01, "critic": 1.0}
+    expected = {
+        "network.0": 2**0.5,
+        "network.2": 2**0.5,
+        "network.4": 2**0.5,
+        "network.7": 2**0.5,
+        "actor": 0.01,
+        "critic": 1.0,
+    }
     assert set(layers) == set(expected)
     for name, std in expected.items():
         w = layers[name].weight.detach().reshape(layers[name].weight.shape[0], -1)
@@ -66,8 +81,9 @@ def test_nature_cnn_init_and_pixel_scaling():
     assert layers["network.7"].in_features == 64 * 7 * 7
     # detail A9: uint8 pixels give the same outputs as the float input already scaled to [0, 1]; both heads
     # read one trunk (detail A8)
-    assert_heads_read_one_trunk_of_scaled_pixels(agent, torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8),
-                                                 torch.tensor([0, 5]))
+    assert_heads_read_one_trunk_of_scaled_pixels(
+        agent, torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8), torch.tensor([0, 5])
+    )
 
 
 def assert_heads_read_one_trunk_of_scaled_pixels(agent, x, actions):
@@ -132,7 +148,9 @@ def assert_channels_last_is_the_same_math(make_agent, forward, x):
 
 def test_channels_last_is_the_same_math():
     x = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
-    assert_channels_last_is_the_same_math(lambda cl: ppo_atari.Agent(4, 6, cl), lambda a, x: a.get_action_and_value(x, torch.arange(5))[1:], x)
+    assert_channels_last_is_the_same_math(
+        lambda cl: ppo_atari.Agent(4, 6, cl), lambda a, x: a.get_action_and_value(x, torch.arange(5))[1:], x
+    )
     assert ppo_atari.Args().channels_last
 
 
@@ -276,9 +294,17 @@ def test_training_logs_all_keys_and_first_minibatch_is_on_policy():
     for first in out["first_minibatch"]:
         assert first["ratio_max_dev"] < 1e-5 and first["clipfrac"] == 0.0
     assert out["learning_rate"] == [2.5e-4, 0.0]
-    for tag in ["charts/learning_rate", "charts/SPS", "losses/value_loss", "losses/policy_loss",
-                "losses/entropy", "losses/old_approx_kl", "losses/approx_kl", "losses/clipfrac",
-                "losses/explained_variance"]:
+    for tag in [
+        "charts/learning_rate",
+        "charts/SPS",
+        "losses/value_loss",
+        "losses/policy_loss",
+        "losses/entropy",
+        "losses/old_approx_kl",
+        "losses/approx_kl",
+        "losses/clipfrac",
+        "losses/explained_variance",
+    ]:
         assert len(read_scalars(f"runs/{out['run_name']}", tag)) == 2, tag
 
 
@@ -298,7 +324,6 @@ def test_resume_matches_uninterrupted_run_and_evaluate(monkeypatch):
     assert len(scores) == 1 and scores[0] % 50 == 0  # whole-game Asterix scores
 
 
-
 def test_a_command_line_checkpoint_resumes_in_python_with_its_games():
     assert_command_line_checkpoint_resumes_in_python(ppo_atari, tiny(total_timesteps=2 * 32))
 
@@ -307,6 +332,7 @@ def test_resume_without_env_state_continues_with_fresh_games_and_another_version
     assert_resumes_with_fresh_episodes(ppo_atari, tiny(save_model=True, save_every=1), capsys, monkeypatch, "get_game")
     saved = ppo_atari.train(tiny(save_model=True, total_timesteps=2 * 32))
     assert_envs_of_another_version_refused(ppo_atari, saved, lambda envs, wrapper: wrapper)
+
 
 # the bad input every script on the NoFrameskip-v4 games refuses (test_ppo_atari_lstm.py adds its own to these)
 ATARI_BAD_INPUT = [
@@ -329,14 +355,25 @@ def test_foreign_checkpoint_rejected():
 # ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
 
 
-(test_hack_cleanrl_update_trains, test_hack_temperature_changes_what_the_rollout_samples, test_hack_added_layer_trains,
- test_hack_every_param_group_anneals) = hack_safety_tests(
-    ppo_atari, tiny(), tiny(env_id="BreakoutNoFrameskip-v4", num_envs=4, num_steps=128, total_timesteps=512), logits=(0.0, 1.0, 0.0, 0.0))
+(
+    test_hack_cleanrl_update_trains,
+    test_hack_temperature_changes_what_the_rollout_samples,
+    test_hack_added_layer_trains,
+    test_hack_every_param_group_anneals,
+) = hack_safety_tests(
+    ppo_atari,
+    tiny(),
+    tiny(env_id="BreakoutNoFrameskip-v4", num_envs=4, num_steps=128, total_timesteps=512),
+    logits=(0.0, 1.0, 0.0, 0.0),
+)
 
 
 def test_cli_error_is_one_line_without_traceback():
-    assert_cli_error_is_one_line("ppo_atari.py", ["--env-id", "CartPole-v1"], (
-        "ppo_atari.py: error: CartPole-v1 is not an Atari (ALE) game; ppo_atari.py needs one, e.g. BreakoutNoFrameskip-v4"))
+    assert_cli_error_is_one_line(
+        "ppo_atari.py",
+        ["--env-id", "CartPole-v1"],
+        ("ppo_atari.py: error: CartPole-v1 is not an Atari (ALE) game; ppo_atari.py needs one, e.g. BreakoutNoFrameskip-v4"),
+    )
 
 
 def test_capture_video_records_env_0_games():
@@ -345,8 +382,11 @@ def test_capture_video_records_env_0_games():
     assert os.path.getsize(video) > 1000
 
 
-test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_across_precisions, test_bf16_without_bf16_kernels_is_refused = bf16_tests(
-    ppo_atari, tiny())
+(
+    test_bf16_trains_close_to_fp32_and_stays_on_policy,
+    test_bf16_checkpoints_load_across_precisions,
+    test_bf16_without_bf16_kernels_is_refused,
+) = bf16_tests(ppo_atari, tiny())
 
 
 def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):

@@ -12,10 +12,17 @@ import pytest
 import torch
 from hacks import hack_safety_tests
 from precision import bf16_tests
-from test_ppo import (PPO_BAD_INPUT, assert_cli_error_is_one_line, assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
-                      assert_memory_checked, assert_nonfinite_stops_and_keeps_the_last_checkpoint,
-                      assert_stopped_in_one_line,
-                      assert_resumes_with_fresh_episodes, read_scalars)
+from test_ppo import (
+    PPO_BAD_INPUT,
+    assert_cli_error_is_one_line,
+    assert_foreign_and_corrupt_checkpoints_rejected,
+    assert_memory_checked,
+    assert_nonfinite_stops_and_keeps_the_last_checkpoint,
+    assert_rejected_before_training,
+    assert_resumes_with_fresh_episodes,
+    assert_stopped_in_one_line,
+    read_scalars,
+)
 from test_ppo_atari import assert_channels_last_is_the_same_math, skip_updates
 
 import ppo_atari_envpool as pool
@@ -25,8 +32,9 @@ ASTERIX = "Asterix-v5"
 
 
 def tiny(**kw):
-    base = dict(cuda=False, env_id=ASTERIX, num_envs=4, num_steps=64, num_minibatches=2, update_epochs=1,
-                total_timesteps=4 * 64 * 2)
+    base = dict(
+        cuda=False, env_id=ASTERIX, num_envs=4, num_steps=64, num_minibatches=2, update_epochs=1, total_timesteps=4 * 64 * 2
+    )
     base.update(kw)
     return pool.Args(**base)
 
@@ -47,7 +55,9 @@ def test_reference_defaults_and_v4_equivalent_processing():
 
 def test_channels_last_is_the_same_math():
     x = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
-    assert_channels_last_is_the_same_math(lambda cl: pool.Agent(4, 6, cl), lambda a, x: a.get_action_and_value(x, torch.arange(5))[1:], x)
+    assert_channels_last_is_the_same_math(
+        lambda cl: pool.Agent(4, 6, cl), lambda a, x: a.get_action_and_value(x, torch.arange(5))[1:], x
+    )
     assert pool.Args().channels_last
 
 
@@ -72,8 +82,9 @@ def test_envpool_reset_step_ignores_the_action():
 
 def test_reset_steps_are_trained_on_by_default_as_the_reference_does(monkeypatch):
     sizes, real_update = [], pool.update
-    monkeypatch.setattr(pool, "update", lambda agent, optimizer, b, args: sizes.append(len(b["obs"])) or real_update(
-        agent, optimizer, b, args))
+    monkeypatch.setattr(
+        pool, "update", lambda agent, optimizer, b, args: sizes.append(len(b["obs"])) or real_update(agent, optimizer, b, args)
+    )
     out = pool.train(tiny(num_steps=2, num_minibatches=1, total_timesteps=4 * 2 * 120))
     assert len(out["episodic_return"]) >= 1 and sizes == [4 * 2] * 120  # games ended, and no step left the batch
 
@@ -125,8 +136,13 @@ def test_minibatches_partition_the_masked_batch(monkeypatch):
     agent = pool.Agent(4, 9)
     optimizer = torch.optim.Adam(agent.parameters(), lr=1e-4, eps=1e-5)
     n = 4 * 64 - 3  # three reset steps removed
-    b = {"obs": torch.randint(0, 256, (n, 4, 84, 84), dtype=torch.uint8), "actions": torch.randint(0, 9, (n,)),
-         "values": torch.randn(n), "advantages": torch.randn(n), "returns": torch.randn(n)}
+    b = {
+        "obs": torch.randint(0, 256, (n, 4, 84, 84), dtype=torch.uint8),
+        "actions": torch.randint(0, 9, (n,)),
+        "values": torch.randn(n),
+        "advantages": torch.randn(n),
+        "returns": torch.randn(n),
+    }
     with torch.no_grad():
         _, b["logprobs"], _, _ = agent.get_action_and_value(b["obs"], b["actions"])
     seen = []
@@ -202,7 +218,8 @@ def test_resume_and_evaluate(capsys, monkeypatch):
         (dict(env_id="NoSuchGame-v5"), "unknown env id"),
         (dict(env_id="CartPole-v1"), "not an Atari game"),
         (dict(total_timesteps=10), "leaves no iteration to run"),
-    ] + PPO_BAD_INPUT,
+    ]
+    + PPO_BAD_INPUT,
 )
 def test_bad_input_rejected_before_training(kw, message):
     assert_rejected_before_training(pool, tiny(**kw), message)
@@ -215,17 +232,29 @@ def test_foreign_checkpoint_rejected():
 # ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
 
 
-(test_hack_cleanrl_update_trains, test_hack_temperature_changes_what_the_rollout_samples, test_hack_added_layer_trains,
- test_hack_every_param_group_anneals) = hack_safety_tests(
-    pool, tiny(), tiny(env_id="Breakout-v5", num_envs=4, num_steps=128, total_timesteps=512), logits=(0.0, 1.0, 0.0, 0.0))
+(
+    test_hack_cleanrl_update_trains,
+    test_hack_temperature_changes_what_the_rollout_samples,
+    test_hack_added_layer_trains,
+    test_hack_every_param_group_anneals,
+) = hack_safety_tests(
+    pool, tiny(), tiny(env_id="Breakout-v5", num_envs=4, num_steps=128, total_timesteps=512), logits=(0.0, 1.0, 0.0, 0.0)
+)
 
 
 def test_cli_error_is_one_line_without_traceback():
-    assert_cli_error_is_one_line("ppo_atari_envpool.py", ["--env-id", "CartPole-v1"], (
-        "ppo_atari_envpool.py: error: CartPole-v1 is not an Atari game; ppo_atari_envpool.py needs one, e.g. Breakout-v5"))
+    assert_cli_error_is_one_line(
+        "ppo_atari_envpool.py",
+        ["--env-id", "CartPole-v1"],
+        ("ppo_atari_envpool.py: error: CartPole-v1 is not an Atari game; ppo_atari_envpool.py needs one, e.g. Breakout-v5"),
+    )
 
 
-test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_across_precisions, test_bf16_without_bf16_kernels_is_refused = bf16_tests(pool, tiny())
+(
+    test_bf16_trains_close_to_fp32_and_stays_on_policy,
+    test_bf16_checkpoints_load_across_precisions,
+    test_bf16_without_bf16_kernels_is_refused,
+) = bf16_tests(pool, tiny())
 
 
 def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):

@@ -2,7 +2,6 @@
 wrappers it shares with ppo_atari.py are tested in test_ppo_atari.py; here only that it uses one frame.
 """
 
-
 import signal
 
 import gymnasium as gym
@@ -11,11 +10,17 @@ import pytest
 import torch
 from hacks import hack_safety_tests
 from precision import bf16_tests
-from test_ppo import (assert_cli_error_is_one_line, assert_command_line_checkpoint_resumes_in_python,
-                      assert_foreign_and_corrupt_checkpoints_rejected, assert_memory_checked,
-                      assert_nonfinite_stops_and_keeps_the_last_checkpoint, assert_rejected_before_training,
-                      assert_resume_matches_uninterrupted_run, assert_resumes_with_fresh_episodes,
-                      assert_stopped_in_one_line)
+from test_ppo import (
+    assert_cli_error_is_one_line,
+    assert_command_line_checkpoint_resumes_in_python,
+    assert_foreign_and_corrupt_checkpoints_rejected,
+    assert_memory_checked,
+    assert_nonfinite_stops_and_keeps_the_last_checkpoint,
+    assert_rejected_before_training,
+    assert_resume_matches_uninterrupted_run,
+    assert_resumes_with_fresh_episodes,
+    assert_stopped_in_one_line,
+)
 from test_ppo_atari import ATARI_BAD_INPUT, assert_channels_last_is_the_same_math
 
 import ppo_atari_lstm as lstm_mod
@@ -24,8 +29,9 @@ ASTERIX = "AsterixNoFrameskip-v4"  # short random games with several lives: epis
 
 
 def tiny(**kw):
-    base = dict(cuda=False, env_id=ASTERIX, num_envs=2, num_steps=16, num_minibatches=2, update_epochs=1,
-                total_timesteps=2 * 16 * 3)
+    base = dict(
+        cuda=False, env_id=ASTERIX, num_envs=2, num_steps=16, num_minibatches=2, update_epochs=1, total_timesteps=2 * 16 * 3
+    )
     base.update(kw)
     return lstm_mod.Args(**base)
 
@@ -59,7 +65,7 @@ def test_heads_read_the_lstm_after_the_cnn():
     ref_state, ref_out = state, []
     for t in range(T):
         keep = (1 - done.view(T, N)[t]).view(1, N, 1)
-        out, ref_state = agent.lstm(features[t:t + 1], (keep * ref_state[0], keep * ref_state[1]))
+        out, ref_state = agent.lstm(features[t : t + 1], (keep * ref_state[0], keep * ref_state[1]))
         ref_out.append(out[0])
     out = torch.cat(ref_out)
     dist = torch.distributions.Categorical(logits=agent.actor(out))
@@ -78,8 +84,9 @@ def test_channels_last_is_the_same_math():
     starts = torch.tensor([0, 0, 1, 0, 0, 1], dtype=torch.float32)
 
     def forward(agent, x):
-        _, logprob, entropy, value, (h, c) = agent.get_action_and_value(x, agent.initial_state(N), starts,
-                                                                        torch.arange(T * N) % 4)
+        _, logprob, entropy, value, (h, c) = agent.get_action_and_value(
+            x, agent.initial_state(N), starts, torch.arange(T * N) % 4
+        )
         return logprob, entropy, value, h, c
 
     assert_channels_last_is_the_same_math(lambda cl: lstm_mod.Agent(1, 4, cl), forward, x)
@@ -97,8 +104,7 @@ def test_state_reset_at_episode_start():
     out, _ = agent.hidden(x, state, starts.reshape(-1))
     out = out.reshape(T, N, -1)
     # from step 2 on, env 0 behaves as if started fresh from zero state at step 2
-    fresh, _ = agent.hidden(x.reshape(T, N, 1, 84, 84)[2:, :1].reshape(-1, 1, 84, 84), agent.initial_state(1),
-                            torch.zeros(2))
+    fresh, _ = agent.hidden(x.reshape(T, N, 1, 84, 84)[2:, :1].reshape(-1, 1, 84, 84), agent.initial_state(1), torch.zeros(2))
     torch.testing.assert_close(out[2:, 0], fresh.reshape(2, -1))
     # env 1 is never reset: its outputs depend on the state it was given
     other, _ = agent.hidden(x, agent.initial_state(N), starts.reshape(-1))
@@ -147,21 +153,27 @@ def test_minibatches_are_whole_env_sequences_replayed_from_the_rollout_state():
 
     agent.get_action_and_value = spy
     flat = torch.arange(T * N)  # each observation holds its time-major flat index t * N + env
-    b = {"obs": flat.to(torch.uint8).view(-1, 1, 1, 1).expand(-1, 1, 84, 84).contiguous(), "actions": flat % 4,
-         "logprobs": torch.full((T * N,), -1.4), "values": torch.zeros(T * N), "advantages": torch.randn(T * N),
-         "returns": torch.randn(T * N), "starts": (flat % 3 == 0).float(),
-         "lstm_state": (torch.randn(1, N, 128), torch.randn(1, N, 128))}
+    b = {
+        "obs": flat.to(torch.uint8).view(-1, 1, 1, 1).expand(-1, 1, 84, 84).contiguous(),
+        "actions": flat % 4,
+        "logprobs": torch.full((T * N,), -1.4),
+        "values": torch.zeros(T * N),
+        "advantages": torch.randn(T * N),
+        "returns": torch.randn(T * N),
+        "starts": (flat % 3 == 0).float(),
+        "lstm_state": (torch.randn(1, N, 128), torch.randn(1, N, 128)),
+    }
     lstm_mod.update(agent, torch.optim.Adam(agent.parameters()), b, args)
     assert len(calls) == epochs * minibatches
     groups = []
     for x, (h, c), done, action in calls:
-        envs = x[:N // minibatches]
+        envs = x[: N // minibatches]
         assert torch.equal(x, (torch.arange(T)[:, None] * N + envs).view(-1))  # the same envs, t = 0, 1, ...
         torch.testing.assert_close((h, c), (b["lstm_state"][0][:, envs], b["lstm_state"][1][:, envs]))
         assert torch.equal(done, b["starts"][x]) and torch.equal(action, b["actions"][x])
         groups.append(envs.tolist())
     for e in range(epochs):
-        assert sorted(sum(groups[e * minibatches:(e + 1) * minibatches], [])) == list(range(N))
+        assert sorted(sum(groups[e * minibatches : (e + 1) * minibatches], [])) == list(range(N))
     assert groups[:minibatches] != groups[minibatches:]  # reshuffled each epoch
 
 
@@ -180,8 +192,13 @@ def test_rollout_resets_at_episode_starts_and_carries_the_state_across_rollouts(
     real_gae, real_update = lstm_mod.compute_gae, lstm_mod.update
     monkeypatch.setattr(lstm_mod, "Agent", Spy)
     monkeypatch.setattr(lstm_mod, "compute_gae", lambda r, v, d, *a: gae_dones.append(d.clone()) or real_gae(r, v, d, *a))
-    monkeypatch.setattr(lstm_mod, "update", lambda agent, opt, b, args: update_states.append(
-        tuple(s.clone() for s in b["lstm_state"])) or real_update(agent, opt, b, args))
+    monkeypatch.setattr(
+        lstm_mod,
+        "update",
+        lambda agent, opt, b, args: (
+            update_states.append(tuple(s.clone() for s in b["lstm_state"])) or real_update(agent, opt, b, args)
+        ),
+    )
     args = tiny(num_steps=64, total_timesteps=2 * 64 * 3)
     lstm_mod.train(args)
     T, N = args.num_steps, args.num_envs
@@ -297,25 +314,43 @@ def test_a_command_line_checkpoint_resumes_in_python_with_its_games():
 
 
 def test_resume_without_env_state_continues_with_fresh_games(monkeypatch, capsys):
-    assert_resumes_with_fresh_episodes(lstm_mod, tiny(total_timesteps=2 * 16 * 2, save_model=True, save_every=1),
-                                       capsys, monkeypatch, "get_game")
+    assert_resumes_with_fresh_episodes(
+        lstm_mod, tiny(total_timesteps=2 * 16 * 2, save_model=True, save_every=1), capsys, monkeypatch, "get_game"
+    )
 
 
 # ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
 
 
-(test_hack_cleanrl_update_trains, test_hack_temperature_changes_what_the_rollout_samples, test_hack_added_layer_trains,
- test_hack_every_param_group_anneals) = hack_safety_tests(
-    lstm_mod, tiny(), tiny(env_id="BreakoutNoFrameskip-v4", num_envs=4, num_steps=128, total_timesteps=512), logits=(0.0, 1.0, 0.0, 0.0))
+(
+    test_hack_cleanrl_update_trains,
+    test_hack_temperature_changes_what_the_rollout_samples,
+    test_hack_added_layer_trains,
+    test_hack_every_param_group_anneals,
+) = hack_safety_tests(
+    lstm_mod,
+    tiny(),
+    tiny(env_id="BreakoutNoFrameskip-v4", num_envs=4, num_steps=128, total_timesteps=512),
+    logits=(0.0, 1.0, 0.0, 0.0),
+)
 
 
 def test_cli_error_is_one_line_without_traceback():
-    assert_cli_error_is_one_line("ppo_atari_lstm.py", ["--num-envs", "6"], (
-        "ppo_atari_lstm.py: error: --num-envs 6 is not divisible by --num-minibatches 4; each minibatch holds "
-        "whole environments' sequences"))
+    assert_cli_error_is_one_line(
+        "ppo_atari_lstm.py",
+        ["--num-envs", "6"],
+        (
+            "ppo_atari_lstm.py: error: --num-envs 6 is not divisible by --num-minibatches 4; each minibatch holds "
+            "whole environments' sequences"
+        ),
+    )
 
 
-test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_across_precisions, test_bf16_without_bf16_kernels_is_refused = bf16_tests(lstm_mod, tiny())
+(
+    test_bf16_trains_close_to_fp32_and_stays_on_policy,
+    test_bf16_checkpoints_load_across_precisions,
+    test_bf16_without_bf16_kernels_is_refused,
+) = bf16_tests(lstm_mod, tiny())
 
 
 def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):

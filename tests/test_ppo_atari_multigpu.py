@@ -17,18 +17,36 @@ import ale_py
 import gymnasium as gym
 import numpy as np
 import pytest
+import test_ppo_atari
 import torch
 import torch.distributed as dist
-import test_ppo_atari
 from conftest import ROOT
-from processes import (alive, assert_process_group_failure_is_one_line, descendants, driver, free_port, group_watcher,
-                       rank_env, run_cli, run_ranks, script_lines, stop_job, wait_for)
 from hacks import hack_safety_tests
 from precision import bf16_tests
-from test_ppo import (assert_cli_error_is_one_line, assert_command_line_checkpoint_resumes_in_python,
-                      assert_envs_of_another_version_refused, assert_memory_checked,
-                      assert_nonfinite_stops_and_keeps_the_last_checkpoint, assert_resumes_with_fresh_episodes, cli_flags,
-                      read_scalars)
+from processes import (
+    alive,
+    assert_process_group_failure_is_one_line,
+    descendants,
+    driver,
+    free_port,
+    group_watcher,
+    rank_env,
+    run_cli,
+    run_ranks,
+    script_lines,
+    stop_job,
+    wait_for,
+)
+from test_ppo import (
+    assert_cli_error_is_one_line,
+    assert_command_line_checkpoint_resumes_in_python,
+    assert_envs_of_another_version_refused,
+    assert_memory_checked,
+    assert_nonfinite_stops_and_keeps_the_last_checkpoint,
+    assert_resumes_with_fresh_episodes,
+    cli_flags,
+    read_scalars,
+)
 
 import ppo_atari
 import ppo_atari_multigpu as mg
@@ -60,14 +78,23 @@ def update_args():
 def share_of_rollout(agent, rank, world):
     """Rank `rank`'s envs' share of one fixed rollout of N envs x T steps (flattened as train() flattens it)."""
     g = torch.Generator().manual_seed(0)
-    obs, actions = torch.randint(0, 256, (T, N, 4, 84, 84), generator=g, dtype=torch.uint8), torch.randint(0, 9, (T, N), generator=g)
+    obs, actions = (
+        torch.randint(0, 256, (T, N, 4, 84, 84), generator=g, dtype=torch.uint8),
+        torch.randint(0, 9, (T, N), generator=g),
+    )
     advantages, returns = torch.randn(T, N, generator=g) * 3 + 1, torch.randn(T, N, generator=g)
     with torch.no_grad():
         _, logprobs, _, values = agent.get_action_and_value(obs.reshape(-1, 4, 84, 84), actions.reshape(-1))
-    b = {"obs": obs, "actions": actions, "logprobs": logprobs.view(T, N) - 0.05 * advantages.sign(),
-         "values": values.view(T, N), "advantages": advantages, "returns": returns}
+    b = {
+        "obs": obs,
+        "actions": actions,
+        "logprobs": logprobs.view(T, N) - 0.05 * advantages.sign(),
+        "values": values.view(T, N),
+        "advantages": advantages,
+        "returns": returns,
+    }
     n = N // world
-    return {k: v[:, rank * n:(rank + 1) * n].reshape((-1,) + v.shape[2:]) for k, v in b.items()}
+    return {k: v[:, rank * n : (rank + 1) * n].reshape((-1,) + v.shape[2:]) for k, v in b.items()}
 
 
 def update_as_rank(rank, world):
@@ -141,8 +168,15 @@ def train_as_rank(rank, world):
     ale_py.env.AtariEnv.step = recording_step
     out = mg.train(tiny(num_envs=4, num_steps=200, num_minibatches=2, total_timesteps=4 * 200 * 2))
     logged = read_scalars(out["run_dir"], "charts/episodic_return") if rank == 0 else None
-    return {"games": games, "returns": out["episodic_return"], "losses": out["losses"], "global_step": out["global_step"],
-            "parameters": parameters(out["agent"]), "logged": logged, "run_dir": out["run_dir"]}
+    return {
+        "games": games,
+        "returns": out["episodic_return"],
+        "losses": out["losses"],
+        "global_step": out["global_step"],
+        "parameters": parameters(out["agent"]),
+        "logged": logged,
+        "run_dir": out["run_dir"],
+    }
 
 
 def test_every_rank_games_are_logged_by_rank_0():
@@ -197,11 +231,20 @@ def test_resume_without_env_state_continues_with_fresh_games_and_another_version
 def test_a_command_line_checkpoint_resumes_in_python_with_its_games():
     assert_command_line_checkpoint_resumes_in_python(mg, tiny(total_timesteps=2 * 32))
 
+
 # ---- torchrun --------------------------------------------------------------------------------------------------------
 
 
 def torchrun(args, nproc=2, script=SCRIPT):
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", script, *cli_flags(args)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        script,
+        *cli_flags(args),
+    ]
 
 
 KEEP_ITERATION_2 = """import torch
@@ -223,8 +266,7 @@ def test_torchrun_trains_checkpoints_and_resumes_exactly_and_the_process_group_i
     first optimizer imports torch.distributed.nn, whose functions' defaults then hold the group, so
     destroy_process_group left it and its gloo threads running into the exit (processes.group_watcher)."""
     args = tiny(num_steps=128, total_timesteps=2 * 128 * 3, save_model=True, save_every=1)
-    run = subprocess.run(torchrun(args, script=driver(SCRIPT, KEEP_ITERATION_2)), capture_output=True, text=True,
-                         timeout=120)
+    run = subprocess.run(torchrun(args, script=driver(SCRIPT, KEEP_ITERATION_2)), capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     progress = [line for line in run.stdout.splitlines() if line.startswith("step ")]
     assert len(progress) == 1 and progress[0].startswith("step 768/768 ")  # from rank 0 alone
@@ -232,13 +274,24 @@ def test_torchrun_trains_checkpoints_and_resumes_exactly_and_the_process_group_i
     state = torch.load("iteration2.pt", weights_only=False)
     assert state["iteration"] == 2 and state["script"] == "ppo_atari_multigpu.py" and state["args"]["local_num_envs"] == 1
     assert len(state["envs"]) == len(state["next_obs"]) == len(state["rngs"]) == 2  # both ranks' games and streams
-    run_dir, tags = os.path.dirname(ckpt), ["charts/episodic_return", "charts/learning_rate", "losses/value_loss",
-                                            "losses/policy_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac"]
+    run_dir, tags = (
+        os.path.dirname(ckpt),
+        [
+            "charts/episodic_return",
+            "charts/learning_rate",
+            "losses/value_loss",
+            "losses/policy_loss",
+            "losses/entropy",
+            "losses/approx_kl",
+            "losses/clipfrac",
+        ],
+    )
     full, final = {tag: read_scalars(run_dir, tag) for tag in tags}, torch.load(ckpt, weights_only=False)
     assert full["charts/episodic_return"]  # whose: test_every_rank_games_are_logged_by_rank_0
 
-    resume = subprocess.run(torchrun(mg.Args(resume="iteration2.pt"), script=group_watcher(SCRIPT)), capture_output=True,
-                            text=True, timeout=120)
+    resume = subprocess.run(
+        torchrun(mg.Args(resume="iteration2.pt"), script=group_watcher(SCRIPT)), capture_output=True, text=True, timeout=120
+    )
     assert resume.returncode == 0, resume.stderr[-3000:]
     assert resume.stdout.count("the group is gone") == 2, resume.stdout
     assert "step 768/768 " in resume.stdout
@@ -296,7 +349,8 @@ def test_ctrl_c_under_torchrun_is_one_line_and_keeps_the_checkpoint():
     code, stderr, took = stop_job(torchrun(args), lambda job, workers: os.killpg(job.pid, signal.SIGINT))
     assert code != 0 and took < 30 and "KeyboardInterrupt" not in stderr, stderr[-3000:]
     assert script_lines(stderr, "ppo_atari_multigpu.py") == [
-        "ppo_atari_multigpu.py: interrupted; --resume its last checkpoint to continue"], stderr[-3000:]
+        "ppo_atari_multigpu.py: interrupted; --resume its last checkpoint to continue"
+    ], stderr[-3000:]
     (ckpt,) = glob.glob("runs/*/checkpoint.pt")
     assert torch.load(ckpt, weights_only=False)["iteration"] >= 1
 
@@ -306,8 +360,16 @@ def test_a_hung_rank_stops_the_other_with_a_one_line_error():
     --dist-timeout with one line."""
     args = tiny(num_steps=128, total_timesteps=2 * 128 * 1000, save_model=True, save_every=1, dist_timeout=5)
     port = free_port()
-    ranks = [subprocess.Popen([sys.executable, SCRIPT, *cli_flags(args)], env=rank_env(rank, 2, port), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for rank in range(2)]
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, SCRIPT, *cli_flags(args)],
+            env=rank_env(rank, 2, port),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
     try:
         assert wait_for(lambda: glob.glob("runs/*/checkpoint.pt"), 90), "no iteration finished"
         os.kill(ranks[1].pid, signal.SIGSTOP)
@@ -320,7 +382,10 @@ def test_a_hung_rank_stops_the_other_with_a_one_line_error():
             proc.communicate()
     assert ranks[0].returncode == 1 and waited < 30
     (line,) = [line for line in err.splitlines() if "error" in line.lower()]
-    assert line.startswith("ppo_atari_multigpu.py: error: rank 0 lost the other processes: ") and "Timed out waiting 5000ms" in line
+    assert (
+        line.startswith("ppo_atari_multigpu.py: error: rank 0 lost the other processes: ")
+        and "Timed out waiting 5000ms" in line
+    )
     assert "Traceback" not in err
 
 
@@ -332,16 +397,25 @@ def test_bad_input_is_one_line_from_the_first_process_of_each_node(monkeypatch):
     not) exited 1 in silence. The first process of each node (LOCAL_RANK 0) says what it found, naming its rank. Each
     command line runs in this process (processes.run_cli), under the environment torchrun gives that rank."""
     monkeypatch.setenv("WORLD_SIZE", "2")
-    assert_cli_error_is_one_line("ppo_atari_multigpu.py", ["--num-envs", "3"], (
-        "ppo_atari_multigpu.py: error: --num-envs 3 does not split over 2 processes into 4 equal minibatch shares; "
-        "choose a multiple of 2, and --num-minibatches dividing num_envs / 2 * num_steps"))
+    assert_cli_error_is_one_line(
+        "ppo_atari_multigpu.py",
+        ["--num-envs", "3"],
+        (
+            "ppo_atari_multigpu.py: error: --num-envs 3 does not split over 2 processes into 4 equal minibatch shares; "
+            "choose a multiple of 2, and --num-minibatches dividing num_envs / 2 * num_steps"
+        ),
+    )
     with monkeypatch.context() as rank_1:
         rank_1.setenv("RANK", "1")
         rank_1.setenv("LOCAL_RANK", "0")  # the first process of the second node
         code, _, stderr = run_cli("ppo_atari_multigpu.py", ["--resume", "elsewhere.pt"], timeout=60)
         assert code == 1 and "Traceback" not in stderr
-        assert stderr.startswith("ppo_atari_multigpu.py: error: rank 1: checkpoint 'elsewhere.pt' could not be read "
-                                 "(FileNotFoundError: ") and stderr.count("\n") == 1
+        assert (
+            stderr.startswith(
+                "ppo_atari_multigpu.py: error: rank 1: checkpoint 'elsewhere.pt' could not be read (FileNotFoundError: "
+            )
+            and stderr.count("\n") == 1
+        )
         rank_1.setenv("LOCAL_RANK", "1")  # the second process of the first node
         code, _, stderr = run_cli("ppo_atari_multigpu.py", ["--num-envs", "3"], timeout=60)
         assert code == 1 and stderr == ""  # rank 0 says it on this node's output
@@ -357,8 +431,10 @@ def test_resuming_on_a_number_of_processes_that_does_not_split_the_envs_says_wha
     monkeypatch.setenv("WORLD_SIZE", "3")
     with pytest.raises(mg.ConfigError) as refused:
         mg.train(mg.Args(resume="ckpt.pt"))
-    assert str(refused.value) == ("the checkpoint's --num-envs 2 does not split over 3 processes into 2 equal minibatch "
-                                  "shares; resume it on one of these numbers of processes: 1, 2; or start a new run")
+    assert str(refused.value) == (
+        "the checkpoint's --num-envs 2 does not split over 3 processes into 2 equal minibatch "
+        "shares; resume it on one of these numbers of processes: 1, 2; or start a new run"
+    )
     assert not os.path.exists("runs")
 
 
@@ -372,14 +448,24 @@ def test_a_rank_started_by_hand_that_cannot_start_the_process_group_is_one_line_
 # ---- hack safety in a world of one (issue 19) ------------------------------------------------------------------------
 
 
-(test_hack_cleanrl_update_trains, test_hack_temperature_changes_what_the_rollout_samples, test_hack_added_layer_trains,
- test_hack_every_param_group_anneals) = \
-    hack_safety_tests(mg, tiny(), tiny(env_id="BreakoutNoFrameskip-v4", num_envs=4, num_steps=128, total_timesteps=512),
-                      logits=(0.0, 1.0, 0.0, 0.0))
+(
+    test_hack_cleanrl_update_trains,
+    test_hack_temperature_changes_what_the_rollout_samples,
+    test_hack_added_layer_trains,
+    test_hack_every_param_group_anneals,
+) = hack_safety_tests(
+    mg,
+    tiny(),
+    tiny(env_id="BreakoutNoFrameskip-v4", num_envs=4, num_steps=128, total_timesteps=512),
+    logits=(0.0, 1.0, 0.0, 0.0),
+)
 
 
-test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_across_precisions, test_bf16_without_bf16_kernels_is_refused = bf16_tests(
-    mg, tiny())  # in a world of one, as the hack-safety tests
+(
+    test_bf16_trains_close_to_fp32_and_stays_on_policy,
+    test_bf16_checkpoints_load_across_precisions,
+    test_bf16_without_bf16_kernels_is_refused,
+) = bf16_tests(mg, tiny())  # in a world of one, as the hack-safety tests
 
 
 def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):

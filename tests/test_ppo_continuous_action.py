@@ -13,22 +13,44 @@ import pytest
 import torch
 import torch.nn as nn
 from conftest import ROOT, resume_elsewhere
-from hacks import (CRITIC_LR, Scale, assert_added_layer_trains, assert_cleanrl_update_trains, assert_every_group_annealed,
-                   edited_agent, recorded_rates)
+from hacks import (
+    CRITIC_LR,
+    Scale,
+    assert_added_layer_trains,
+    assert_cleanrl_update_trains,
+    assert_every_group_annealed,
+    edited_agent,
+    recorded_rates,
+)
 from processes import run_cli
-from test_ppo import (PPO_BAD_INPUT, assert_envs_of_another_version_refused, assert_foreign_and_corrupt_checkpoints_rejected,
-                      assert_rejected_before_training, assert_resume_matches_uninterrupted_run,
-                      assert_resumes_with_fresh_episodes, assert_memory_checked,
-                      assert_nonfinite_stops_and_keeps_the_last_checkpoint, assert_cli_error_is_one_line,
-                      assert_stopped_in_one_line, assert_runs_in_one_second_get_their_own_directories)
+from test_ppo import (
+    PPO_BAD_INPUT,
+    assert_cli_error_is_one_line,
+    assert_envs_of_another_version_refused,
+    assert_foreign_and_corrupt_checkpoints_rejected,
+    assert_memory_checked,
+    assert_nonfinite_stops_and_keeps_the_last_checkpoint,
+    assert_rejected_before_training,
+    assert_resume_matches_uninterrupted_run,
+    assert_resumes_with_fresh_episodes,
+    assert_runs_in_one_second_get_their_own_directories,
+    assert_stopped_in_one_line,
+)
 
 import ppo_continuous_action as pca
 
 
 def tiny(**kw):
     """A few iterations of a small rollout on a real MuJoCo env: fast, but every code path runs."""
-    base = dict(env_id="Hopper-v4", cuda=False, num_envs=2, num_steps=32, num_minibatches=2, update_epochs=2,
-                total_timesteps=2 * 32 * 3)
+    base = dict(
+        env_id="Hopper-v4",
+        cuda=False,
+        num_envs=2,
+        num_steps=32,
+        num_minibatches=2,
+        update_epochs=2,
+        total_timesteps=2 * 32 * 3,
+    )
     base.update(kw)
     return pca.Args(**base)
 
@@ -121,8 +143,14 @@ def test_networks_init_and_state_independent_logstd():
     torch.manual_seed(0)
     agent = pca.Agent(11, 3)
     linears = {n: m for n, m in agent.named_modules() if isinstance(m, torch.nn.Linear)}
-    expected = {"actor_mean.0": 2**0.5, "actor_mean.2": 2**0.5, "actor_mean.4": 0.01,
-                "critic.0": 2**0.5, "critic.2": 2**0.5, "critic.4": 1.0}
+    expected = {
+        "actor_mean.0": 2**0.5,
+        "actor_mean.2": 2**0.5,
+        "actor_mean.4": 0.01,
+        "critic.0": 2**0.5,
+        "critic.2": 2**0.5,
+        "critic.4": 1.0,
+    }
     assert set(linears) == set(expected)
     for name, std in expected.items():
         np.testing.assert_allclose(torch.linalg.svdvals(linears[name].weight.detach()).numpy(), std, rtol=1e-4)
@@ -170,8 +198,23 @@ def spy_train(tmp_path_factory, **kw):
 
     pca.update, pca.compute_gae = spy_update, spy_gae
     try:
-        out = pca.train(pca.Args(**{**dict(env_id="BoxSpy-v0", cuda=False, num_envs=1, num_steps=128, num_minibatches=4,
-                                           update_epochs=2, total_timesteps=128 * 4, gamma=0.9), **kw}))
+        out = pca.train(
+            pca.Args(
+                **{
+                    **dict(
+                        env_id="BoxSpy-v0",
+                        cuda=False,
+                        num_envs=1,
+                        num_steps=128,
+                        num_minibatches=4,
+                        update_epochs=2,
+                        total_timesteps=128 * 4,
+                        gamma=0.9,
+                    ),
+                    **kw,
+                }
+            )
+        )
     finally:
         pca.update, pca.compute_gae = real_update, real_gae
         os.chdir(cwd)
@@ -284,8 +327,9 @@ def test_vec_normalize_scales_rewards_and_clips_actions(gymnasium_rule):
     rewards = g.normal(1.0, 2.0, size=(T, N))
     rewards[150, 1] = 500.0  # scaled far beyond 10: clipped
     terminated, truncated = g.random((T, N)) < 0.05, g.random((T, N)) < 0.05
-    envs = pca.VecNormalize(ReplayVecEnv(rewards, terminated, truncated),
-                            pca.Args(gamma=0.95, gymnasium_normalization=gymnasium_rule))
+    envs = pca.VecNormalize(
+        ReplayVecEnv(rewards, terminated, truncated), pca.Args(gamma=0.95, gymnasium_normalization=gymnasium_rule)
+    )
     envs.reset(seed=0)
     steps = [envs.step(np.array([[-3.0], [2.0]])) for _ in range(T)]
     got = np.stack([s[1] for s in steps])
@@ -402,8 +446,9 @@ def test_reward_scaling_by_the_rewards_or_none(scaling):
     rewards = g.normal(1.0, 2.0, size=(T, N))
     rewards[120, 0] = 400.0
     done = g.random((T, N)) < 0.05
-    envs = pca.VecNormalize(ReplayVecEnv(rewards, done, np.zeros_like(done)),
-                            pca.Args(gamma=0.95, reward_scaling=scaling, clip_reward=12.0))
+    envs = pca.VecNormalize(
+        ReplayVecEnv(rewards, done, np.zeros_like(done)), pca.Args(gamma=0.95, reward_scaling=scaling, clip_reward=12.0)
+    )
     envs.reset(seed=0)
     got = np.stack([envs.step(np.zeros((N, 1)))[1] for _ in range(T)])
     if scaling == "none":
@@ -471,17 +516,21 @@ def test_max_grad_norm_inf_is_no_clipping(monkeypatch):
 def test_grad_clip_scope_actor_clips_the_actor_alone(monkeypatch):
     """One iteration, so the rollout is the same in every run: with the actor's gradient alone clipped, the critic
     ends where an unclipped run's does and the actor where a jointly clipped run's does not."""
-    runs = {name: pca.train(tiny(total_timesteps=2 * 32, max_grad_norm=norm, grad_clip_scope=scope))
-            for name, norm, scope in (("free", math.inf, "both"), ("both", 1e-3, "both"), ("actor", 1e-3, "actor"))}
+    runs = {
+        name: pca.train(tiny(total_timesteps=2 * 32, max_grad_norm=norm, grad_clip_scope=scope))
+        for name, norm, scope in (("free", math.inf, "both"), ("both", 1e-3, "both"), ("actor", 1e-3, "actor"))
+    }
     critic = {name: list(out["agent"].critic.parameters()) for name, out in runs.items()}
-    actor = {name: [p for n, p in out["agent"].named_parameters() if not n.startswith("critic")]
-             for name, out in runs.items()}
+    actor = {name: [p for n, p in out["agent"].named_parameters() if not n.startswith("critic")] for name, out in runs.items()}
     assert all(torch.equal(p, q) for p, q in zip(critic["actor"], critic["free"]))
     assert not all(torch.equal(p, q) for p, q in zip(critic["both"], critic["free"]))
     assert not all(torch.equal(p, q) for p, q in zip(actor["actor"], actor["free"]))
     clipped, clip = [], pca.nn.utils.clip_grad_norm_  # what each clip_grad_norm_ call is given, and the norm it finds
-    monkeypatch.setattr(pca.nn.utils, "clip_grad_norm_", lambda params, max_norm: clipped.append(
-        (params := list(params), clip(params, max_norm), max_norm)))
+    monkeypatch.setattr(
+        pca.nn.utils,
+        "clip_grad_norm_",
+        lambda params, max_norm: clipped.append((params := list(params), clip(params, max_norm), max_norm)),
+    )
     out = pca.train(tiny(total_timesteps=2 * 32, max_grad_norm=1e-3, grad_clip_scope="actor"))
     assert {id(p) for p in clipped[0][0]} == {id(p) for n, p in out["agent"].named_parameters() if not n.startswith("critic")}
     assert all(norm > 1e-3 for _, norm, _ in clipped)  # every call had something to clip
@@ -493,8 +542,9 @@ def test_value_lr_is_the_critic_group_and_anneals_with_the_policy():
     out = pca.train(tiny(learning_rate=3e-4, value_lr=1e-3, total_timesteps=2 * 32 * 5))
     actor, critic = out["optimizer"].param_groups
     assert {id(p) for p in critic["params"]} == {id(p) for p in out["agent"].critic.parameters()}
-    assert {id(p) for p in actor["params"]} == {id(p) for n, p in out["agent"].named_parameters()
-                                               if not n.startswith("critic")}
+    assert {id(p) for p in actor["params"]} == {
+        id(p) for n, p in out["agent"].named_parameters() if not n.startswith("critic")
+    }
     assert (actor["initial_lr"], critic["initial_lr"]) == (3e-4, 1e-3)
     assert critic["lr"] == 0.0 and out["learning_rate"] == [3e-4 * (1 - k / 4) for k in range(5)]
 
@@ -504,8 +554,9 @@ def test_the_default_two_groups_train_as_one_optimizer_over_agent_parameters(mon
     Adam(agent.parameters())."""
     grouped = pca.train(tiny())
     real_adam = torch.optim.Adam
-    monkeypatch.setattr(pca.torch.optim, "Adam", lambda groups, **kw: real_adam(
-        [p for g in groups for p in g["params"]], **kw))
+    monkeypatch.setattr(
+        pca.torch.optim, "Adam", lambda groups, **kw: real_adam([p for g in groups for p in g["params"]], **kw)
+    )
     single = pca.train(tiny())
     assert grouped["losses"] == single["losses"] and len(single["optimizer"].param_groups) == 1
     assert all(torch.equal(p, q) for p, q in zip(grouped["agent"].parameters(), single["agent"].parameters()))
@@ -526,6 +577,7 @@ def test_gaussian_kl_is_exact():
 
 def test_figure2_diagnostics_equal_a_brute_force_computation(monkeypatch):
     import copy
+
     before, real_update = [], pca.update
 
     def spy(agent, optimizer, b, args):
@@ -559,8 +611,13 @@ def test_hack_temperature_changes_what_the_rollout_samples(monkeypatch):
     """The Gaussian variant of tests/hacks.py's Categorical check: with the mean head fixed to a constant, scaling
     the mean by 1 / temperature moves the mean of the actions the rollout samples; the first ratio stays 1."""
     bias, temperature = torch.tensor([0.5, -0.25, 0.1]), 0.25
-    sampled = edited_agent(pca, monkeypatch, "actor_mean", lambda agent: setattr(
-        agent, "actor_mean", nn.Sequential(agent.actor_mean, Scale(1 / temperature))), bias=bias)
+    sampled = edited_agent(
+        pca,
+        monkeypatch,
+        "actor_mean",
+        lambda agent: setattr(agent, "actor_mean", nn.Sequential(agent.actor_mean, Scale(1 / temperature))),
+        bias=bias,
+    )
     out = pca.train(tiny(num_envs=8, num_steps=256, total_timesteps=2048))  # one rollout, all from the edited head
     actions = torch.cat(sampled)
     assert actions.shape == (2048, 3), "the rollout did not sample through Agent.get_action_and_value"
@@ -587,7 +644,9 @@ def test_checkpoint_round_trip_evaluates_with_the_frozen_statistics():
     out = pca.train(tiny(save_model=True))
     ckpt, _ = pca.load_checkpoint(out["checkpoint"])
     assert all(np.array_equal(a, b) for a, b in zip(ckpt["obs_rms"], out["obs_rms"]))
-    assert ckpt["obs_rms"][2] == pytest.approx(1e-4 + 2 + 2 * 32 * 3) and ckpt["ret_rms"][2] == pytest.approx(1e-4 + 2 * 32 * 3)
+    assert ckpt["obs_rms"][2] == pytest.approx(1e-4 + 2 + 2 * 32 * 3) and ckpt["ret_rms"][2] == pytest.approx(
+        1e-4 + 2 * 32 * 3
+    )
     assert all(torch.equal(ckpt["model"][k], v) for k, v in out["agent"].state_dict().items())
     from_ckpt = pca.evaluate(out["checkpoint"], eval_episodes=3, seed=7)
     assert len(from_ckpt) == 3 and from_ckpt == pca.evaluate(out["checkpoint"], eval_episodes=3, seed=7)
@@ -602,7 +661,8 @@ def test_checkpoint_round_trip_evaluates_with_the_frozen_statistics():
 def test_resume_matches_uninterrupted_run(monkeypatch):
     # Hopper's episodes end early and at random: the checkpoint falls mid-episode, after resets
     full, resumed = assert_resume_matches_uninterrupted_run(
-        pca, tiny(total_timesteps=2 * 32 * 5, save_model=True, save_every=2), monkeypatch)
+        pca, tiny(total_timesteps=2 * 32 * 5, save_model=True, save_every=2), monkeypatch
+    )
     assert len(resumed["episodic_return"]) < len(full["episodic_return"])  # games ended before the checkpoint too
     for k in ("obs_rms", "ret_rms"):
         assert all(np.array_equal(a, b) for a, b in zip(resumed[k], full[k]))
@@ -610,8 +670,9 @@ def test_resume_matches_uninterrupted_run(monkeypatch):
 
 
 def test_resume_without_env_state_continues_with_fresh_episodes(monkeypatch, capsys):
-    full, resumed = assert_resumes_with_fresh_episodes(pca, tiny(save_model=True, save_every=1, total_timesteps=128),
-                                                       capsys, monkeypatch, unsaveable="get_physics")
+    full, resumed = assert_resumes_with_fresh_episodes(
+        pca, tiny(save_model=True, save_every=1, total_timesteps=128), capsys, monkeypatch, unsaveable="get_physics"
+    )
     # the statistics went on from the checkpoint's, plus the first observations of the 2 fresh episodes
     assert resumed["obs_rms"][2] == pytest.approx(full["obs_rms"][2] + 2)
 
@@ -666,14 +727,19 @@ def test_resume_applies_a_longer_budget_and_refuses_other_flags(tmp_path, monkey
         ({"reward_scaling": "return"}, "--reward-scaling must be returns, rewards or none, got 'return'"),
         ({"learning_rate": math.inf}, "--learning-rate must be a finite number > 0, got inf"),
         ({"ent_coef": math.nan}, "--ent-coef must be a finite number, got nan"),
-    ] + PPO_BAD_INPUT,
+    ]
+    + PPO_BAD_INPUT,
 )
 def test_bad_input_rejected_before_training(kw, message):
     assert_rejected_before_training(pca, tiny(**kw), message)
 
 
-BAD_VALUES = [(name, v) for names, low, high, closed in pca.RANGES for name in names.split()
-              for v in [low - 1 if closed else low, math.nan] + ([high + 1] if high < math.inf else [])]
+BAD_VALUES = [
+    (name, v)
+    for names, low, high, closed in pca.RANGES
+    for name in names.split()
+    for v in [low - 1 if closed else low, math.nan] + ([high + 1] if high < math.inf else [])
+]
 
 
 @pytest.mark.parametrize("name, value", BAD_VALUES)
@@ -722,8 +788,10 @@ def test_envs_saved_by_another_version_refused():
 def test_cli_error_is_one_line_without_traceback():
     code, _, stderr = run_cli("ppo_continuous_action.py", ["--env-id", "CartPole-v1", "--no-cuda"])
     assert code != 0 and "Traceback" not in stderr
-    assert stderr.strip().splitlines() == ["ppo_continuous_action.py: error: CartPole-v1 has a Discrete action "
-                                           "space; ppo_continuous_action.py handles Box only (use ppo.py for Discrete actions)"]
+    assert stderr.strip().splitlines() == [
+        "ppo_continuous_action.py: error: CartPole-v1 has a Discrete action "
+        "space; ppo_continuous_action.py handles Box only (use ppo.py for Discrete actions)"
+    ]
 
 
 def test_cli_help_writes_nothing():
@@ -760,5 +828,8 @@ def test_a_choice_tyro_cannot_parse_is_one_line():
     """Issue 51.5: tyro refused these in a box of 6 lines, and this script's own one-line checks of them (still there for
     train(Args(...))) were unreachable from the command line."""
     for flag, choices in (("--reward-scaling", "('returns', 'rewards', 'none')"), ("--grad-clip-scope", "('both', 'actor')")):
-        assert_cli_error_is_one_line("ppo_continuous_action.py", [flag, "bogus"], "ppo_continuous_action.py: error: invalid "
-                                     f"choice 'bogus' for argument '{flag}'. Expected one of {choices}.")
+        assert_cli_error_is_one_line(
+            "ppo_continuous_action.py",
+            [flag, "bogus"],
+            f"ppo_continuous_action.py: error: invalid choice 'bogus' for argument '{flag}'. Expected one of {choices}.",
+        )

@@ -19,18 +19,31 @@ import sys
 import numpy as np
 import pytest
 import torch
-import torch.nn as nn
-from hacks import Scale, assert_added_layer_trains, assert_cleanrl_update_trains, assert_every_param_group_anneals, edited_agent
-from processes import run_cli
-from test_ppo import (PPO_BAD_INPUT, assert_checkpoint_evaluates, assert_memory_checked,
-                      assert_foreign_and_corrupt_checkpoints_rejected, assert_nonfinite_stops_and_keeps_the_last_checkpoint,
-                      assert_rejected_before_training, assert_stopped_in_one_line,
-                      assert_resumes_with_fresh_episodes, read_scalars)
 
 # what a process's first train() imports besides (torch._dynamo, which torch.optim imports, and tensorboard's writer:
 # ~2.4 s of CPU), imported in the test process once: the forked children, where the μRTS runs train, start with them
 import torch._dynamo  # noqa: E402, F401
+import torch.nn as nn
 import torch.utils.tensorboard  # noqa: E402, F401
+from hacks import (
+    Scale,
+    assert_added_layer_trains,
+    assert_cleanrl_update_trains,
+    assert_every_param_group_anneals,
+    edited_agent,
+)
+from processes import run_cli
+from test_ppo import (
+    PPO_BAD_INPUT,
+    assert_checkpoint_evaluates,
+    assert_foreign_and_corrupt_checkpoints_rejected,
+    assert_memory_checked,
+    assert_nonfinite_stops_and_keeps_the_last_checkpoint,
+    assert_rejected_before_training,
+    assert_resumes_with_fresh_episodes,
+    assert_stopped_in_one_line,
+    read_scalars,
+)
 
 _microrts_missing = pytest.mark.skipif(
     importlib.util.find_spec("gym_microrts020") is None or importlib.util.find_spec("jpype") is None,
@@ -65,8 +78,9 @@ def mod(request):
 
 
 def tiny(mod, **kw):
-    base = dict(cuda=False, num_envs=2, num_steps=16, num_minibatches=2, update_epochs=2, total_timesteps=2 * 16 * 2,
-                max_steps=20)
+    base = dict(
+        cuda=False, num_envs=2, num_steps=16, num_minibatches=2, update_epochs=2, total_timesteps=2 * 16 * 2, max_steps=20
+    )
     base.update(kw)
     return mod.Args(**base)
 
@@ -131,8 +145,13 @@ def test_network_shapes_and_init(mod):
     agent = mod.Agent(OBS, NVEC)
     layers = {n: m for n, m in agent.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))}
     shapes = {n: tuple(m.weight.shape) for n, m in layers.items()}
-    assert shapes == {"network.0": (16, 27, 3, 3), "network.2": (32, 16, 2, 2), "network.5": (128, 32 * 3 * 3),
-                      "actor": (229, 128), "critic": (1, 128)}  # the blog's, 229 = sum(NVEC)
+    assert shapes == {
+        "network.0": (16, 27, 3, 3),
+        "network.2": (32, 16, 2, 2),
+        "network.5": (128, 32 * 3 * 3),
+        "actor": (229, 128),
+        "critic": (1, 128),
+    }  # the blog's, 229 = sum(NVEC)
     assert agent.network[0].stride == (2, 2)
     for name, std in {"network.0": 2**0.5, "network.2": 2**0.5, "network.5": 2**0.5, "actor": 0.01, "critic": 1.0}.items():
         w = layers[name].weight.detach().reshape(layers[name].weight.shape[0], -1)
@@ -142,8 +161,22 @@ def test_network_shapes_and_init(mod):
 
 def test_reference_defaults(mod):
     a = mod.Args()
-    assert (a.env_id, a.max_steps, a.num_envs, a.num_steps, a.num_minibatches, a.update_epochs) == ("MicrortsMining-v1", 200, 8, 128, 4, 4)
-    assert (a.clip_coef, a.ent_coef, a.learning_rate, a.anneal_lr, a.total_timesteps, a.torch_threads) == (0.1, 0.01, 2.5e-4, True, 2_000_000, 1)
+    assert (a.env_id, a.max_steps, a.num_envs, a.num_steps, a.num_minibatches, a.update_epochs) == (
+        "MicrortsMining-v1",
+        200,
+        8,
+        128,
+        4,
+        4,
+    )
+    assert (a.clip_coef, a.ent_coef, a.learning_rate, a.anneal_lr, a.total_timesteps, a.torch_threads) == (
+        0.1,
+        0.01,
+        2.5e-4,
+        True,
+        2_000_000,
+        1,
+    )
     # as gym-microrts 0.2.0's v1.py registers MicrortsMining-v1: harvest reward only, a passive opponent
     assert mod.MICRORTS_TASKS["MicrortsMining-v1"] == ("maps/10x10/basesWorkers10x10.xml", "passiveAI", (0, 1, 0, 0, 0, 0, 0))
 
@@ -152,8 +185,9 @@ def test_reference_defaults(mod):
 
 
 @needs_microrts
-def test_training_end_to_end_evaluates_resumes_with_fresh_episodes_and_stops_at_nonfinite_weights(mod, tmp_path, capfd,
-                                                                                                  monkeypatch):
+def test_training_end_to_end_evaluates_resumes_with_fresh_episodes_and_stops_at_nonfinite_weights(
+    mod, tmp_path, capfd, monkeypatch
+):
     """Real runs, sharing one JVM: a run end to end, what it logs, and its checkpoint evaluated; a run resumed from its
     first checkpoint; a run whose weights go non-finite (issue 51.1, test_ppo.py's helper)."""
     with separately(monkeypatch, tmp_path / "end_to_end"):
@@ -180,9 +214,18 @@ def assert_trained_end_to_end(out):
         # the update scores the actions the rollout sampled under the same policy (and, masked, the same masks)
         assert first["ratio_max_dev"] < 1e-5 and first["clipfrac"] == 0.0
     run_dir = out["run_dir"]
-    for tag in ["charts/episodic_return", "charts/episodic_length", "charts/learning_rate", "charts/SPS",
-                "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/approx_kl",
-                "losses/clipfrac", "losses/explained_variance"]:
+    for tag in [
+        "charts/episodic_return",
+        "charts/episodic_length",
+        "charts/learning_rate",
+        "charts/SPS",
+        "losses/value_loss",
+        "losses/policy_loss",
+        "losses/entropy",
+        "losses/approx_kl",
+        "losses/clipfrac",
+        "losses/explained_variance",
+    ]:
         values = read_scalars(run_dir, tag)
         assert values and all(np.isfinite(values)), tag
 
@@ -192,13 +235,13 @@ def blog_mask(obs):
     a unit (type plane 13 off) of ours (owner plane 11) with no action under way (action plane 21), attack targets
     the same of the enemy's (owner plane 12); components 1-6 (29 choices) all valid."""
     idle_unit = (obs[..., 13] == 0) & (obs[..., 21] == 1)
-    return np.concatenate([(idle_unit & (obs[..., 11] == 1)).reshape(-1), np.ones(29, bool),
-                           (idle_unit & (obs[..., 12] == 1)).reshape(-1)])
+    return np.concatenate(
+        [(idle_unit & (obs[..., 11] == 1)).reshape(-1), np.ones(29, bool), (idle_unit & (obs[..., 12] == 1)).reshape(-1)]
+    )
 
 
 @needs_microrts
-def test_env_spaces_mask_episode_length_ticks_same_step_autoreset_and_bootstrap_at_time_limits(mod, tmp_path,
-                                                                                                monkeypatch):
+def test_env_spaces_mask_episode_length_ticks_same_step_autoreset_and_bootstrap_at_time_limits(mod, tmp_path, monkeypatch):
     """The env and its time limit, sharing one JVM: one game's spaces, mask, episode length and ticks per step; the
     vector env's autoreset; --bootstrap-truncated's final value, added where a game hit the limit."""
     assert_env_spaces_mask_episode_length_and_ticks(mod)
@@ -275,6 +318,7 @@ def assert_bootstrap_truncated_adds_the_final_value_at_time_limits_only(mod, mon
                 terminated = terminated | (np.arange(len(terminated)) == 0)  # env 0's game also ends terminally
             steps.append(None)
             return obs, reward, terminated, truncated, infos
+
         envs.step = step
         return envs
 
@@ -306,7 +350,8 @@ def assert_bootstrap_truncated_adds_the_final_value_at_time_limits_only(mod, mon
         ({"env_id": "MicrortsAttack-v9"}, "unknown Gym-μRTS task 'MicrortsAttack-v9'"),
         ({"max_steps": 0}, "--max-steps must be a finite number >= 1"),
         ({"total_timesteps": 10}, "leaves no iteration to run"),
-    ] + PPO_BAD_INPUT,
+    ]
+    + PPO_BAD_INPUT,
 )
 def test_bad_input_rejected_before_training(mod, kw, message):
     assert_rejected_before_training(mod, tiny(mod, **kw), message)
@@ -370,8 +415,13 @@ def assert_temperature_changes_what_the_rollout_samples(mod, monkeypatch):
     logits, temperature = torch.tensor([0.0, 1.0, 0.0, 0.0, 0.0, 0.0], dtype=torch.float64), 0.25
     bias = torch.zeros(sum(NVEC))
     bias[100:106] = logits
-    sampled = edited_agent(mod, monkeypatch, "actor", lambda agent: setattr(
-        agent, "actor", nn.Sequential(agent.actor, Scale(1 / temperature))), bias=bias)
+    sampled = edited_agent(
+        mod,
+        monkeypatch,
+        "actor",
+        lambda agent: setattr(agent, "actor", nn.Sequential(agent.actor, Scale(1 / temperature))),
+        bias=bias,
+    )
     out = mod.train(tiny(mod, num_envs=4, num_steps=64, total_timesteps=4 * 64 * 2, update_epochs=1))
     actions = torch.cat([a[:, 1] for a in sampled]).long()
     assert len(actions) == 4 * 64 * 2  # every rollout step sampled through Agent.get_action_and_value

@@ -62,12 +62,12 @@ def test_masked_entropy_and_logprob_are_those_of_the_renormalised_valid_choices(
     for b in range(len(x)):
         start = 0
         for i, n in enumerate(NVEC):
-            l, m = lg[b, start:start + n], mk[b, start:start + n]
+            row, m = lg[b, start : start + n], mk[b, start : start + n]
             start += n
             if not m.any():  # no unit can act: no entropy, the constant log-prob of a uniform choice
                 exp_lp[b] += -np.log(n)
                 continue
-            p = np.exp(l[m] - l[m].max())
+            p = np.exp(row[m] - row[m].max())
             p /= p.sum()  # the valid choices' probabilities, renormalised
             exp_ent[b] += -(p * np.log(p)).sum()
             exp_lp[b] += np.log(p[np.flatnonzero(m).tolist().index(ac[b, i])])

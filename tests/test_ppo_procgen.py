@@ -13,22 +13,36 @@ import sys
 import numpy as np
 import pytest
 import torch
-from hacks import (assert_added_layer_trains, assert_cleanrl_update_trains, assert_every_param_group_anneals,
-                   assert_temperature_changes_rollout)
+from hacks import (
+    assert_added_layer_trains,
+    assert_cleanrl_update_trains,
+    assert_every_param_group_anneals,
+    assert_temperature_changes_rollout,
+)
 from precision import bf16_tests
 from processes import run_cli
-from test_ppo import (PPO_BAD_INPUT, assert_checkpoint_evaluates, assert_envs_of_another_version_refused,
-                      assert_foreign_and_corrupt_checkpoints_rejected, assert_rejected_before_training,
-                      assert_memory_checked, assert_nonfinite_stops_and_keeps_the_last_checkpoint,
-                      assert_stopped_in_one_line,
-                      assert_resume_matches_uninterrupted_run, keep_checkpoint, read_scalars, resume_later)
+from test_ppo import (
+    PPO_BAD_INPUT,
+    assert_checkpoint_evaluates,
+    assert_envs_of_another_version_refused,
+    assert_foreign_and_corrupt_checkpoints_rejected,
+    assert_memory_checked,
+    assert_nonfinite_stops_and_keeps_the_last_checkpoint,
+    assert_rejected_before_training,
+    assert_resume_matches_uninterrupted_run,
+    assert_stopped_in_one_line,
+    keep_checkpoint,
+    read_scalars,
+    resume_later,
+)
 from test_ppo_atari import assert_channels_last_is_the_same_math, assert_heads_read_one_trunk_of_scaled_pixels
 
 import ppo_procgen as mod
 
 needs_procgen = pytest.mark.skipif(
     importlib.util.find_spec("procgen") is None,
-    reason="procgen not installed (bash scripts/install_extras.sh procgen)" if sys.version_info < (3, 13)
+    reason="procgen not installed (bash scripts/install_extras.sh procgen)"
+    if sys.version_info < (3, 13)
     else "procgen-mirror has no wheel for Python 3.13: Procgen runs on Python 3.11 and 3.12",
 )
 
@@ -64,13 +78,16 @@ def test_impala_cnn_shapes_init_and_pixel_scaling():
     z = torch.randn(2, 16, 6, 6)
     assert torch.equal(block(z), z)
     # detail A9: uint8 frames give the outputs of the float frames already scaled to [0, 1]; one trunk for both heads
-    assert_heads_read_one_trunk_of_scaled_pixels(agent, torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8),
-                                                 torch.tensor([0, 14]))
+    assert_heads_read_one_trunk_of_scaled_pixels(
+        agent, torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8), torch.tensor([0, 14])
+    )
 
 
 def test_channels_last_is_the_same_math():
     x = torch.randint(0, 256, (3, 3, 64, 64), dtype=torch.uint8)
-    assert_channels_last_is_the_same_math(lambda cl: mod.Agent(3, 15, cl), lambda a, x: a.get_action_and_value(x, torch.arange(3))[1:], x)
+    assert_channels_last_is_the_same_math(
+        lambda cl: mod.Agent(3, 15, cl), lambda a, x: a.get_action_and_value(x, torch.arange(3))[1:], x
+    )
     assert mod.Args().channels_last
 
 
@@ -78,7 +95,14 @@ def test_reference_defaults():
     a = mod.Args()  # CleanRL's ppo_procgen.py (openai/train-procgen's settings, easy distribution, all levels)
     assert (a.env_id, a.distribution_mode, a.num_levels, a.start_level) == ("starpilot", "easy", 0, 0)
     assert (a.num_envs, a.num_steps, a.num_minibatches, a.update_epochs, a.total_timesteps) == (64, 256, 8, 3, 25_000_000)
-    assert (a.learning_rate, a.anneal_lr, a.gamma, a.gae_lambda, a.clip_coef, a.ent_coef) == (5e-4, False, 0.999, 0.95, 0.2, 0.01)
+    assert (a.learning_rate, a.anneal_lr, a.gamma, a.gae_lambda, a.clip_coef, a.ent_coef) == (
+        5e-4,
+        False,
+        0.999,
+        0.95,
+        0.2,
+        0.01,
+    )
     assert (a.norm_reward, a.reward_norm_gamma, a.clip_reward) == (True, None, 10.0)
 
 
@@ -154,8 +178,17 @@ def test_training_end_to_end_logs_and_keeps_lr_constant():
     assert len(out["first_minibatch"]) == len(out["losses"]) > 0  # one an iteration, all checked below
     for first in out["first_minibatch"]:  # the rollout's log-probs equal the update's recomputation
         assert first["ratio_max_dev"] < 1e-5 and first["clipfrac"] == 0.0
-    for tag in ["charts/learning_rate", "charts/SPS", "losses/value_loss", "losses/policy_loss", "losses/entropy",
-                "losses/old_approx_kl", "losses/approx_kl", "losses/clipfrac", "losses/explained_variance"]:
+    for tag in [
+        "charts/learning_rate",
+        "charts/SPS",
+        "losses/value_loss",
+        "losses/policy_loss",
+        "losses/entropy",
+        "losses/old_approx_kl",
+        "losses/approx_kl",
+        "losses/clipfrac",
+        "losses/explained_variance",
+    ]:
         values = read_scalars(out["run_dir"], tag)
         assert len(values) == 3 and all(np.isfinite(values)), tag
 
@@ -171,7 +204,8 @@ def test_logged_returns_are_raw_game_scores():
 def test_resume_matches_uninterrupted_run(monkeypatch):
     # the games' states were restored, not restarted; no starpilot game ends in 64 steps
     full, resumed = assert_resume_matches_uninterrupted_run(
-        mod, tiny(num_steps=8, total_timesteps=2 * 8 * 4, save_model=True, save_every=2), monkeypatch, returns=False)
+        mod, tiny(num_steps=8, total_timesteps=2 * 8 * 4, save_model=True, save_every=2), monkeypatch, returns=False
+    )
     assert resumed["run_dir"] == full["run_dir"]
 
 
@@ -214,13 +248,16 @@ def test_capture_video_records_env_0_games():
         ({"clip_reward": 0.0}, "--clip-reward must be a finite number > 0"),
         ({"reward_norm_gamma": 1.5}, "--reward-norm-gamma must be"),
         ({"total_timesteps": 10}, "leaves no iteration to run"),
-    ] + PPO_BAD_INPUT,
+    ]
+    + PPO_BAD_INPUT,
 )
 def test_bad_input_rejected_before_training(kw, message):
     assert_rejected_before_training(mod, tiny(**kw), message)
 
 
-@pytest.mark.parametrize("package, message", [("procgen", "Procgen is not installed"), ("imageio_ffmpeg", "needs imageio_ffmpeg")])
+@pytest.mark.parametrize(
+    "package, message", [("procgen", "Procgen is not installed"), ("imageio_ffmpeg", "needs imageio_ffmpeg")]
+)
 def test_missing_packages_are_config_errors(monkeypatch, package, message):
     monkeypatch.setitem(sys.modules, package, None)  # makes `import <package>` fail
     with pytest.raises(mod.ConfigError, match=message):
@@ -232,8 +269,9 @@ def test_foreign_checkpoint_rejected():
 
 
 def test_envs_saved_by_another_version_refused():  # an older version kept other statistics beside the games
-    assert_envs_of_another_version_refused(mod, mod.train(tiny(save_model=True)),
-                                           lambda envs, renamed: {k: v for k, v in envs.items() if k != "R"})
+    assert_envs_of_another_version_refused(
+        mod, mod.train(tiny(save_model=True)), lambda envs, renamed: {k: v for k, v in envs.items() if k != "R"}
+    )
 
 
 def test_cli_error_is_one_line_and_writes_nothing():
@@ -269,8 +307,11 @@ def test_hack_every_param_group_anneals(tmp_path):  # --anneal-lr is off for Pro
     assert_every_param_group_anneals(mod, tiny(), tmp_path)
 
 
-test_bf16_trains_close_to_fp32_and_stays_on_policy, test_bf16_checkpoints_load_across_precisions, test_bf16_without_bf16_kernels_is_refused = map(
-    needs_procgen, bf16_tests(mod, tiny()))
+(
+    test_bf16_trains_close_to_fp32_and_stays_on_policy,
+    test_bf16_checkpoints_load_across_precisions,
+    test_bf16_without_bf16_kernels_is_refused,
+) = map(needs_procgen, bf16_tests(mod, tiny()))
 
 
 @needs_procgen

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
 
 
@@ -40,10 +39,17 @@ def test_importing_every_script_prints_and_writes_nothing():
     rest again, 3-4 s of CPU): nothing printed on either stream, no file written. A NUL and the name written before each
     import says whose output is whose. The scripts' own tests run their command lines in-process (processes.run_cli)."""
     names = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "*.py")))
-    code = ("import importlib, sys\nfor name in sys.argv[1:]:\n    print(f'\\0{name}', flush=True)\n"
-            "    print(f'\\0{name}', file=sys.stderr, flush=True)\n    importlib.import_module(name)\n")
-    res = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": ROOT})
+    code = (
+        "import importlib, sys\nfor name in sys.argv[1:]:\n    print(f'\\0{name}', flush=True)\n"
+        "    print(f'\\0{name}', file=sys.stderr, flush=True)\n    importlib.import_module(name)\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code, *names],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     silent = "".join(f"\0{name}\n" for name in names)
     assert (res.stdout, res.stderr) == (silent, silent)  # the text after a name is what its import printed
@@ -92,14 +98,18 @@ def test_lock_pins_every_dependency_of_pyproject_within_its_range():
             # on the Python running the tests: the pin that applies lies in pyproject's range
             if req.marker is None or req.marker.evaluate():
                 live = [v for v, m in pins[name] if m is None or Marker(m).evaluate()]
-                assert live and all(req.specifier.contains(Version(v), prereleases=True) for v in live), \
+                assert live and all(req.specifier.contains(Version(v), prereleases=True) for v in live), (
                     f"requirements/{target}.txt pins {req.name} {live}, outside {req.specifier}"
+                )
 
 
 def test_no_deps_locks_pin_what_their_inputs_name():
     for env in ["procgen", "microrts", "microrts020"]:
-        wanted = {re.sub(r"[-_.]+", "-", line.split("==")[0]).lower(): line.split("==")[1].split()[0]
-                  for line in open(os.path.join(ROOT, "requirements", f"{env}.in")) if "==" in line}
+        wanted = {
+            re.sub(r"[-_.]+", "-", line.split("==")[0]).lower(): line.split("==")[1].split()[0]
+            for line in open(os.path.join(ROOT, "requirements", f"{env}.in"))
+            if "==" in line
+        }
         pins = lock_pins(os.path.join(ROOT, "requirements", f"{env}.txt"))
         assert {n: v[0][0] for n, v in pins.items()} == wanted, env
 
@@ -120,14 +130,24 @@ def test_every_target_pins_what_the_whole_lock_pins():
     ref_in = open(os.path.join(ROOT, "requirements", "mujoco-ref.in")).read()
     moved = {name: [(v, None)] for name, v in re.findall(r"^([\w.-]+)==(\S+)", ref_in, re.M)}
     for path in glob.glob(os.path.join(ROOT, "requirements", "*.txt")):
-        if os.path.basename(path) not in ("procgen.txt", "microrts.txt", "microrts020.txt"):  # --no-deps, outside the resolution
+        if os.path.basename(path) not in (
+            "procgen.txt",
+            "microrts.txt",
+            "microrts020.txt",
+        ):  # --no-deps, outside the resolution
             for name, versions in lock_pins(path).items():
                 if os.path.basename(path) == "mujoco-ref.txt":
-                    assert versions == moved.get(name) or {v for v, _ in versions} <= {v for v, _ in whole[name]}, (name, versions)
+                    assert versions == moved.get(name) or {v for v, _ in versions} <= {v for v, _ in whole[name]}, (
+                        name,
+                        versions,
+                    )
                 else:  # the same release, under the same marker or one that holds everywhere in the whole lock
                     # (colorama: on Windows only for video's packages, everywhere for the docs' mkdocs-material)
-                    assert all((v, m) in whole[name] or (v, None) in whole[name] for v, m in versions), \
-                        (os.path.basename(path), name, versions)
+                    assert all((v, m) in whole[name] or (v, None) in whole[name] for v, m in versions), (
+                        os.path.basename(path),
+                        name,
+                        versions,
+                    )
 
 
 # issue 19: a file short enough to read whole, and `diff` between siblings listing only the details between them.
@@ -188,30 +208,63 @@ def test_every_target_pins_what_the_whole_lock_pins():
 # By 25-26 in the four scripts of issue 53 and in ppo_shared.py (where it costs nothing more): --compile, its flag and
 # docstring line, its check (a C++ compiler and Python.h, 2 imports), minibatch_losses() taken out of update()'s loop
 # (+5, what the flag compiles), compiled() (11), and the two compiled calls in train(); the Atari pair's RESUMABLE is two
-# lines now (+1: compiled() samples with torch's generator, fallback_random). Sibling diffs to the scripts without it grow by its ~43 changed lines (ppo_atari.py -> LSTM, Procgen, the
-# μRTS pair's first, multigpu; ppo_continuous_action.py -> TRPO), ppo.py -> ppo_atari.py by 3 (the docstring's line breaks).
+# lines now (+1: compiled() samples with torch's generator, fallback_random). Sibling diffs to the scripts without it
+# grow by its ~43 changed lines (ppo_atari.py -> LSTM, Procgen, the μRTS pair's first, multigpu;
+# ppo_continuous_action.py -> TRPO), ppo.py -> ppo_atari.py by 3 (the docstring's line breaks).
 # By 17 in all 14 scripts: signals_held() (13 lines and `import threading`) around each checkpoint's save and `saved`,
 # so a Ctrl-C or SIGTERM between the two no longer names the checkpoint before (test_ppo.py's test of it).
-LINE_TARGETS = {"ppo.py": 400, "a2c_paac.py": 550, "impala_vtrace.py": 550,  # every other PPO script: 450
-                "ppo_atari_multigpu.py": 520, "impala_vtrace_distributed.py": 550,  # issue 21: the torch.distributed pair
-                "trpo_continuous_action.py": 737}  # issue 34: ppo_continuous_action.py's 637 + 100, its diff to it 250
-LINE_CEILINGS = {"ppo.py": 589, "ppo_shared.py": 591, "ppo_atari.py": 693, "ppo_atari_lstm.py": 705,
-                 "ppo_atari_envpool.py": 627, "ppo_continuous_action.py": 744, "ppo_procgen.py": 600,
-                 "ppo_multidiscrete.py": 607, "ppo_multidiscrete_mask.py": 618, "a2c_paac.py": 668, "impala_vtrace.py": 666,
-                 "ppo_atari_multigpu.py": 761, "impala_vtrace_distributed.py": 659,  # +2: its ranks' group torn down
-                 "trpo_continuous_action.py": 808}  # issue 34: TRPO's step (T1-T6) and its 7 flags in place of PPO's epochs
+LINE_TARGETS = {
+    "ppo.py": 400,
+    "a2c_paac.py": 550,
+    "impala_vtrace.py": 550,  # every other PPO script: 450
+    "ppo_atari_multigpu.py": 520,
+    "impala_vtrace_distributed.py": 550,  # issue 21: the torch.distributed pair
+    "trpo_continuous_action.py": 737,
+}  # issue 34: ppo_continuous_action.py's 637 + 100, its diff to it 250
+# issue 70: the whole tree formatted by ruff at 127 columns (black's style, as CleanRL formats), and the plumbing moved
+# below one banner line: +104 to +142 lines a script (a call or literal past 127 columns is one argument a line; the
+# banner is 3); the sibling diffs by as much as the lines that differ reflowed (+2 to +37). Before it, at ~130 columns
+# by hand: ppo.py 589, ppo_shared.py 591, ppo_atari.py 693, ppo_atari_lstm.py 705, ppo_atari_envpool.py 627,
+# ppo_continuous_action.py 744, ppo_procgen.py 600, ppo_multidiscrete.py 607, ppo_multidiscrete_mask.py 618,
+# a2c_paac.py 668, impala_vtrace.py 666, ppo_atari_multigpu.py 761, impala_vtrace_distributed.py 659 (+2 for its ranks'
+# group torn down), trpo_continuous_action.py 808 (issue 34: TRPO's step, T1-T6, and its 7 flags in place of PPO's epochs).
+LINE_CEILINGS = {
+    "ppo.py": 705,
+    "ppo_shared.py": 697,
+    "ppo_atari.py": 828,
+    "ppo_atari_lstm.py": 848,
+    "ppo_atari_envpool.py": 769,
+    "ppo_continuous_action.py": 881,
+    "ppo_procgen.py": 732,
+    "ppo_multidiscrete.py": 719,
+    "ppo_multidiscrete_mask.py": 734,
+    "a2c_paac.py": 800,
+    "impala_vtrace.py": 817,
+    "ppo_atari_multigpu.py": 894,
+    "impala_vtrace_distributed.py": 802,
+    "trpo_continuous_action.py": 950,
+}
 # issue 50: the Atari scripts' --resume continues the same games (ppo_atari.py +34 lines: the emulators' state pickled
 # beside the wrappers, as a2c_paac.py's; ppo_atari_lstm.py the same, ppo_atari_multigpu.py +42 with every rank's games
 # gathered); +7 each and a2c_paac.py's: an Unpickler that finds the file's classes whether pickled as __main__'s (a run
 # of `python <file>`) or by an import; the siblings that cannot save their games (envpool, the JVM's; procgen has its
 # own) differ by those lines
-SIBLINGS = [("ppo.py", "ppo_shared.py", 40, 38), ("ppo.py", "ppo_atari.py", 250, 268),
-            ("ppo.py", "ppo_continuous_action.py", 200, 257), ("ppo_atari.py", "ppo_atari_lstm.py", 150, 154),
-            ("ppo_atari.py", "ppo_atari_envpool.py", 180, 228), ("ppo_atari.py", "ppo_procgen.py", 250, 347),
-            ("ppo_atari.py", "ppo_multidiscrete.py", 200, 350), ("ppo_multidiscrete.py", "ppo_multidiscrete_mask.py", 60, 39),
-            ("ppo_atari.py", "ppo_atari_multigpu.py", 162, 256),  # CleanRL's own pair: 162; +16 issue 50: every rank's games saved
-            ("impala_vtrace.py", "impala_vtrace_distributed.py", 182, 243),  # +2 the same
-            ("ppo_continuous_action.py", "trpo_continuous_action.py", 250, 290)]  # issue 34: only the policy step
+# (script, sibling, issue 19's target, ceiling); the ceilings before issue 70's formatting, in the same order: 38, 268,
+# 257, 154, 228, 347, 350, 39, 256 (CleanRL's own pair: 162; +16 for issue 50, every rank's games saved), 243 (+2 the
+# same), 290 (issue 34: only the policy step)
+SIBLINGS = [
+    ("ppo.py", "ppo_shared.py", 40, 48),
+    ("ppo.py", "ppo_atari.py", 250, 305),
+    ("ppo.py", "ppo_continuous_action.py", 200, 276),
+    ("ppo_atari.py", "ppo_atari_lstm.py", 150, 168),
+    ("ppo_atari.py", "ppo_atari_envpool.py", 180, 263),
+    ("ppo_atari.py", "ppo_procgen.py", 250, 382),
+    ("ppo_atari.py", "ppo_multidiscrete.py", 200, 385),
+    ("ppo_multidiscrete.py", "ppo_multidiscrete_mask.py", 60, 41),
+    ("ppo_atari.py", "ppo_atari_multigpu.py", 162, 278),
+    ("impala_vtrace.py", "impala_vtrace_distributed.py", 182, 253),
+    ("ppo_continuous_action.py", "trpo_continuous_action.py", 250, 317),
+]
 
 
 def changed_lines(a, b):
@@ -233,20 +286,37 @@ def test_script_sizes_and_sibling_diffs(capsys):
 
 # issue 51's functions too: where a script's copy must differ, it is named (PAAC's check skips its grad norm, TRPO's has
 # no optimizer for the policy, IMPALA's Ctrl-C also stops its actors); the torchrun scripts have no interrupted()
-@pytest.mark.parametrize("function, differ", [("new_run_dir", set()), ("save_checkpoint", set()), ("load_checkpoint", set()),
-                                              ("parse_args", set()), ("raise_interrupt", set()), ("signals_held", set()),
-                                              ("check_finite", {"a2c_paac.py", "trpo_continuous_action.py"}),
-                                              ("interrupted", {"impala_vtrace.py"})])
+@pytest.mark.parametrize(
+    "function, differ",
+    [
+        ("new_run_dir", set()),
+        ("save_checkpoint", set()),
+        ("load_checkpoint", set()),
+        ("parse_args", set()),
+        ("raise_interrupt", set()),
+        ("signals_held", set()),
+        ("check_finite", {"a2c_paac.py", "trpo_continuous_action.py"}),
+        ("interrupted", {"impala_vtrace.py"}),
+    ],
+)
 def test_run_and_checkpoint_functions_are_the_same_text_in_every_script(function, differ):
     """One copy's tests (test_ppo.py: unique dirs, atomic and full-disk saves, refused checkpoints) hold for all."""
-    found = {os.path.basename(p): re.search(rf"^def {function}\(.*?(?=^\S)", open(p).read(), re.S | re.M)
-             for p in glob.glob(os.path.join(ROOT, "*.py"))}
+    found = {
+        os.path.basename(p): re.search(rf"^def {function}\(.*?(?=^\S)", open(p).read(), re.S | re.M)
+        for p in glob.glob(os.path.join(ROOT, "*.py"))
+    }
     texts = {s: m.group(0) for s, m in found.items() if m}
     assert len(texts) >= 11 and {s for s, t in texts.items() if t != texts["ppo.py"]} == differ
 
 
-@pytest.mark.parametrize("pattern", [r"^def compiled\(.*?(?=^\S)", r"^def minibatch_losses\(.*?(?=^\S)",
-                                     r"^    if args\.compile and not .*? without --compile\"\)$"])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"^def compiled\(.*?(?=^\S)",
+        r"^def minibatch_losses\(.*?(?=^\S)",
+        r"^    if args\.compile and not .*? without --compile\"\n        \)$",
+    ],
+)
 def test_compile_is_written_once_in_the_same_text_where_a_script_has_it(pattern):
     """Issue 53: --compile in the four scripts it names and in ppo_shared.py; its check, compiled() and the minibatch
     losses it compiles the same text in each (tests/test_compile.py checks them in the four)."""
@@ -255,6 +325,62 @@ def test_compile_is_written_once_in_the_same_text_where_a_script_has_it(pattern)
     assert have == {"ppo.py", "ppo_shared.py", "ppo_continuous_action.py", "ppo_atari.py", "ppo_atari_envpool.py"}
     found = {s: re.search(pattern, texts[s], re.S | re.M).group(0) for s in have}
     assert {s for s, t in found.items() if t != found["ppo.py"]} == set()
+
+
+# issue 70: a reader meets Args, the env, the Agent, the math and train() first; below one banner line, the same in every
+# script, stand the definitions that change nothing that is trained. Every top-level definition below it is one of these,
+# none above it is, and a new one must be placed (a test failure names it).
+BANNER = (
+    "# ---- Below: input checks, run directory, checkpoints, signals, evaluation and the CLI; none of it changes training ----"
+)
+PLUMBING = {
+    "ConfigError", "ActorError", "RANGES", "OFF_AT_INF", "RESUMABLE", "check_args", "compiled", "new_run_dir",
+    "save_checkpoint", "load_checkpoint", "check_finite", "evaluate", "interrupted", "signals_held", "raise_interrupt",
+    "parse_args", "get_game", "set_game", "Unpickler", "get_physics", "set_physics", "put_holding_signals",
+    "start_process_group", "NoWriter",
+}  # fmt: skip
+
+
+def top_level_names(source):
+    """(line, name) of each top-level def, class and assignment of a script, in order."""
+    import ast
+
+    names = []
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.append((min([node.lineno] + [d.lineno for d in node.decorator_list]), node.name))
+        elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            names.append((node.lineno, node.targets[0].id))
+    return names
+
+
+@pytest.mark.parametrize("script", sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "*.py"))))
+def test_the_algorithm_comes_first_and_the_plumbing_below_one_banner(script):
+    source = open(os.path.join(ROOT, script)).read()
+    lines = source.splitlines()
+    assert lines.count(BANNER) == 1, f"{script}: the banner line, once"
+    at = lines.index(BANNER) + 1
+    names = top_level_names(source)
+    above, below = [n for line, n in names if line < at], [n for line, n in names if line > at]
+    assert [n for n in above if n in PLUMBING] == [] and [n for n in below if n not in PLUMBING] == []
+    # the reading order above it: Args, then the Agent (after the env), then train(), the last definition
+    assert above.index("Args") < above.index("Agent") < above.index("train") == len(above) - 1
+    assert lines[-1].startswith(" ") and re.search(r"^if __name__ == \"__main__\":$", source[source.index(BANNER) :], re.M)
+
+
+def test_the_tree_is_formatted_and_lint_clean_by_ruff(tmp_path):
+    """ruff format --check and ruff check (pyproject.toml's [tool.ruff]) over the whole tree; to fix: `ruff format .` and
+    `ruff check --fix .` from the repository's root, with the lock's ruff (bash scripts/install.sh dev)."""
+    ruff = [sys.executable, "-m", "ruff"]
+    for command in (["format", "--check"], ["check", "--no-cache"]):
+        out = subprocess.run(ruff + command + ["."], cwd=ROOT, capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    # the same commands do fail on what the tree must not hold: a line joined past 127 columns, an unused import
+    bad = tmp_path / "bad.py"
+    bad.write_text("import os\n\nx = [" + ", ".join(["1000000"] * 20) + "]\n")
+    config = ["--config", os.path.join(ROOT, "pyproject.toml")]
+    for command in (["format", "--check"], ["check", "--no-cache"]):
+        assert subprocess.run(ruff + command + config + [str(bad)], capture_output=True).returncode == 1
 
 
 SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "*.py")))
@@ -295,9 +421,14 @@ def test_a_refused_exp_name_is_one_line_and_writes_nothing(tmp_path, monkeypatch
 
     os.makedirs("a/b/c")
     monkeypatch.chdir("a/b/c")
-    assert_cli_error_is_one_line("ppo.py", ["--exp-name", "../../../escaped"], (
-        "ppo.py: error: --exp-name '../../../escaped' must be one directory's name in runs/: no '/', and short enough "
-        "that the run name (env id, exp name, seed, time) fits in 255 bytes; choose a short plain name"))
+    assert_cli_error_is_one_line(
+        "ppo.py",
+        ["--exp-name", "../../../escaped"],
+        (
+            "ppo.py: error: --exp-name '../../../escaped' must be one directory's name in runs/: no '/', and short enough "
+            "that the run name (env id, exp name, seed, time) fits in 255 bytes; choose a short plain name"
+        ),
+    )
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == ["a", "a/b", "a/b/c"]
 
 
@@ -320,16 +451,30 @@ def test_install_with_an_unsupported_python_makes_no_venv_so_a_rerun_with_the_ri
     (clone / "requirements" / "core.txt").write_text("")
     (tmp_path / "python3.10").write_text(FAKE_PYTHON_310)
     (tmp_path / "python3.10").chmod(0o755)
-    old = subprocess.run(["bash", "scripts/install.sh"], cwd=clone, capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PYTHON": str(tmp_path / "python3.10")})
+    old = subprocess.run(
+        ["bash", "scripts/install.sh"],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHON": str(tmp_path / "python3.10")},
+    )
     assert old.returncode == 1 and not (clone / ".venv").exists()
-    assert old.stderr == (f"install.sh: error: {tmp_path / 'python3.10'} is Python 3.10.14; the lock is for 3.11-3.13: "
-                          "PYTHON=python3.12 bash scripts/install.sh\n")
+    assert old.stderr == (
+        f"install.sh: error: {tmp_path / 'python3.10'} is Python 3.10.14; the lock is for 3.11-3.13: "
+        "PYTHON=python3.12 bash scripts/install.sh\n"
+    )
     wheels = tmp_path / "wheels"  # so that Python 3.11 does not look for torch's index
     wheels.mkdir()
     (wheels / "torch-2.13.0+cpu-cp311-none-any.whl").write_text("")
-    right = subprocess.run(["bash", "scripts/install.sh"], cwd=clone, capture_output=True, text=True, timeout=300,
-                           env={**os.environ, "PYTHON": sys.executable, "TORCH_FIND_LINKS": str(wheels)})
+    right = subprocess.run(
+        ["bash", "scripts/install.sh"],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHON": sys.executable, "TORCH_FIND_LINKS": str(wheels)},
+    )
     assert "the lock is for 3.11-3.13" not in right.stderr and (clone / ".venv" / "bin" / "python").exists()
 
 
@@ -340,12 +485,22 @@ def test_install_of_mujoco_ref_on_a_python_after_3_11_is_one_line_and_makes_no_v
         (tmp_path / path).parent.mkdir(exist_ok=True)
         (tmp_path / path).write_text(open(os.path.join(ROOT, path)).read())
     python = tmp_path / "python3.12"  # this Python, telling the checks it runs that it is 3.12
-    python.write_text(f'#!/bin/bash\n[[ $1 == -V ]] && echo "Python 3.12.1" && exit 0\n[[ $1 == -c ]] && exec '
-                      f'{sys.executable} -c "import sys; sys.version_info = (3, 12, 1); exec(sys.argv[1])" "$2"\nexit 1\n')
+    python.write_text(
+        f'#!/bin/bash\n[[ $1 == -V ]] && echo "Python 3.12.1" && exit 0\n[[ $1 == -c ]] && exec '
+        f'{sys.executable} -c "import sys; sys.version_info = (3, 12, 1); exec(sys.argv[1])" "$2"\nexit 1\n'
+    )
     python.chmod(0o755)
-    refused = subprocess.run(["bash", "scripts/install.sh", "mujoco-ref"], cwd=tmp_path, capture_output=True, text=True,
-                             timeout=60, env={**os.environ, "PYTHON": str(python)})
+    refused = subprocess.run(
+        ["bash", "scripts/install.sh", "mujoco-ref"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHON": str(python)},
+    )
     assert refused.returncode == 1 and not (tmp_path / ".venv-mujoco-ref").exists() and not (tmp_path / ".venv").exists()
-    assert refused.stderr == (f"install.sh: error: {python} is Python 3.12.1; MuJoCo 2.3.3 (requirements/mujoco-ref.txt) "
-                              "has wheels up to Python 3.11 only: PYTHON=python3.11 bash scripts/install.sh mujoco-ref "
-                              "(after deleting .venv-mujoco-ref, if made)\n")
+    assert refused.stderr == (
+        f"install.sh: error: {python} is Python 3.12.1; MuJoCo 2.3.3 (requirements/mujoco-ref.txt) "
+        "has wheels up to Python 3.11 only: PYTHON=python3.11 bash scripts/install.sh mujoco-ref "
+        "(after deleting .venv-mujoco-ref, if made)\n"
+    )

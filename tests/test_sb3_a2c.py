@@ -67,8 +67,13 @@ def test_built_model_is_configured_as_the_docstring_says(tiny_run):
     assert (model.ent_coef, model.vf_coef, model.max_grad_norm) == (0.02, 0.25, 3.0)
     opt = model.policy.optimizer
     assert type(opt) is RMSpropTFLike
-    assert {k: opt.defaults[k] for k in ("alpha", "eps", "weight_decay", "momentum", "centered")} == \
-        {"alpha": 0.99, "eps": 0.1, "weight_decay": 0, "momentum": 0, "centered": False}
+    assert {k: opt.defaults[k] for k in ("alpha", "eps", "weight_decay", "momentum", "centered")} == {
+        "alpha": 0.99,
+        "eps": 0.1,
+        "weight_decay": 0,
+        "momentum": 0,
+        "centered": False,
+    }
     held = [p for g in opt.param_groups for p in g["params"]]
     assert len(held) == len(list(model.policy.parameters())) and all(map(operator.is_, held, model.policy.parameters()))
     policy = model.policy
@@ -130,8 +135,10 @@ def test_one_update_equals_a2c_paac_update(arch, settings):
     # GAE(1) = ours' n-step returns (SB3 has flattened its buffer env by env for the update)
     np.testing.assert_allclose(buf.returns.reshape(2, 5).T, returns.numpy(), rtol=1e-5, atol=1e-6)
 
-    b = {k: torch.as_tensor(getattr(buf, name)).reshape(-1) for k, name in
-         [("actions", "actions"), ("logprobs", "log_probs"), ("returns", "returns")]}  # in SB3's (flattened) order
+    b = {
+        k: torch.as_tensor(getattr(buf, name)).reshape(-1)
+        for k, name in [("actions", "actions"), ("logprobs", "log_probs"), ("returns", "returns")]
+    }  # in SB3's (flattened) order
     b["obs"] = torch.as_tensor(buf.observations).reshape(10, 4, 84, 84)
     optimizer = paac.TFRMSprop(agent.parameters(), lr=0.0224, decay=0.99, eps=0.1)
     before = [p.detach().clone() for p in agent.parameters()]
@@ -196,8 +203,14 @@ def test_tiny_run_writes_our_tags_and_run_py_reads_it(tiny_run):
     out, where = tiny_run
     assert out["run_dir"].startswith("runs/BreakoutNoFrameskip-v4__sb3_a2c__1__") and out["global_step"] == 40
     tb = os.path.join(where, out["run_dir"])
-    for tag in ["charts/learning_rate", "charts/SPS", "losses/value_loss", "losses/policy_loss", "losses/entropy",
-                "losses/explained_variance"]:
+    for tag in [
+        "charts/learning_rate",
+        "charts/SPS",
+        "losses/value_loss",
+        "losses/policy_loss",
+        "losses/entropy",
+        "losses/explained_variance",
+    ]:
         values = read_scalars(tb, tag)
         assert values is not None and len(values) == 4 and np.all(np.isfinite(values)), tag
     assert 1.35 < read_scalars(tb, "losses/entropy")[0] <= np.log(4)  # H, not SB3's -H: near uniform over 4 actions
@@ -207,8 +220,21 @@ def test_tiny_run_writes_our_tags_and_run_py_reads_it(tiny_run):
 
 
 def test_run_py_drives_it_unmodified(capsys):
-    argv = ["--script", os.path.join(ROOT, "benchmark", "sb3_a2c.py"), "--env-ids", ASTERIX, "--seeds", "3", "--",
-            "--total-timesteps", "100", "--num-envs", "2", "--num-steps", "25"]
+    argv = [
+        "--script",
+        os.path.join(ROOT, "benchmark", "sb3_a2c.py"),
+        "--env-ids",
+        ASTERIX,
+        "--seeds",
+        "3",
+        "--",
+        "--total-timesteps",
+        "100",
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "25",
+    ]
     assert run.main(argv) == 0
     (path,) = [os.path.join("runs", "summaries", f) for f in os.listdir("runs/summaries")]
     summary = json.load(open(path))

@@ -29,19 +29,24 @@ def test_the_stored_figure_is_redrawn_from_the_stored_files_one_panel_each(tmp_p
     # the stored figure has the grid of panels a redraw has
     assert Image.open(tmp_path / "summary.png").size == Image.open(os.path.join(RESULTS, "summary.png")).size
     titles = {os.path.relpath(os.path.dirname(panel["path"]), RESULTS): panel["title"] for panel in drawn}
-    assert titles["vs_cleanrl_ppo_atari_breakout_1m_2026-11-24"] == \
-        "ppo_atari.py · BreakoutNoFrameskip-v4 · 1M\nours vs cleanrl, 3 vs 3 seeds:\nsame"
+    assert (
+        titles["vs_cleanrl_ppo_atari_breakout_1m_2026-11-24"]
+        == "ppo_atari.py · BreakoutNoFrameskip-v4 · 1M\nours vs cleanrl, 3 vs 3 seeds:\nsame"
+    )
     assert titles["bf16_breakout_short"] == "ppo_atari.py · BreakoutNoFrameskip-v4 · 1M\nfp32 vs bf16, 2 vs 2 seeds:\nsame"
-    assert titles["paac_vs_sb3_breakout_2000000/ours_vs_sb3"] == ("a2c_paac.py · BreakoutNoFrameskip-v4 · 2M\nours vs sb3, "
-                                                                 "2 vs 2 seeds:\ndiffer: final means outside the seed spread")
+    assert titles["paac_vs_sb3_breakout_2000000/ours_vs_sb3"] == (
+        "a2c_paac.py · BreakoutNoFrameskip-v4 · 2M\nours vs sb3, 2 vs 2 seeds:\ndiffer: final means outside the seed spread"
+    )
     # the published final number only where one exists at the runs' budget: CleanRL's 1M Walker2d and 10M Breakout
     # (our run alone, report.py's), not beside the 1M Breakout runs
     marks = {os.path.basename(os.path.dirname(panel["path"])): panel["published"] for panel in drawn}
     walker = [name for name in marks if "walker2d" in name]
     assert len(walker) == 2 and all(marks[name] == (1e6, 2287.95, 571.78) for name in walker)
     assert marks["ppo_atari_breakout_10m_2026-11-30"] == (1e7, 414.66, 28.09)
-    assert titles["ppo_atari_breakout_10m_2026-11-30"] == \
-        "ppo_atari.py · BreakoutNoFrameskip-v4 · 10M\nours, 3 seeds:\nwithin the published mean ± std"
+    assert (
+        titles["ppo_atari_breakout_10m_2026-11-30"]
+        == "ppo_atari.py · BreakoutNoFrameskip-v4 · 10M\nours, 3 seeds:\nwithin the published mean ± std"
+    )
     marked = [*walker, "ppo_atari_breakout_10m_2026-11-30"]
     assert all(mark is None for name, mark in marks.items() if name not in marked)
 
@@ -72,23 +77,28 @@ def test_compare_writes_curves_csv_and_its_report_rebuilds_it(tmp_path):
         values = STEPS / 1000 + np.random.default_rng(seed).normal(0, 1, len(STEPS)) + np.where(STEPS > 8000, shift, 0)
         return values.reshape(10, 10).mean(1)
 
-    expected = {"ours": np.array([seed_means(s, 0.0) for s in (1, 2, 3)]),
-                "cleanrl": np.array([seed_means(s, 5.0) for s in (5, 6)])}
+    expected = {
+        "ours": np.array([seed_means(s, 0.0) for s in (1, 2, 3)]),
+        "cleanrl": np.array([seed_means(s, 5.0) for s in (5, 6)]),
+    }
     for r in live:
         seeds = expected[r["group"]][:, int(r["window"]) - 1]
         np.testing.assert_allclose([float(v) for v in r["per_seed"].split()], seeds, rtol=1e-6)  # logged as float32
-        np.testing.assert_allclose([float(r[k]) for k in ("mean", "min", "max")],
-                                   [seeds.mean(), seeds.min(), seeds.max()], rtol=1e-6)
+        np.testing.assert_allclose(
+            [float(r[k]) for k in ("mean", "min", "max")], [seeds.mean(), seeds.min(), seeds.max()], rtol=1e-6
+        )
         assert r["seeds"] == str(len(seeds)) and r["verdict"] == verdicts["charts/episodic_return"]
 
     # the report's tables (four digits, no per-seed values) give the same rows
     rebuilt = summary.curves_from_report(str(out))
     assert len(rebuilt) == len(read_rows(out / "curves.csv")) == 2 * 10 * len(TAGS)
     for old, new in zip(read_rows(out / "curves.csv"), rebuilt):
-        assert {k: str(new[k]) for k in old if k not in ("mean", "min", "max", "per_seed")} == \
-               {k: v for k, v in old.items() if k not in ("mean", "min", "max", "per_seed")}
-        np.testing.assert_allclose([float(new[k]) for k in ("mean", "min", "max")],
-                                   [float(old[k]) for k in ("mean", "min", "max")], rtol=5e-4)
+        assert {k: str(new[k]) for k in old if k not in ("mean", "min", "max", "per_seed")} == {
+            k: v for k, v in old.items() if k not in ("mean", "min", "max", "per_seed")
+        }
+        np.testing.assert_allclose(
+            [float(new[k]) for k in ("mean", "min", "max")], [float(old[k]) for k in ("mean", "min", "max")], rtol=5e-4
+        )
         assert new["per_seed"] == ""
 
 
@@ -108,15 +118,18 @@ def malformed(rows, case):
     return ret
 
 
-@pytest.mark.parametrize("case, message", [
-    ("not a number", "a charts/episodic_return row holds a value that is not a number"),
-    ("three groups", "holds 3 groups of charts/episodic_return rows (ours, cleanrl, third), not 1 or 2"),
-    ("min above mean", "a charts/episodic_return row is not min <= mean <= max over its seeds"),
-    ("a window missing", "the charts/episodic_return windows are not 1..n (n >= 2) with one row per group"),
-    ("no return rows", "holds 0 groups of charts/episodic_return rows (none), not 1 or 2"),
-    ("no max column", "has no 'max' column"),
-    ("not a CSV", "cannot be read ('utf-8' codec can't decode byte 0x89"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("not a number", "a charts/episodic_return row holds a value that is not a number"),
+        ("three groups", "holds 3 groups of charts/episodic_return rows (ours, cleanrl, third), not 1 or 2"),
+        ("min above mean", "a charts/episodic_return row is not min <= mean <= max over its seeds"),
+        ("a window missing", "the charts/episodic_return windows are not 1..n (n >= 2) with one row per group"),
+        ("no return rows", "holds 0 groups of charts/episodic_return rows (none), not 1 or 2"),
+        ("no max column", "has no 'max' column"),
+        ("not a CSV", "cannot be read ('utf-8' codec can't decode byte 0x89"),
+    ],
+)
 def test_a_malformed_curves_csv_is_refused_in_one_line(tmp_path, capsys, case, message):
     source = os.path.join(RESULTS, "vs_cleanrl_ppo_atari_breakout_1m_2026-11-24", "curves.csv")
     bad = tmp_path / "results" / "pair" / "curves.csv"
@@ -133,15 +146,17 @@ def test_a_malformed_curves_csv_is_refused_in_one_line(tmp_path, capsys, case, m
     assert summary.main(["--results", str(tmp_path / "results")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"summary.py: error: {os.path.relpath(bad)}")
-    assert message in err and err.endswith("write it with benchmark/compare.py, or rebuild it from its report with "
-                                           "--from-report\n")
+    assert message in err and err.endswith(
+        "write it with benchmark/compare.py, or rebuild it from its report with --from-report\n"
+    )
     assert not (tmp_path / "results" / "summary.png").exists()
 
 
 def test_nothing_to_draw_or_no_report_is_one_line(tmp_path, capsys):
     assert summary.main(["--results", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == (f"summary.py: error: no curves.csv under {tmp_path}; run benchmark/compare.py, or "
-                                       "give --from-report DIR\n")
+    assert capsys.readouterr().err == (
+        f"summary.py: error: no curves.csv under {tmp_path}; run benchmark/compare.py, or give --from-report DIR\n"
+    )
     assert summary.main(["--results", str(tmp_path), "--from-report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"summary.py: error: --from-report {tmp_path}: cannot read ") and err.count("\n") == 1
@@ -156,12 +171,15 @@ def test_readme_shows_the_figure_near_the_top_and_its_links_exist():
     assert [link for link in links if not os.path.exists(os.path.join(ROOT, link))] == []
 
 
-@pytest.mark.parametrize("out, message", [
-    ("fig", "--out fig is a folder; give the figure's file, e.g. fig/summary.png\n"),  # it drew into fig.png
-    ("summary.foo", "--out summary.foo: matplotlib cannot write .foo; end it in one of .avif, .eps, "),
-    ("summary", "--out summary: no extension; end it in one of .avif, .eps, "),
-    ("/proc/summary.png", "--out /proc/summary.png: its folder cannot be written to ("),  # none can create a file there
-])
+@pytest.mark.parametrize(
+    "out, message",
+    [
+        ("fig", "--out fig is a folder; give the figure's file, e.g. fig/summary.png\n"),  # it drew into fig.png
+        ("summary.foo", "--out summary.foo: matplotlib cannot write .foo; end it in one of .avif, .eps, "),
+        ("summary", "--out summary: no extension; end it in one of .avif, .eps, "),
+        ("/proc/summary.png", "--out /proc/summary.png: its folder cannot be written to ("),  # none can create a file there
+    ],
+)
 def test_an_out_that_cannot_take_the_figure_is_one_line_before_anything_is_drawn(tmp_path, capsys, out, message):
     os.makedirs("fig")
     assert summary.main(["--out", out]) == 2

@@ -15,13 +15,26 @@ import pytest
 import test_ppo_continuous_action as parent
 import torch
 import torch.nn as nn
-from hacks import CRITIC_LR, assert_added_layer_trains, assert_cleanrl_update_trains, assert_every_group_annealed, recorded_rates
+from hacks import (
+    CRITIC_LR,
+    assert_added_layer_trains,
+    assert_cleanrl_update_trains,
+    assert_every_group_annealed,
+    recorded_rates,
+)
 from processes import run_cli
-from test_ppo import (PPO_BAD_INPUT, assert_checkpoint_evaluates, assert_cli_error_is_one_line, assert_envs_of_another_version_refused,
-                      assert_foreign_and_corrupt_checkpoints_rejected, assert_memory_checked,
-                      assert_nonfinite_stops_and_keeps_the_last_checkpoint, assert_stopped_in_one_line,
-                      assert_rejected_before_training,
-                      read_scalars)
+from test_ppo import (
+    PPO_BAD_INPUT,
+    assert_checkpoint_evaluates,
+    assert_cli_error_is_one_line,
+    assert_envs_of_another_version_refused,
+    assert_foreign_and_corrupt_checkpoints_rejected,
+    assert_memory_checked,
+    assert_nonfinite_stops_and_keeps_the_last_checkpoint,
+    assert_rejected_before_training,
+    assert_stopped_in_one_line,
+    read_scalars,
+)
 
 import ppo_continuous_action as pca
 import trpo_continuous_action as trpo
@@ -29,8 +42,20 @@ import trpo_continuous_action as trpo
 
 def tiny(**kw):
     """A few iterations of a small rollout on a real MuJoCo env: fast, but every code path runs."""
-    return trpo.Args(**{**dict(env_id="Hopper-v4", cuda=False, num_envs=2, num_steps=32, num_minibatches=2, update_epochs=2,
-                               total_timesteps=2 * 32 * 3), **kw})
+    return trpo.Args(
+        **{
+            **dict(
+                env_id="Hopper-v4",
+                cuda=False,
+                num_envs=2,
+                num_steps=32,
+                num_minibatches=2,
+                update_epochs=2,
+                total_timesteps=2 * 32 * 3,
+            ),
+            **kw,
+        }
+    )
 
 
 @pytest.fixture
@@ -124,8 +149,10 @@ def test_conjugate_gradient_solves_the_fisher_system():
     # fewer iterations than the dimension leave a residual; none at all is x = 0; a zero right side is x = 0 (no 0 / 0)
     assert torch.linalg.norm(trpo.conjugate_gradient(lambda v: F @ v, g, 3) - exact) > 1e-3 * torch.linalg.norm(exact)
     assert torch.equal(trpo.conjugate_gradient(lambda v: F @ v, g, 0), torch.zeros(28, dtype=torch.float64))
-    assert torch.equal(trpo.conjugate_gradient(lambda v: F @ v, torch.zeros(28, dtype=torch.float64), 10),
-                       torch.zeros(28, dtype=torch.float64))
+    assert torch.equal(
+        trpo.conjugate_gradient(lambda v: F @ v, torch.zeros(28, dtype=torch.float64), 10),
+        torch.zeros(28, dtype=torch.float64),
+    )
 
 
 def small_batch(agent, n=400, seed=0):
@@ -177,7 +204,9 @@ def test_accepted_step_is_the_first_halving_within_the_bound_that_improves(seed,
     losses, first = trpo.trpo_step(agent, b, args, max_kl)
     k = losses["backtracks"]
     assert first["ratio_max_dev"] < 1e-12 and (k > 0) == backtracked and k >= 0
-    torch.testing.assert_close(torch.cat([p.detach().reshape(-1) for p in params]) - theta, full * 0.5**k, rtol=1e-6, atol=1e-9)
+    torch.testing.assert_close(
+        torch.cat([p.detach().reshape(-1) for p in params]) - theta, full * 0.5**k, rtol=1e-6, atol=1e-9
+    )
     after, kl = surrogate_and_kl(agent, b, old)
     assert kl <= max_kl and losses["kl"] == pytest.approx(kl, rel=1e-9) and losses["kl_bound"] == max_kl
     assert after - before == pytest.approx(losses["surrogate_improvement"], rel=1e-9)
@@ -237,7 +266,9 @@ def test_kl_schedule_and_every_step_within_its_bound(final):
     np.testing.assert_allclose(read_scalars(out["run_dir"], "losses/kl_bound"), bounds, rtol=1e-6)
     for losses in out["losses"]:
         assert losses["backtracks"] >= 0 and 0 < losses["kl"] <= losses["kl_bound"] and losses["surrogate_improvement"] > 0
-        assert losses["mean_kl"] == pytest.approx(losses["kl"], rel=1e-5)  # Figure 2's KL is the step's: the critic's leaves it
+        assert losses["mean_kl"] == pytest.approx(
+            losses["kl"], rel=1e-5
+        )  # Figure 2's KL is the step's: the critic's leaves it
     for tag in ("kl", "backtracks", "surrogate_improvement", "max_ratio", "mean_kl", "max_kl", "value_loss", "policy_loss"):
         assert len(read_scalars(out["run_dir"], f"losses/{tag}")) == 4, tag
 
@@ -245,8 +276,10 @@ def test_kl_schedule_and_every_step_within_its_bound(final):
 def test_rollout_and_first_batch_are_ppo_continuous_actions():
     """With the same code-level settings and seed, the two scripts' first rollouts are the same numbers."""
     batches, shared = {}, dict(env_id="Hopper-v4", cuda=False, num_envs=2, num_steps=32, total_timesteps=64)
-    for mod, args in ((pca, pca.Args(**shared, anneal_lr=False, clip_obs=math.inf, reward_scaling="none", ortho_init=False)),
-                      (trpo, trpo.Args(**shared))):
+    for mod, args in (
+        (pca, pca.Args(**shared, anneal_lr=False, clip_obs=math.inf, reward_scaling="none", ortho_init=False)),
+        (trpo, trpo.Args(**shared)),
+    ):
         real = mod.update
         mod.update = lambda *a, mod=mod, real=real: batches.setdefault(mod, a[2]) and real(*a)
         try:
@@ -259,18 +292,49 @@ def test_rollout_and_first_batch_are_ppo_continuous_actions():
 
 def test_defaults_are_the_papers_trpo_and_the_docstring_gives_trpo_plus():
     args = trpo.Args()
-    table4_trpo = dict(num_steps=2048, num_envs=1, gamma=0.99, gae_lambda=0.95, learning_rate=3e-4, value_lr=None,
-                       update_epochs=10, max_kl=0.04, max_kl_final=None, fisher_frac=0.1, cg_steps=10, cg_damping=0.1,
-                       backtrack_steps=10, ent_coef=0.0, reward_scaling="none", clip_obs=math.inf, norm_obs=True,
-                       ortho_init=False, anneal_lr=False, clip_vloss=False, max_grad_norm=math.inf, num_minibatches=32)
+    table4_trpo = dict(
+        num_steps=2048,
+        num_envs=1,
+        gamma=0.99,
+        gae_lambda=0.95,
+        learning_rate=3e-4,
+        value_lr=None,
+        update_epochs=10,
+        max_kl=0.04,
+        max_kl_final=None,
+        fisher_frac=0.1,
+        cg_steps=10,
+        cg_damping=0.1,
+        backtrack_steps=10,
+        ent_coef=0.0,
+        reward_scaling="none",
+        clip_obs=math.inf,
+        norm_obs=True,
+        ortho_init=False,
+        anneal_lr=False,
+        clip_vloss=False,
+        max_grad_norm=math.inf,
+        num_minibatches=32,
+    )
     assert {k: getattr(args, k) for k in table4_trpo} == table4_trpo and args.accept_ratio == 0.1
     import shlex
 
     import tyro
+
     command = trpo.__doc__.split("python trpo_continuous_action.py --env-id Walker2d-v4 ")[1].split("\nTable 4")[0]
     plus = tyro.cli(trpo.Args, args=shlex.split(command))
-    walker_trpo_plus = dict(max_kl=0.07, max_kl_final=None, value_lr=1e-4, reward_scaling="returns", clip_reward=10.0,
-                            clip_obs=10.0, ortho_init=True, anneal_lr=False, clip_vloss=False, max_grad_norm=math.inf)
+    walker_trpo_plus = dict(
+        max_kl=0.07,
+        max_kl_final=None,
+        value_lr=1e-4,
+        reward_scaling="returns",
+        clip_reward=10.0,
+        clip_obs=10.0,
+        ortho_init=True,
+        anneal_lr=False,
+        clip_vloss=False,
+        max_grad_norm=math.inf,
+    )
     assert {k: getattr(plus, k) for k in walker_trpo_plus} == walker_trpo_plus
 
 
@@ -337,21 +401,29 @@ def test_checkpoint_evaluates_and_foreign_ones_are_refused():
 # ---- bad input -----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kw, message", [
-    ({"env_id": "NoSuchEnv-v9"}, "unknown env id"),
-    ({"env_id": "CartPole-v1"}, "Box only"),
-    ({"max_kl": 0.0}, "--max-kl must be a finite number > 0, got 0.0"),
-    ({"max_kl_final": math.inf}, "--max-kl-final must be a finite number > 0, got inf"),
-    ({"fisher_frac": 1.5}, "--fisher-frac must be a finite number > 0 and <= 1, got 1.5"),
-    ({"cg_steps": 0}, "--cg-steps must be a finite number >= 1, got 0"),
-    ({"accept_ratio": -0.1}, "--accept-ratio must be a finite number >= 0 and <= 1, got -0.1"),
-] + PPO_BAD_INPUT)
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"env_id": "NoSuchEnv-v9"}, "unknown env id"),
+        ({"env_id": "CartPole-v1"}, "Box only"),
+        ({"max_kl": 0.0}, "--max-kl must be a finite number > 0, got 0.0"),
+        ({"max_kl_final": math.inf}, "--max-kl-final must be a finite number > 0, got inf"),
+        ({"fisher_frac": 1.5}, "--fisher-frac must be a finite number > 0 and <= 1, got 1.5"),
+        ({"cg_steps": 0}, "--cg-steps must be a finite number >= 1, got 0"),
+        ({"accept_ratio": -0.1}, "--accept-ratio must be a finite number >= 0 and <= 1, got -0.1"),
+    ]
+    + PPO_BAD_INPUT,
+)
 def test_bad_input_rejected_before_training(kw, message):
     assert_rejected_before_training(trpo, tiny(**kw), message)
 
 
-BAD_VALUES = [(name, v) for names, low, high, closed in trpo.RANGES for name in names.split()
-              for v in [low - 1 if closed else low, math.nan] + ([high + 1] if high < math.inf else [])]
+BAD_VALUES = [
+    (name, v)
+    for names, low, high, closed in trpo.RANGES
+    for name in names.split()
+    for v in [low - 1 if closed else low, math.nan] + ([high + 1] if high < math.inf else [])
+]
 
 
 @pytest.mark.parametrize("name, value", BAD_VALUES)
@@ -364,8 +436,11 @@ def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
 
 
 def test_cli_error_is_one_line_and_help_names_the_flags():
-    assert_cli_error_is_one_line("trpo_continuous_action.py", ["--max-kl", "0", "--no-cuda"],
-                                 "trpo_continuous_action.py: error: --max-kl must be a finite number > 0, got 0.0")
+    assert_cli_error_is_one_line(
+        "trpo_continuous_action.py",
+        ["--max-kl", "0", "--no-cuda"],
+        "trpo_continuous_action.py: error: --max-kl must be a finite number > 0, got 0.0",
+    )
     code, printed, _ = run_cli("trpo_continuous_action.py", ["--help"])
     assert code == 0 and "delta, the bound on the mean KL" in printed and "--max-kl-final" in printed
     assert os.listdir(".") == []
@@ -379,17 +454,45 @@ def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(monkeypatch
 def test_the_issues_diverging_run_stops_in_one_line_and_keeps_its_last_finite_checkpoint():
     """Issue 51.1's command: every value in range, steps with a KL in the hundreds, the policy's std overflowed and
     from iteration 7 the losses were nan; the run exited 0 with that policy saved, and it evaluated."""
-    code, _, stderr = run_cli("trpo_continuous_action.py", [
-        "--no-cuda", "--env-id", "Hopper-v4", "--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "1",
-        "--total-timesteps", "640", "--max-kl", "1e9", "--cg-damping", "0", "--accept-ratio", "0", "--cg-steps", "1",
-        "--save-model", "--save-every", "1"], timeout=120)
+    code, _, stderr = run_cli(
+        "trpo_continuous_action.py",
+        [
+            "--no-cuda",
+            "--env-id",
+            "Hopper-v4",
+            "--num-steps",
+            "64",
+            "--num-minibatches",
+            "2",
+            "--update-epochs",
+            "1",
+            "--total-timesteps",
+            "640",
+            "--max-kl",
+            "1e9",
+            "--cg-damping",
+            "0",
+            "--accept-ratio",
+            "0",
+            "--cg-steps",
+            "1",
+            "--save-model",
+            "--save-every",
+            "1",
+        ],
+        timeout=120,
+    )
     (path,) = glob.glob("runs/*/checkpoint.pt")
     assert code == 1 and "Traceback" not in stderr, stderr[-2000:]
     (line,) = [line for line in stderr.splitlines() if line.startswith("trpo_continuous_action.py")]
-    stopped = int(re.fullmatch(
-        rf"trpo_continuous_action.py: error: iteration (\d+): the policy loss is nan; the last finite checkpoint is {path} "
-        r"\(iteration (\d+)\); likely too high a --max-kl or too low a --cg-damping or --accept-ratio \(or the critic's "
-        r"--learning-rate too high\)", line)[1])
+    stopped = int(
+        re.fullmatch(
+            rf"trpo_continuous_action.py: error: iteration (\d+): the policy loss is nan; the last finite checkpoint is "
+            rf"{path} \(iteration (\d+)\); likely too high a --max-kl or too low a --cg-damping or --accept-ratio "
+            r"\(or the critic's --learning-rate too high\)",
+            line,
+        )[1]
+    )
     assert 1 < stopped < 10 and torch.load(path, weights_only=False)["iteration"] == stopped - 1
     assert len(trpo.evaluate(path, eval_episodes=1)) == 1  # the kept checkpoint is finite
 
@@ -398,9 +501,15 @@ def test_a_line_search_that_takes_no_step_for_10_iterations_says_so_once(capsys)
     """Issue 51.1: with --max-kl 1e9 alone no step was ever taken, and nothing said so. The run goes on."""
     out = trpo.train(tiny(num_envs=1, num_steps=64, total_timesteps=64 * 12, max_kl=1e9))
     assert [losses["backtracks"] for losses in out["losses"]] == [-1] * 12
-    assert capsys.readouterr().err.splitlines().count(
-        "trpo_continuous_action.py: the line search has taken no step for 10 iterations in a row (1-10): the policy is "
-        "not learning; likely too high a --max-kl or --accept-ratio") == 1
+    assert (
+        capsys.readouterr()
+        .err.splitlines()
+        .count(
+            "trpo_continuous_action.py: the line search has taken no step for 10 iterations in a row (1-10): the policy is "
+            "not learning; likely too high a --max-kl or --accept-ratio"
+        )
+        == 1
+    )
 
 
 def test_ctrl_c_is_one_line_naming_the_checkpoint_and_how_to_resume():
@@ -411,5 +520,8 @@ def test_ctrl_c_is_one_line_naming_the_checkpoint_and_how_to_resume():
 
 def test_a_number_tyro_cannot_parse_is_one_line():
     """Issue 51.5: --max-kl abc was a box of 10 lines."""
-    assert_cli_error_is_one_line("trpo_continuous_action.py", ["--max-kl", "abc"], "trpo_continuous_action.py: error: "
-                                 "Error parsing --max-kl: could not convert string to float: 'abc'")
+    assert_cli_error_is_one_line(
+        "trpo_continuous_action.py",
+        ["--max-kl", "abc"],
+        "trpo_continuous_action.py: error: Error parsing --max-kl: could not convert string to float: 'abc'",
+    )
