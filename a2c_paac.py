@@ -52,7 +52,7 @@ import torch.nn as nn
 
 gym.register_envs(ale_py)
 
-SCRIPT = "a2c_paac.py"
+SCRIPT = os.path.basename(__file__)  # this file's name: a copy runs, logs and checkpoints as itself
 
 
 @dataclass
@@ -282,6 +282,12 @@ class Agent(nn.Module):
         return action, logprob, -(logp.exp() * logp).sum(-1), self.critic(hidden).squeeze(-1)
 
 
+def make_agent(args, observation_space, action_space):
+    """The Agent of a run with these args (a checkpoint's, in evaluate()) and spaces: train() and evaluate() both build
+    it here, so a new constructor argument (a new flag's value, say) is given once and evaluates as it trained."""
+    return Agent(action_space.n, args.arch, args.channels_last, args.bf16)
+
+
 class TFRMSprop(torch.optim.Optimizer):
     """Detail 6, TF's RMSProp: ms <- decay ms + (1 - decay) g^2, from ms = 1; theta <- theta - lr g / sqrt(ms + eps)."""
 
@@ -384,7 +390,7 @@ def train(args: Args, given=None):
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
     with contextlib.closing(ParallelEnvs(args, run_name, ckpt and ckpt["envs"])) as envs:  # closed however it ends
-        agent = Agent(envs.single_action_space.n, args.arch, args.channels_last, args.bf16).to(device)
+        agent = make_agent(args, envs.single_observation_space, envs.single_action_space).to(device)
         optimizer = TFRMSprop(agent.parameters(), lr=args.learning_rate, decay=args.rmsprop_decay, eps=args.rmsprop_eps)
         T, N, obs_shape = args.num_steps, args.num_envs, envs.single_observation_space.shape
         # what the envs return is stored in numpy (cheap per-step writes), what the agent returns in torch
@@ -474,7 +480,8 @@ def train(args: Args, given=None):
             history["first_minibatch"].append(first)
             history["losses"].append(losses)
             history["learning_rate"].append(optimizer.param_groups[0]["lr"])
-            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            for i, group in enumerate(optimizer.param_groups):  # one tag a group: group 0 as CleanRL logs it
+                writer.add_scalar("charts/learning_rate" + (f"_group{i}" if i else ""), group["lr"], global_step)
             for k, v in losses.items():
                 writer.add_scalar(f"losses/{k}", v, global_step)
             elapsed = time.time() - start_time
@@ -664,9 +671,25 @@ def load_checkpoint(path, args=None, given=None):
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:
         raise ConfigError(f"checkpoint {path!r} could not be read ({type(e).__name__}: {e})") from None
-    owner = ckpt.get("script") if isinstance(ckpt, dict) else None  # and another version's args do not fit Args
-    if owner != SCRIPT or not isinstance(ckpt.get("args"), dict) or set(ckpt["args"]) - set(asdict(Args())):
-        raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not by this {SCRIPT}")
+    # a checkpoint is read by the file of the name that wrote it: a copy's by the copy, the original's by the original
+    owner = ckpt.get("script") if isinstance(ckpt, dict) else None
+    if owner != SCRIPT:
+        raise ConfigError(
+            f"checkpoint {path!r} was written by {owner or 'something else'}, not by {SCRIPT}"
+            + (f"; read it with {owner}" if isinstance(owner, str) else "")
+        )
+    stored = ckpt.get("args")  # another version's flags do not fit Args
+    unknown = sorted(set(stored) - set(asdict(Args()))) if isinstance(stored, dict) else None
+    if unknown != []:
+        raise ConfigError(
+            f"checkpoint {path!r} was written by another version of {SCRIPT} "
+            + (
+                f"(flags this one lacks: {', '.join('--' + k.replace('_', '-') for k in unknown[:3])})"
+                if unknown
+                else "(no flags)"
+            )
+            + "; read it with the version that wrote it"
+        )
     if any(torch.is_tensor(v) and v.is_floating_point() and not v.isfinite().all() for v in ckpt.get("model", {}).values()):
         raise ConfigError(
             f"checkpoint {path!r} holds non-finite weights (nan or inf), which neither train nor evaluate; "
@@ -718,7 +741,7 @@ def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
     ckpt, args = load_checkpoint(checkpoint_path)
     check_args(Args(env_id=args.env_id, eval_episodes=eval_episodes, seed=seed))
     env = make_env(args.env_id)
-    agent = Agent(env.action_space.n, args.arch, args.channels_last, args.bf16).to(device)
+    agent = make_agent(args, env.observation_space, env.action_space).to(device)
     agent.load_state_dict(ckpt["model"])
     returns, (obs, _), episode_return = [], env.reset(seed=seed), 0.0
     with torch.random.fork_rng(), torch.inference_mode():

@@ -53,13 +53,13 @@ import torch
 import torch.multiprocessing as mp
 import torch.nn as nn
 
-SCRIPT = "impala_vtrace.py"
+SCRIPT = os.path.basename(__file__)  # this file's name: a copy runs, logs and checkpoints as itself
 gym.register_envs(ale_py)  # a no-op: importing ale_py registers the ALE ids; this names where they come from
 
 
 @dataclass
 class Args:
-    exp_name: str = "impala_vtrace"  # the name of this experiment (the first part of the run name)
+    exp_name: str = SCRIPT.removesuffix(".py")  # the name of this experiment (the first part of the run name)
     seed: int = 1  # seed of python, numpy, torch and the environments
     torch_deterministic: bool = True  # if toggled, sets `torch.backends.cudnn.deterministic=True`
     cuda: bool = True  # run the learner on CUDA when available (falls back to CPU with a notice); actors stay on CPU
@@ -217,6 +217,12 @@ class Agent(nn.Module):
             action = (logp.exp().cumsum(-1) < torch.rand_like(logp[..., :1])).sum(-1).clamp(max=logp.shape[-1] - 1)
         logprob = logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
         return action, logprob, -(logp.exp() * logp).sum(-1), self.critic(hidden).squeeze(-1)
+
+
+def make_agent(args, observation_space, action_space):
+    """The Agent of a run with these args (a checkpoint's, in evaluate()) and spaces: train() and evaluate() both build
+    it here, so a new constructor argument (a new flag's value, say) is given once and evaluates as it trained."""
+    return Agent(action_space.n, args.deep, args.channels_last, args.bf16)
 
 
 def vtrace(behaviour_logprobs, target_logprobs, rewards, values, bootstrap_value, discounts, rho_bar=1.0, c_bar=1.0):
@@ -396,7 +402,9 @@ def train(args: Args, given=None):
         print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
-    agent = Agent(gym.make(args.env_id).action_space.n, args.deep, args.channels_last, args.bf16).to(device)
+    probe = make_env(args.env_id)  # the spaces of the envs the actors step
+    agent = make_agent(args, probe.observation_space, probe.action_space).to(device)
+    probe.close()
     optimizer = torch.optim.RMSprop(
         agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha, eps=args.rmsprop_eps, momentum=0.0
     )  # detail 6: epsilon 0.01, no momentum
@@ -479,7 +487,8 @@ def train(args: Args, given=None):
             history["losses"].append(losses)
             history["learning_rate"].append(optimizer.param_groups[0]["lr"])
             history["policy_lag"].append(lag)
-            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            for i, group in enumerate(optimizer.param_groups):  # one tag a group: group 0 as CleanRL logs it
+                writer.add_scalar("charts/learning_rate" + (f"_group{i}" if i else ""), group["lr"], global_step)
             writer.add_scalar("charts/policy_lag", lag, global_step)
             for k, v in losses.items():
                 writer.add_scalar(f"losses/{k}", v, global_step)
@@ -683,9 +692,25 @@ def load_checkpoint(path, args=None, given=None):
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:
         raise ConfigError(f"checkpoint {path!r} could not be read ({type(e).__name__}: {e})") from None
-    owner = ckpt.get("script") if isinstance(ckpt, dict) else None  # and another version's args do not fit Args
-    if owner != SCRIPT or not isinstance(ckpt.get("args"), dict) or set(ckpt["args"]) - set(asdict(Args())):
-        raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not by this {SCRIPT}")
+    # a checkpoint is read by the file of the name that wrote it: a copy's by the copy, the original's by the original
+    owner = ckpt.get("script") if isinstance(ckpt, dict) else None
+    if owner != SCRIPT:
+        raise ConfigError(
+            f"checkpoint {path!r} was written by {owner or 'something else'}, not by {SCRIPT}"
+            + (f"; read it with {owner}" if isinstance(owner, str) else "")
+        )
+    stored = ckpt.get("args")  # another version's flags do not fit Args
+    unknown = sorted(set(stored) - set(asdict(Args()))) if isinstance(stored, dict) else None
+    if unknown != []:
+        raise ConfigError(
+            f"checkpoint {path!r} was written by another version of {SCRIPT} "
+            + (
+                f"(flags this one lacks: {', '.join('--' + k.replace('_', '-') for k in unknown[:3])})"
+                if unknown
+                else "(no flags)"
+            )
+            + "; read it with the version that wrote it"
+        )
     if any(torch.is_tensor(v) and v.is_floating_point() and not v.isfinite().all() for v in ckpt.get("model", {}).values()):
         raise ConfigError(
             f"checkpoint {path!r} holds non-finite weights (nan or inf), which neither train nor evaluate; "
@@ -735,7 +760,7 @@ def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
     ckpt, args = load_checkpoint(checkpoint_path)
     check_args(Args(env_id=args.env_id, eval_episodes=eval_episodes, seed=seed))
     env = make_env(args.env_id, episodic_life=False)
-    agent = Agent(env.action_space.n, args.deep, args.channels_last, args.bf16).to(device)
+    agent = make_agent(args, env.observation_space, env.action_space).to(device)
     agent.load_state_dict(ckpt["model"])
     returns, (obs, _), episode_return = [], env.reset(seed=seed), 0.0
     with torch.random.fork_rng(), torch.inference_mode():

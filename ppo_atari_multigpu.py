@@ -57,7 +57,7 @@ import torch.distributed as dist
 import torch.distributed.nn  # noqa: F401 (before the process group: a later import holds it past destroy_process_group)
 import torch.nn as nn
 
-SCRIPT = "ppo_atari_multigpu.py"
+SCRIPT = os.path.basename(__file__)  # this file's name: a copy runs, logs and checkpoints as itself
 
 
 @dataclass
@@ -241,6 +241,12 @@ class Agent(nn.Module):
             action = (logp.exp().cumsum(-1) < torch.rand_like(logp[..., :1])).sum(-1).clamp(max=logp.shape[-1] - 1)
         logprob = logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
         return action, logprob, -(logp.exp() * logp).sum(-1), self.critic(hidden).squeeze(-1)
+
+
+def make_agent(args, observation_space, action_space):
+    """The Agent of a run with these args (a checkpoint's, in evaluate()) and spaces: train() and evaluate() both build
+    it here, so a new constructor argument (a new flag's value, say) is given once and evaluates as it trained."""
+    return Agent(observation_space.shape[0], action_space.n, args.channels_last, args.bf16)
 
 
 def compute_gae(rewards, values, dones, next_value, gamma, gae_lambda):
@@ -443,7 +449,7 @@ def train(args: Args, given=None):
 
     envs = make_envs(args, run_name, rank)
     obs_shape = envs.single_observation_space.shape
-    agent = Agent(obs_shape[0], envs.single_action_space.n, args.channels_last, args.bf16).to(device)
+    agent = make_agent(args, envs.single_observation_space, envs.single_action_space).to(device)
     # detail 3: eps 1e-5; fused: the same Adam in one kernel per step, on CPU and CUDA
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 
@@ -557,7 +563,8 @@ def train(args: Args, given=None):
         history["first_minibatch"].append(first)
         history["losses"].append(losses)
         history["learning_rate"].append(optimizer.param_groups[0]["lr"])
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        for i, group in enumerate(optimizer.param_groups):  # one tag a group: group 0 as CleanRL logs it
+            writer.add_scalar("charts/learning_rate" + (f"_group{i}" if i else ""), group["lr"], global_step)
         for k, v in losses.items():
             writer.add_scalar(f"losses/{k}", v, global_step)
         sps = int((global_step - start_step) / (time.time() - start_time))
@@ -774,9 +781,25 @@ def load_checkpoint(path, args=None, given=None):
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:
         raise ConfigError(f"checkpoint {path!r} could not be read ({type(e).__name__}: {e})") from None
-    owner = ckpt.get("script") if isinstance(ckpt, dict) else None  # and another version's args do not fit Args
-    if owner != SCRIPT or not isinstance(ckpt.get("args"), dict) or set(ckpt["args"]) - set(asdict(Args())):
-        raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not by this {SCRIPT}")
+    # a checkpoint is read by the file of the name that wrote it: a copy's by the copy, the original's by the original
+    owner = ckpt.get("script") if isinstance(ckpt, dict) else None
+    if owner != SCRIPT:
+        raise ConfigError(
+            f"checkpoint {path!r} was written by {owner or 'something else'}, not by {SCRIPT}"
+            + (f"; read it with {owner}" if isinstance(owner, str) else "")
+        )
+    stored = ckpt.get("args")  # another version's flags do not fit Args
+    unknown = sorted(set(stored) - set(asdict(Args()))) if isinstance(stored, dict) else None
+    if unknown != []:
+        raise ConfigError(
+            f"checkpoint {path!r} was written by another version of {SCRIPT} "
+            + (
+                f"(flags this one lacks: {', '.join('--' + k.replace('_', '-') for k in unknown[:3])})"
+                if unknown
+                else "(no flags)"
+            )
+            + "; read it with the version that wrote it"
+        )
     if any(torch.is_tensor(v) and v.is_floating_point() and not v.isfinite().all() for v in ckpt.get("model", {}).values()):
         raise ConfigError(
             f"checkpoint {path!r} holds non-finite weights (nan or inf), which neither train nor evaluate; "
@@ -826,7 +849,7 @@ def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
     ckpt, args = load_checkpoint(checkpoint_path)
     check_args(Args(env_id=args.env_id, eval_episodes=eval_episodes, seed=seed))
     env = make_env(args.env_id)
-    agent = Agent(env.observation_space.shape[0], env.action_space.n, args.channels_last, args.bf16).to(device)
+    agent = make_agent(args, env.observation_space, env.action_space).to(device)
     agent.load_state_dict(ckpt["model"])
     returns, (obs, _) = [], env.reset(seed=seed)
     with torch.random.fork_rng(), torch.inference_mode():

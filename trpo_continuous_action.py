@@ -92,7 +92,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-SCRIPT = "trpo_continuous_action.py"
+SCRIPT = os.path.basename(__file__)  # this file's name: a copy runs, logs and checkpoints as itself
 
 
 @dataclass
@@ -273,6 +273,12 @@ class Agent(nn.Module):
         # Normal(mean, std) written out, cheaper per step; detail C3: sums over the independent action components
         logprob = (-0.5 * ((action - mean) / logstd.exp()).square() - logstd - 0.5 * math.log(2 * math.pi)).sum(-1)
         return action, logprob, (0.5 + 0.5 * math.log(2 * math.pi) + logstd).sum(-1), self.get_value(x)
+
+
+def make_agent(args, observation_space, action_space):
+    """The Agent of a run with these args (a checkpoint's, in evaluate()) and spaces: train() and evaluate() both build
+    it here, so a new constructor argument (a new flag's value, say) is given once and evaluates as it trained."""
+    return Agent(int(np.prod(observation_space.shape)), int(np.prod(action_space.shape)), args.ortho_init)
 
 
 def compute_gae(rewards, values, dones, next_value, gamma, gae_lambda):
@@ -463,8 +469,8 @@ def train(args: Args, given=None):
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
     envs = make_envs(args, run_name)
-    obs_shape, action_shape = envs.single_observation_space.shape, envs.single_action_space.shape
-    agent = Agent(int(np.prod(obs_shape)), int(np.prod(action_shape)), args.ortho_init).to(device)
+    obs_shape = envs.single_observation_space.shape
+    agent = make_agent(args, envs.single_observation_space, envs.single_action_space).to(device)
     # detail 3: eps 1e-5; fused: the same Adam in one kernel per step, on CPU and CUDA. The critic is a param group of
     # its own, at --value-lr (seed 004's value network learning rate; by default the same rate as the policy)
     critic = {id(p) for p in agent.critic.parameters()}
@@ -813,9 +819,25 @@ def load_checkpoint(path, args=None, given=None):
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:
         raise ConfigError(f"checkpoint {path!r} could not be read ({type(e).__name__}: {e})") from None
-    owner = ckpt.get("script") if isinstance(ckpt, dict) else None  # and another version's args do not fit Args
-    if owner != SCRIPT or not isinstance(ckpt.get("args"), dict) or set(ckpt["args"]) - set(asdict(Args())):
-        raise ConfigError(f"checkpoint {path!r} was written by {owner or 'something else'}, not by this {SCRIPT}")
+    # a checkpoint is read by the file of the name that wrote it: a copy's by the copy, the original's by the original
+    owner = ckpt.get("script") if isinstance(ckpt, dict) else None
+    if owner != SCRIPT:
+        raise ConfigError(
+            f"checkpoint {path!r} was written by {owner or 'something else'}, not by {SCRIPT}"
+            + (f"; read it with {owner}" if isinstance(owner, str) else "")
+        )
+    stored = ckpt.get("args")  # another version's flags do not fit Args
+    unknown = sorted(set(stored) - set(asdict(Args()))) if isinstance(stored, dict) else None
+    if unknown != []:
+        raise ConfigError(
+            f"checkpoint {path!r} was written by another version of {SCRIPT} "
+            + (
+                f"(flags this one lacks: {', '.join('--' + k.replace('_', '-') for k in unknown[:3])})"
+                if unknown
+                else "(no flags)"
+            )
+            + "; read it with the version that wrote it"
+        )
     if any(torch.is_tensor(v) and v.is_floating_point() and not v.isfinite().all() for v in ckpt.get("model", {}).values()):
         raise ConfigError(
             f"checkpoint {path!r} holds non-finite weights (nan or inf), which neither train nor evaluate; "
@@ -868,7 +890,7 @@ def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
     env = gym.wrappers.TransformObservation(
         gym.wrappers.ClipAction(gym.make(args.env_id)), lambda obs: normalize_obs(obs, ckpt["obs_rms"], args), None
     )
-    agent = Agent(int(np.prod(env.observation_space.shape)), int(np.prod(env.action_space.shape))).to(device)
+    agent = make_agent(args, env.observation_space, env.action_space).to(device)
     agent.load_state_dict(ckpt["model"])
     returns, (obs, _), episode_return = [], env.reset(seed=seed), 0.0
     with torch.random.fork_rng(), torch.inference_mode():

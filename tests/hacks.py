@@ -17,9 +17,11 @@ compiled script, inside traced_by_dynamo (tests/test_compile.py).
 
 import contextlib
 import dataclasses
+import os
 import re
 
 import numpy as np
+import pytest
 import torch
 import torch.nn as nn
 from conftest import import_copy
@@ -178,7 +180,7 @@ def critic_group_copy(mod, tmp_path):
     """A copy of the script whose optimizer holds the critic in its own param group at CRITIC_LR, the rest at the
     script's rate (torch.optim.Adam([{"params": actor}, {"params": critic, "lr": 1e-3}], ...)); imported."""
     source = open(mod.__file__).read()
-    made = re.compile(r"(optimizer = [\w.]+\()agent\.parameters\(\)")
+    made = re.compile(r"(optimizer = [\w.]+\(\s*)agent\.parameters\(\)")
     assert len(made.findall(source)) == 1, f"{mod.__name__}: not one `optimizer = ...(agent.parameters()` to edit"
     return import_copy(made.sub(lambda m: m.group(1) + CRITIC_GROUP, source), tmp_path / f"groups_{mod.__name__}.py")
 
@@ -220,7 +222,96 @@ def assert_every_param_group_anneals(mod, args, tmp_path):
     with recorded_rates() as rates:
         out = copy.train(dataclasses.replace(args, anneal_lr=True))
     assert_every_group_annealed(rates, out["learning_rate"])
+    # issue 71: each group's rate reaches TensorBoard, one tag a group (group 0's the tag CleanRL logs)
+    logged = {tag: logged_scalars(out["run_dir"], tag) for tag in ("charts/learning_rate", "charts/learning_rate_group1")}
+    assert logged["charts/learning_rate"] == pytest.approx(out["learning_rate"], rel=1e-6)
+    assert logged["charts/learning_rate_group1"] == pytest.approx(
+        [CRITIC_LR * r / out["learning_rate"][0] for r in out["learning_rate"]], rel=1e-6
+    )
     return out
+
+
+def logged_scalars(run_dir, tag):
+    """The values a run logged under `tag` to TensorBoard, in order (None if it logged no such tag)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(run_dir, size_guidance={"scalars": 0})
+    events.Reload()
+    return [e.value for e in events.Scalars(tag)] if tag in events.Tags()["scalars"] else None
+
+
+# ---- issue 71: a copy of a file and an edited constructor, with no silent trap --------------------------------------
+
+
+def copy_args(copy, args, **changes):
+    """`args` (an Args of the original module) as the copy's own Args, with the copy's default experiment name."""
+    return copy.Args(**{**dataclasses.asdict(args), "exp_name": copy.Args().exp_name, **changes})
+
+
+def assert_copy_runs_as_itself(mod, args, tmp_path, capsys):
+    """An unmodified copy of the file under another name (cp ppo.py my_ppo.py) runs as itself: its run directory and
+    checkpoint carry the copy's name, the original refuses the copy's checkpoint and the copy the original's, each in
+    one line naming the file that wrote it; and where the script has interrupted(), a stop prints the copy's resume
+    command."""
+    name = f"my_{mod.__name__}"
+    copy = import_copy(open(mod.__file__).read(), tmp_path / f"{name}.py")
+    assert copy.SCRIPT == f"{name}.py" and copy.Args().exp_name == name
+    out = copy.train(copy_args(copy, args, save_model=True))
+    assert f"__{name}__" in os.path.basename(out["run_dir"]) and out["run_name"] == os.path.basename(out["run_dir"])
+    checkpoint = out["checkpoint"]
+    assert torch.load(checkpoint, weights_only=False)["script"] == f"{name}.py"
+    with pytest.raises(mod.ConfigError, match=rf"written by {name}\.py, not by {mod.__name__}\.py; read it with {name}\.py"):
+        mod.load_checkpoint(checkpoint)
+    original = mod.train(dataclasses.replace(args, save_model=True))["checkpoint"]
+    with pytest.raises(copy.ConfigError, match=rf"written by {mod.__name__}\.py, not by {name}\.py"):
+        copy.evaluate(original, eval_episodes=1)
+    if hasattr(copy, "interrupted") and mod.__name__ != "impala_vtrace":  # IMPALA's also stops its actors
+
+        def stop(*a, **k):  # Ctrl-C during the second iteration, after the first one's checkpoint
+            raise KeyboardInterrupt
+
+        resumed = copy_args(copy, args, save_model=True, save_every=1)
+        resumed.total_timesteps = 2 * args.total_timesteps
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(copy, "check_finite", lambda iteration, *a: stop() if iteration == 2 else None)
+            try:
+                copy.train(resumed)
+            except KeyboardInterrupt as e:
+                assert copy.interrupted(e) == 130
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert line.startswith(f"{name}.py: interrupted; the last checkpoint is ") and f"python {name}.py --resume " in line
+
+
+def assert_new_constructor_argument_evaluates_and_resumes(mod, args):
+    """An Agent whose construction was edited (a new argument, say from a new flag, giving it another layer) trains,
+    evaluates and resumes with no second edit: train(), evaluate() and a resume all build it through make_agent()."""
+    stock = mod.make_agent
+
+    def make_agent(run_args, observation_space, action_space):  # what an edited constructor would make
+        agent = stock(run_args, observation_space, action_space)
+        agent.register_buffer("extra", torch.arange(21.0).view(3, 7))  # a state the stock Agent lacks, to load too
+        return agent
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(mod, "make_agent", make_agent)
+        out = mod.train(dataclasses.replace(args, save_model=True))
+        assert "extra" in torch.load(out["checkpoint"], weights_only=False)["model"]
+        assert len(mod.evaluate(out["checkpoint"], eval_episodes=1)) == 1
+        more = dataclasses.replace(args, resume=out["checkpoint"], total_timesteps=2 * args.total_timesteps)
+        resumed = mod.train(more)
+        assert resumed["global_step"] > out["global_step"] and hasattr(resumed["agent"], "extra")
+
+
+def copy_safety_tests(mod, args):
+    """The two checks above as pytest tests (assign them to names starting with test_ in a test module)."""
+
+    def test_hack_a_copy_runs_checkpoints_and_resumes_as_itself(tmp_path, capsys):
+        assert_copy_runs_as_itself(mod, args, tmp_path, capsys)
+
+    def test_hack_an_edited_constructor_evaluates_and_resumes():
+        assert_new_constructor_argument_evaluates_and_resumes(mod, args)
+
+    return test_hack_a_copy_runs_checkpoints_and_resumes_as_itself, test_hack_an_edited_constructor_evaluates_and_resumes
 
 
 def hack_safety_tests(mod, args, temperature_args, logits=(0.0, 1.0)):

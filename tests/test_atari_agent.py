@@ -69,7 +69,7 @@ def test_truncated_or_foreign_weights_are_one_line(trained, tmp_path):
         (["gif", str(cut), str(tmp_path / "a.gif")], f"checkpoint '{cut}' could not be read"),
         (
             ["gif", str(tmp_path / "ppo.pt"), str(tmp_path / "a.gif")],
-            f"checkpoint '{tmp_path / 'ppo.pt'}' was written by ppo.py, not by this ppo_atari.py",
+            f"checkpoint '{tmp_path / 'ppo.pt'}' was written by ppo.py, not by ppo_atari.py; read it with ppo.py",
         ),
         (["weights", weights, str(tmp_path / "no" / "such" / "a.pt")], "cannot write"),
         (["gif", weights, str(tmp_path / "a.png")], "does not end in .gif"),

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn as nn
 from conftest import ROOT, next_second, resume_elsewhere
-from hacks import Scale, assert_cleanrl_update_trains, assert_every_param_group_anneals, edited_agent
+from hacks import Scale, assert_cleanrl_update_trains, assert_every_param_group_anneals, copy_safety_tests, edited_agent
 from precision import bf16_tests
 from test_ppo import (
     assert_foreign_and_corrupt_checkpoints_rejected,
@@ -663,3 +663,10 @@ def test_sigterm_is_one_line_naming_the_checkpoint_and_how_to_resume():
         infix="every actor has been stopped; ",
         forked=False,
     )
+
+
+# issue 71: a copy of the file runs as itself; an Agent built differently (a new constructor argument) evaluates and resumes
+(
+    test_hack_a_copy_runs_checkpoints_and_resumes_as_itself,
+    test_hack_an_edited_constructor_evaluates_and_resumes,
+) = copy_safety_tests(iv, tiny())

@@ -24,8 +24,10 @@ from conftest import ROOT, CountingEnv, interrupt_at_update, next_second, resume
 from hacks import (
     assert_added_layer_trains,
     assert_cleanrl_update_trains,
+    assert_copy_runs_as_itself,
     assert_every_group_annealed,
     assert_every_param_group_anneals,
+    assert_new_constructor_argument_evaluates_and_resumes,
     assert_temperature_changes_rollout,
     critic_group_copy,
     edited_agent,
@@ -346,6 +348,14 @@ def test_hack_added_layer_trains(mod, monkeypatch):
     assert_added_layer_trains(mod, tiny(mod), monkeypatch)
 
 
+def test_hack_a_copy_runs_checkpoints_and_resumes_as_itself(mod, tmp_path, capsys):
+    assert_copy_runs_as_itself(mod, tiny(mod), tmp_path, capsys)
+
+
+def test_hack_an_edited_constructor_evaluates_and_resumes(mod):
+    assert_new_constructor_argument_evaluates_and_resumes(mod, tiny(mod))
+
+
 def test_hack_every_param_group_anneals(mod, tmp_path):
     assert_every_param_group_anneals(mod, tiny(mod), tmp_path)
 
@@ -646,10 +656,12 @@ def assert_foreign_and_corrupt_checkpoints_rejected(mod, owner):
     # an older version's checkpoint of this very script (its args name a flag that is gone): one line, no TypeError
     older = {**dataclasses.asdict(mod.Args()), "numpy_rollout": True}
     torch.save({"script": f"{mod.__name__}.py", "args": older, "model": {}}, "older.pt")
-    with pytest.raises(mod.ConfigError, match=f"not by this {mod.__name__}.py"):
+    with pytest.raises(
+        mod.ConfigError, match=rf"another version of {mod.__name__}\.py \(flags this one lacks: --numpy-rollout\)"
+    ):
         mod.train(mod.Args(resume="older.pt"))
     torch.save({"script": f"{mod.__name__}.py"}, "forged.pt")  # no args at all
-    with pytest.raises(mod.ConfigError, match="not by this"):
+    with pytest.raises(mod.ConfigError, match=r"another version of .*\(no flags\)"):
         mod.evaluate("forged.pt")
 
 

@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from hacks import hack_safety_tests
+from hacks import copy_safety_tests, hack_safety_tests
 from precision import bf16_tests
 from test_ppo import (
     assert_cli_error_is_one_line,
@@ -366,3 +366,10 @@ def test_sigterm_is_one_line_naming_the_checkpoint_and_how_to_resume():
     """Issue 51.4 (test_ppo.py's helper; test_ppo.py sends both signals)."""
     flags = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1"]
     assert_stopped_in_one_line("ppo_atari_lstm.py", flags + ["--total-timesteps", "10000000"], signal.SIGTERM)
+
+
+# issue 71: a copy of the file runs as itself; an Agent built differently (a new constructor argument) evaluates and resumes
+(
+    test_hack_a_copy_runs_checkpoints_and_resumes_as_itself,
+    test_hack_an_edited_constructor_evaluates_and_resumes,
+) = copy_safety_tests(lstm_mod, tiny())

@@ -21,7 +21,7 @@ import test_ppo_atari
 import torch
 import torch.distributed as dist
 from conftest import ROOT
-from hacks import hack_safety_tests
+from hacks import copy_safety_tests, hack_safety_tests
 from precision import bf16_tests
 from processes import (
     alive,
@@ -472,3 +472,10 @@ def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
     assert_memory_checked(mg, monkeypatch, mg.Args(num_envs=10**9))
     monkeypatch.setenv("WORLD_SIZE", "8000")  # one rank a node: this one holds 1 of the 8000 envs (the 8 GB hold 200)
     mg.check_args(mg.Args(num_envs=8000))
+
+
+# issue 71: a copy of the file runs as itself; an Agent built differently (a new constructor argument) evaluates and resumes
+(
+    test_hack_a_copy_runs_checkpoints_and_resumes_as_itself,
+    test_hack_an_edited_constructor_evaluates_and_resumes,
+) = copy_safety_tests(mg, tiny())

@@ -19,6 +19,7 @@ from hacks import (
     assert_added_layer_trains,
     assert_cleanrl_update_trains,
     assert_every_group_annealed,
+    copy_safety_tests,
     edited_agent,
     recorded_rates,
 )
@@ -833,3 +834,10 @@ def test_a_choice_tyro_cannot_parse_is_one_line():
             [flag, "bogus"],
             f"ppo_continuous_action.py: error: invalid choice 'bogus' for argument '{flag}'. Expected one of {choices}.",
         )
+
+
+# issue 71: a copy of the file runs as itself; an Agent built differently (a new constructor argument) evaluates and resumes
+(
+    test_hack_a_copy_runs_checkpoints_and_resumes_as_itself,
+    test_hack_an_edited_constructor_evaluates_and_resumes,
+) = copy_safety_tests(pca, tiny())

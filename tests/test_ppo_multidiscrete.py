@@ -29,7 +29,9 @@ from hacks import (
     Scale,
     assert_added_layer_trains,
     assert_cleanrl_update_trains,
+    assert_copy_runs_as_itself,
     assert_every_param_group_anneals,
+    assert_new_constructor_argument_evaluates_and_resumes,
     edited_agent,
 )
 from processes import run_cli
@@ -394,7 +396,7 @@ def test_cli_errors_are_one_line_and_write_nothing():
 
 
 @needs_microrts
-def test_hack_safety_cleanrl_update_temperature_added_layer_and_param_groups(mod, tmp_path, monkeypatch):
+def test_hack_safety_cleanrl_update_temperature_added_layer_and_param_groups(mod, tmp_path, monkeypatch, capsys):
     """tests/hacks.py's four checks, sharing one JVM: (a) CleanRL's update step trains, (b) a temperature changes what
     the rollout samples, (c) an added layer trains, (d) --anneal-lr anneals every param group."""
     with separately(monkeypatch, tmp_path / "cleanrl_update") as m:
@@ -405,6 +407,10 @@ def test_hack_safety_cleanrl_update_temperature_added_layer_and_param_groups(mod
         assert_added_layer_trains(mod, tiny(mod), m)
     with separately(monkeypatch, tmp_path / "param_groups"):
         assert_every_param_group_anneals(mod, tiny(mod), tmp_path / "param_groups")
+    with separately(monkeypatch, tmp_path / "copy"):  # issue 71: a copy runs as itself, an edited constructor evaluates
+        assert_copy_runs_as_itself(mod, tiny(mod), tmp_path / "copy", capsys)
+    with separately(monkeypatch, tmp_path / "constructor"):
+        assert_new_constructor_argument_evaluates_and_resumes(mod, tiny(mod))
 
 
 def assert_temperature_changes_what_the_rollout_samples(mod, monkeypatch):

@@ -18,6 +18,7 @@ from hacks import (
     assert_cleanrl_update_trains,
     assert_every_param_group_anneals,
     assert_temperature_changes_rollout,
+    copy_safety_tests,
 )
 from precision import bf16_tests
 from processes import run_cli
@@ -330,3 +331,10 @@ def test_ctrl_c_is_one_line_naming_the_checkpoint_and_how_to_resume():
     """Issue 51.4 (test_ppo.py's helper; test_ppo.py sends both signals)."""
     flags = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1"]
     assert_stopped_in_one_line("ppo_procgen.py", flags + ["--total-timesteps", "10000000"], signal.SIGINT)
+
+
+# issue 71: a copy of the file runs as itself; an Agent built differently (a new constructor argument) evaluates and resumes
+(
+    test_hack_a_copy_runs_checkpoints_and_resumes_as_itself,
+    test_hack_an_edited_constructor_evaluates_and_resumes,
+) = copy_safety_tests(mod, tiny())
