@@ -9,16 +9,17 @@
 # Short runs are reported as "not comparable: budget differs"; their curves still show the trend.
 # Logs go to runs/ of the current directory; rerunning skips the runs that already finished.
 # WORKERS=n runs n at a time (default 1: each run already steps 8 envs).
+# STEPS, SEEDS and GAMES (e.g. GAMES=Pong) in the environment override the mode's (e.g. STEPS=100000 SEEDS=1); reports go to
+# $RESULTS/ (default results/ of the current directory; RESULTS=benchmark/results to update the repository's).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WORKERS="${WORKERS:-1}"
 
 if [ "$MODE" = short ]; then
-    STEPS=1000000; SEEDS="1 2"
-    GAMES="Breakout"
+    STEPS="${STEPS:-1000000}"; SEEDS="${SEEDS:-1 2}"; GAMES="${GAMES:-Breakout}"
 else
-    STEPS=10000000; SEEDS="1 2 3"
-    GAMES="Breakout Pong BeamRider"
+    STEPS="${STEPS:-10000000}"; SEEDS="${SEEDS:-1 2 3}"; GAMES="${GAMES:-Breakout Pong BeamRider}"
 fi
+settings STEPS SEEDS WORKERS
 sweep ppo_atari.py $(atari_ids NoFrameskip-v4 $GAMES)
 sweep ppo_atari_lstm.py $(atari_ids NoFrameskip-v4 $GAMES)
 sweep ppo_atari_envpool.py $(atari_ids -v5 $GAMES)

@@ -6,7 +6,8 @@
 #   bash benchmark/bf16.sh short    # Breakout, 1M steps, seeds 1 2 (~30 min a run on 2 idle cores)
 #
 # Runs checkpoint every 50 iterations: rerunning continues them. Logs go to runs/ of the current directory,
-# the comparison to benchmark/results/bf16_breakout_<mode>/. SEEDS="1" and STEPS=... override.
+# the comparison to OUT (default $RESULTS/bf16_breakout_<mode>/: results/ of the current directory unless RESULTS says
+# otherwise). SEEDS="1" and STEPS=... override.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WORKERS=1
 if [ "$MODE" = short ]; then SEEDS="${SEEDS:-1 2}"; else SEEDS="${SEEDS:-1 2 3}"; fi
@@ -28,5 +29,5 @@ PY
 }
 mapfile -t a < <(runs_with 0); mapfile -t b < <(runs_with 1)
 python "$BENCH/compare.py" --a "fp32=${a[0]:-}" "${a[@]:1}" --b "bf16=${b[0]:-}" "${b[@]:1}" \
-    --out "$BENCH/results/bf16_breakout_$MODE" || status=1
+    --out "${OUT:-$RESULTS/bf16_breakout_$MODE}" || status=1
 exit $status

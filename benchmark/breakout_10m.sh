@@ -11,16 +11,16 @@
 #
 #   bash benchmark/breakout_10m.sh      # ~5 h a seed on 2 Intel cores, ~15 h on 2 AMD EPYC Zen 3, ~7 h on Zen 4
 #
-# OUT (default results/ppo_atari_breakout_10m_<date>), SEEDS (default "1 2 3"), WORKERS (default 1, so that seed 1 ends
-# first; WORKERS=2 on 2 cores gives each run one thread: 143 + 158 steps/s together against 235 for one run of two
-# threads on an AMD EPYC Zen 3 host, 268 + 254 against 409 on Zen 4, 2026-11-29/30), THREADS (run.py --threads),
-# EVAL_EPISODES (default 10) and ARGS (more flags for every run: another experiment, e.g.
-# `ARGS="--total-timesteps 1000000"`, with its own runs).
+# OUT (default $RESULTS/ppo_atari_breakout_10m_<date>, RESULTS default results/ of the current directory), SEEDS
+# (default "1 2 3"), WORKERS (default 1, so that seed 1 ends first; WORKERS=2 on 2 cores gives each run one thread:
+# 143 + 158 steps/s together against 235 for one run of two threads on an AMD EPYC Zen 3 host, 268 + 254 against 409
+# on Zen 4, 2026-11-29/30), THREADS (run.py --threads), EVAL_EPISODES (default 10) and ARGS (more flags for every run:
+# another experiment, e.g. `ARGS="--total-timesteps 1000000"`, with its own runs).
 # Logs go to runs/ of the current directory. The report reads every finished run of this experiment there (its flags:
 # run.py's <script>-<args hash> name), seeds outside SEEDS too: run seeds apart, then report them together.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 SEEDS="${SEEDS:-1 2 3}"; WORKERS="${WORKERS:-1}"; EVAL_EPISODES="${EVAL_EPISODES:-10}"
-OUT="${OUT:-$BENCH/results/ppo_atari_breakout_10m_$(date +%F)}"
+OUT="${OUT:-$RESULTS/ppo_atari_breakout_10m_$(date +%F)}"
 settings SEEDS WORKERS EVAL_EPISODES
 read -r -a extra <<< "--save-model --save-every 50 ${ARGS:-}"
 

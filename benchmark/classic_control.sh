@@ -8,11 +8,14 @@
 # 500k steps, 3 seeds. ppo_shared.py has none of its own, so the report sets it beside ppo.py's.
 # Logs go to runs/ of the current directory; rerunning skips the runs that already finished.
 # WORKERS=n runs n at a time (default 2; threads per run = cores / n).
+# STEPS, SEEDS and ENVS (e.g. ENVS=CartPole-v1) in the environment override the mode's (e.g. STEPS=100000 SEEDS=1); reports go to
+# $RESULTS/ (default results/ of the current directory; RESULTS=benchmark/results to update the repository's).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WORKERS="${WORKERS:-2}"
 
-ENVS="CartPole-v1 Acrobot-v1 MountainCar-v0"
-if [ "$MODE" = short ]; then STEPS=100000; SEEDS="1 2"; else STEPS=500000; SEEDS="1 2 3"; fi
+ENVS="${ENVS:-CartPole-v1 Acrobot-v1 MountainCar-v0}"
+if [ "$MODE" = short ]; then STEPS="${STEPS:-100000}"; SEEDS="${SEEDS:-1 2}"; else STEPS="${STEPS:-500000}"; SEEDS="${SEEDS:-1 2 3}"; fi
+settings STEPS SEEDS WORKERS
 
 sweep ppo.py $ENVS
 sweep ppo_shared.py $ENVS

@@ -7,6 +7,9 @@ BENCH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$BENCH")"
 MODE="${1:-full}"
 status=0
+# where the reports and comparisons go: results/ of the current directory, beside its runs/, so that a sweep of one's
+# own never writes over the results in the repository; RESULTS=benchmark/results (or any folder) to write there
+RESULTS="${RESULTS:-results}"
 
 # settings NAME...: the named variables as run.py takes them (STEPS, WORKERS: a whole number from 1; SEEDS: whole
 # numbers, each once), checked before any run starts: else one line and exit 2
@@ -39,10 +42,10 @@ sweep() {
     if [ $code -ne 0 ]; then status=1; fi
 }
 
-# report NAME SCRIPT... [REPORT OPTIONS]: table and curves into results/NAME_MODE, then exit with the sweep's status
+# report NAME SCRIPT... [REPORT OPTIONS]: table and curves into $RESULTS/NAME_MODE, then exit with the sweep's status
 report() {
     local name="$1"; shift
-    python "$BENCH/report.py" runs/ --scripts "$@" --steps "$STEPS" --out "$BENCH/results/${name}_$MODE"
+    python "$BENCH/report.py" runs/ --scripts "$@" --steps "$STEPS" --out "$RESULTS/${name}_$MODE"
     exit $status
 }
 

@@ -2,6 +2,8 @@
 
 Run:   python benchmark/compare.py --a ours=DIR [DIR ...] --b cleanrl=DIR [DIR ...] --out OUTDIR \
            [--windows 10] [--tags charts/episodic_return losses/value_loss ...] [--alpha 0.05]
+       python benchmark/compare.py --a fp32=runs/ --exp-a ppo_atari-1a2b3c4d --b bf16=runs/ --exp-b ppo_atari-5e6f7a8b \
+           --env-id BreakoutNoFrameskip-v4 --out OUTDIR    # a runs folder's runs of two experiments, as report.py picks
 
 Each DIR is one seed's TensorBoard run directory, or a folder of them (every directory under it that holds event
 files is one seed). Ours and CleanRL's scripts log the same tags; so do two settings of one script (fp32 vs bf16).
@@ -30,7 +32,7 @@ import warnings
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from report import find_run_dirs  # noqa: E402
+from report import collect, find_run_dirs  # noqa: E402
 from run import RETURN_TAG, ConfigError, make_out_dir, mujoco_line, read_run  # noqa: E402
 
 TAGS = [RETURN_TAG, "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac"]
@@ -98,8 +100,10 @@ def window_means(steps, values, edges):
 # ---- reading the runs -------------------------------------------------------------------------------------------
 
 
-def parse_group(items, flag):
-    """["LABEL=DIR", "DIR", ...] -> (label, [run dirs]): each DIR a run dir or a folder of them."""
+def parse_group(items, flag, exp_names=None, env_id=None):
+    """["LABEL=DIR", "DIR", ...] -> (label, [run dirs]): each DIR a run dir or a folder of them. With `exp_names` (and
+    `env_id`), each DIR is a runs folder and the group is its runs of those experiments (and env), one per env and seed
+    as report.py picks them: the runner's finished run, else the latest complete one."""
     label, sep, first = items[0].partition("=")
     if not sep or not label or not first:
         raise ConfigError(f"{flag} {items[0]!r}: give LABEL=DIR first, e.g. {flag} ours=runs/CartPole-v1__ppo__1__0")
@@ -108,6 +112,15 @@ def parse_group(items, flag):
         if not os.path.isdir(d):
             raise ConfigError(f"{flag} {label}: {d!r} is not a directory; give TensorBoard run directories")
         found = find_run_dirs(d)
+        if exp_names:
+            found = [
+                r["run_dir"] for r in collect(d) if r["exp_name"] in exp_names and (env_id is None or r["env_id"] == env_id)
+            ]
+            if not found:
+                raise ConfigError(
+                    f"{flag} {label}: no run of {' '.join(exp_names)}{' on ' + env_id if env_id else ''} under {d!r}; "
+                    "run.py names a sweep's runs <script stem>-<args hash> (see runs/summaries/)"
+                )
         if not found:
             raise ConfigError(
                 f"{flag} {label}: no TensorBoard event files under {d!r}; give a run directory "
@@ -363,13 +376,24 @@ def main(argv=None):
     p.add_argument("--tags", nargs="+", default=TAGS, help="the scalars to compare")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level of the Holm-adjusted p")
     p.add_argument("--no-plots", action="store_true")
+    for g in "ab":
+        p.add_argument(
+            f"--exp-{g}",
+            nargs="+",
+            metavar="EXP_NAME",
+            help=f"with --{g} LABEL=RUNS_DIR: that folder's runs of these experiments (as report.py --exp-names)",
+        )
+    p.add_argument("--env-id", help="with --exp-a/--exp-b: only the runs on this env")
     args = p.parse_args(argv)
     try:
         if args.windows < 2:
             raise ConfigError(f"--windows must be at least 2, got {args.windows}")
         if not 0 < args.alpha < 1:
             raise ConfigError(f"--alpha must lie in (0, 1), got {args.alpha}")
-        (la, ra), (lb, rb) = parse_group(args.a, "--a"), parse_group(args.b, "--b")
+        (la, ra), (lb, rb) = (
+            parse_group(args.a, "--a", args.exp_a, args.env_id),
+            parse_group(args.b, "--b", args.exp_b, args.env_id),
+        )
         if la == lb:
             raise ConfigError(f"both groups are labelled {la!r}; give them different labels")
         both = set(map(os.path.realpath, ra)) & set(map(os.path.realpath, rb))

@@ -8,15 +8,18 @@
 # Nothing comparable is published as numbers (the blog shows curves), so the report's verdict is
 # "nothing published"; compare the two scripts' curves in the PNG.
 # Run it where runs/ holds no μRTS runs made before issue 23 (0.4.3's grid mode, same script and env names): the
-# report reads every run under runs/. Its results go to results/microrts020_MODE (microrts_* are the grid mode's).
+# report reads every run under runs/. Its results go to $RESULTS/microrts020_MODE (microrts_* are the grid mode's).
 # MICRORTS_ENV sets the env id (default: the mining task's id in these scripts; see their --help).
 # Logs go to runs/ of the current directory; rerunning skips the runs that already finished.
 # WORKERS=n runs n at a time (default 1: each run drives 8 Java games in one process).
+# STEPS, SEEDS and ENVS in the environment override the mode's (e.g. STEPS=100000 SEEDS=1); reports go to
+# $RESULTS/ (default results/ of the current directory; RESULTS=benchmark/results to update the repository's).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WORKERS="${WORKERS:-1}"
-ENVS="${MICRORTS_ENV:-MicrortsMining-v1}"
+ENVS="${ENVS:-${MICRORTS_ENV:-MicrortsMining-v1}}"
 
-if [ "$MODE" = short ]; then STEPS=500000; SEEDS="1 2"; else STEPS=2000000; SEEDS="1 2 3"; fi
+if [ "$MODE" = short ]; then STEPS="${STEPS:-500000}"; SEEDS="${SEEDS:-1 2}"; else STEPS="${STEPS:-2000000}"; SEEDS="${SEEDS:-1 2 3}"; fi
+settings STEPS SEEDS WORKERS
 
 sweep ppo_multidiscrete.py $ENVS
 sweep ppo_multidiscrete_mask.py $ENVS

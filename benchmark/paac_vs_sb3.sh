@@ -10,8 +10,8 @@
 #   STEPS=4000 SEEDS=1 ARGS="--num-envs 8" bash benchmark/paac_vs_sb3.sh   # a smoke test: every step, in minutes
 #
 # ARGS is added to every run's args (a variant is its own group); THREADS=1 runs it beside another run on 2 cores.
-# Logs go to runs/ of the current directory, the comparisons and the report to
-# benchmark/results/paac_vs_sb3_breakout_<STEPS>/. The same command run again skips finished runs; the others, both
+# Logs go to runs/ of the current directory, the comparisons and the report to OUT (default
+# $RESULTS/paac_vs_sb3_breakout_<STEPS>/, RESULTS default results/ of the current directory). The same command run again skips finished runs; the others, both
 # implementations' (SAVE), continue from their last checkpoint.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WORKERS="${WORKERS:-1}"; STEPS="${STEPS:-2000000}"; SEEDS="${SEEDS:-1 2}"; MODE="breakout_$STEPS"
@@ -24,7 +24,7 @@ TAGS="charts/episodic_return losses/value_loss losses/policy_loss losses/entropy
 ARGS="$SHARED" sweep a2c_paac.py "$ENV_ID"
 ARGS="$SHARED_115M" sweep a2c_paac.py "$ENV_ID"
 ARGS="$SHARED" sweep benchmark/sb3_a2c.py "$ENV_ID"
-OUT="$BENCH/results/paac_vs_sb3_$MODE"
+OUT="${OUT:-$RESULTS/paac_vs_sb3_$MODE}"
 compare "$OUT/ours_vs_sb3" ours a2c_paac.py "$SHARED" sb3 sb3_a2c.py "$SHARED"
 compare "$OUT/anneal_2m_vs_115m" anneal_2m a2c_paac.py "$SHARED" anneal_115m a2c_paac.py "$SHARED_115M"
 report paac_vs_sb3 a2c_paac.py sb3_a2c.py

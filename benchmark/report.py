@@ -192,7 +192,7 @@ def median_seed(per_seed_csv):
 def find_run_dirs(runs_dir):
     found = []
     for root, dirs, files in os.walk(runs_dir):
-        dirs[:] = sorted(d for d in dirs if d not in ("summaries", "logs"))
+        dirs[:] = sorted(d for d in dirs if d not in ("summaries", "logs", "superseded"))
         if any(f.startswith("events.out.tfevents") for f in files):
             found.append(root)
     return found
@@ -238,6 +238,8 @@ def collect(runs_dir, tag=RETURN_TAG):
             "threads": summary.get("threads") if summary else None,
             "run_dir": d,
             "git_commit": summary.get("git_commit") if summary else None,
+            "script_sha256": summary.get("script_sha256") if summary else None,
+            "script_git": summary.get("script_git") if summary else None,
             "extra_args": " ".join(summary["args"]) if summary else "",
             "from_runner": summary is not None,
             "machine": machine_str(summary["machine"]) if summary else None,
@@ -431,6 +433,8 @@ def write_csv(records, path):
         "hours",
         "threads",
         "git_commit",
+        "script_sha256",
+        "script_git",
         "machine",
         "mujoco",
         "run_dir",
@@ -517,6 +521,7 @@ def make_report(argv):
     table, sources, results = build_table(group(records), reference, compare_as)
     m = machine_info()
     commits = sorted({r["git_commit"] for r in records if r["git_commit"]})
+    code = sorted({(r["script"], r["script_sha256"], r["script_git"]) for r in records if r["script_sha256"]})
     md = [
         f"# Benchmark report ({date})",
         "",
@@ -524,6 +529,8 @@ def make_report(argv):
         f"- machine of the runs: {'; '.join(sorted({r['machine'] for r in records if r['machine']})) or 'unknown'}"
         f" (of this report: {machine_str(m)})",
         f"- git commit of the runs: {', '.join(commits) or 'unknown (not run through benchmark/run.py)'}",
+        "- the scripts' code (sha256 of the file, and git's word on it: a copy or an edit shows here): "
+        + (", ".join(f"{s} {h} ({g or 'not in git'})" for s, h, g in code) or "unknown (not run through benchmark/run.py)"),
         *mujoco_line([(None, [r["mujoco"] for r in records])]),
         f"- final return: per seed the mean of the last {FINAL_WINDOW} values of `{args.tag}` (training episodes); "
         "mean ± std across seeds with np.std (ddof=0), as the published numbers",

@@ -8,9 +8,12 @@ Everything after `--` goes to the script unchanged. Each run is
 so its TensorBoard log lands in runs/<E>__<exp name>__<S>__<timestamp>/ of the current directory,
 and runs with other extra args never mix with these. After each run the runner writes
 runs/summaries/<script stem>__<E>__<S>__<hash>.json (script, args, env, seed, git commit, machine,
-wall time, steps/s, final return, exit status, log paths). A run whose summary says "ok" is skipped,
-so an interrupted sweep continues where it stopped; a failed run prints its log tail and the others
-go on; the exit code is 1 if any run failed.
+wall time, steps/s, final return, exit status, log paths, and the script's own code: the sha256 of its bytes and
+whether git has it committed, modified or untracked). A run whose summary says "ok" is skipped, so an interrupted
+sweep continues where it stopped; a failed run prints its log tail and the others go on; the exit code is 1 if any
+run failed. A finished run of other code than the script's now (edited since) is not taken for this code's: the sweep
+stops in one line before any run starts, unless --rerun-changed (those runs move to runs/superseded/, where no report
+looks, and run again) or --reuse-changed (they stay, skipped, their summaries saying which code they ran).
 
 Long runs: with `--save-model` among the extra args the scripts checkpoint every `--save-every`
 iterations, and a rerun continues a run that stopped early (killed, crashed, machine gone) from the
@@ -117,6 +120,24 @@ def git_commit(path):
         return rev.stdout.strip() + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def script_digest(path):
+    """The first 12 hex digits of the sha256 of the script's bytes: the code a run ran, committed or not."""
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:12]
+
+
+def script_git_state(path):
+    """'committed', 'modified' or 'untracked' (as git sees the script itself), None outside a git checkout."""
+    cwd, name = os.path.dirname(os.path.abspath(path)), os.path.basename(path)
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--", name], cwd=cwd, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return {"": "committed", "??": "untracked"}.get(out.stdout[:2].strip(), "modified")
 
 
 def make_out_dir(path):
@@ -275,10 +296,14 @@ def run_one(script, env_id, seed, extra, runs_dir, threads, python, children=Non
     log_path = os.path.join(runs_dir, "logs", os.path.basename(summary_file)[: -len(".json")] + ".log")
     before = run_dirs(runs_dir, env_id, exp_name, seed)
     commit = git_commit(script)  # the code the run starts with (edits made while it runs do not count)
+    digest, git_state = script_digest(script), script_git_state(script)
     start = time.time()
     with open(log_path, "a" if resume_from else "w") as log:
         # a resumed run appends: its log then holds every part's start, commit and command
-        log.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(start))} commit {commit}\n$ {' '.join(cmd)}\n")
+        log.write(
+            f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(start))} commit {commit} script sha256 {digest} "
+            f"({git_state or 'not in git'})\n$ {' '.join(cmd)}\n"
+        )
         log.flush()
         # the scripts write runs/ relative to their working directory: run them in the parent of runs_dir
         status = children.run(
@@ -310,6 +335,9 @@ def run_one(script, env_id, seed, extra, runs_dir, threads, python, children=Non
         "exp_name": exp_name,
         "threads": threads,
         "git_commit": commit,
+        # the script's own bytes and git's word on them: an edited or untracked copy shows here, not in the commit
+        "script_sha256": digest,
+        "script_git": git_state,
         "machine": machine_info(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
         "wall_time_s": round(wall, 2),
@@ -335,6 +363,16 @@ def run_one(script, env_id, seed, extra, runs_dir, threads, python, children=Non
     return summary
 
 
+def supersede(runs_dir, script, env_id, seed, extra):
+    """Move a finished run's summary and run dirs into <runs_dir>/superseded/<time>/, where no report looks."""
+    path = summary_path(runs_dir, script, env_id, seed, extra)
+    exp_name = json.load(open(path))["exp_name"]
+    dest = os.path.join(runs_dir, "superseded", time.strftime("%Y%m%dT%H%M%S"))
+    os.makedirs(dest, exist_ok=True)
+    for src in [path, *run_dirs(runs_dir, env_id, exp_name, seed)]:
+        os.replace(src, os.path.join(dest, os.path.basename(src)))
+
+
 def finished(path):
     try:
         with open(path) as f:
@@ -356,6 +394,15 @@ def parse(argv):
     p.add_argument("--threads", type=int, default=0, help="threads per run (default: cores // workers, at least 1)")
     p.add_argument("--runs-dir", default="runs", help="where the scripts' TensorBoard logs land (default: ./runs)")
     p.add_argument("--python", default=sys.executable, help="the interpreter that runs the script")
+    changed = p.add_mutually_exclusive_group()
+    changed.add_argument(
+        "--rerun-changed",
+        action="store_true",
+        help="run again the finished runs of an edited script (their run dirs and summaries move to runs/superseded/)",
+    )
+    changed.add_argument(
+        "--reuse-changed", action="store_true", help="keep the finished runs of an edited script as they are: skip them"
+    )
     args = p.parse_args(argv)
     dup = next(
         (
@@ -408,10 +455,34 @@ def main(argv=None):
     jobs = [(e, s) for e in args.env_ids for s in args.seeds]
     name = os.path.basename(args.script)
     todo, finished_runs, failed, interrupted, not_started = [], [], [], [], []
+    digest = script_digest(args.script)
+    # a finished run of other code than the script's now (its summary's hash): refused, rerun or reused, as asked
+    done_before = {
+        (e, s): json.load(open(path))
+        for e, s in jobs
+        if finished(path := summary_path(args.runs_dir, args.script, e, s, extra))
+    }
+    changed = {job: s["script_sha256"] for job, s in done_before.items() if s.get("script_sha256") not in (None, digest)}
+    if changed and not (args.rerun_changed or args.reuse_changed):
+        (env_id, seed), then = next(iter(changed.items()))
+        print(
+            f"run.py: error: {name} changed since {len(changed)} of these runs finished ({env_id} seed {seed}: script "
+            f"sha256 {then} then, {digest} now); --rerun-changed runs them again with it, --reuse-changed keeps their "
+            "results",
+            file=sys.stderr,
+        )
+        return 2
     for env_id, seed in jobs:
+        if (env_id, seed) in changed and args.rerun_changed:
+            supersede(args.runs_dir, args.script, env_id, seed, extra)
+            print(f"{name} {env_id} seed {seed}: finished with other code, moved to runs/superseded/; runs again")
         if finished(summary_path(args.runs_dir, args.script, env_id, seed, extra)):
             finished_runs.append((env_id, seed))
-            print(f"[{len(finished_runs)}/{len(jobs)}] {name} {env_id} seed {seed}: already finished, skipped", flush=True)
+            other = " (with other code: --reuse-changed)" if (env_id, seed) in changed else ""
+            print(
+                f"[{len(finished_runs)}/{len(jobs)}] {name} {env_id} seed {seed}: already finished, skipped{other}",
+                flush=True,
+            )
         else:
             todo.append((env_id, seed))
     done = len(finished_runs)

@@ -8,7 +8,8 @@
 #   bash benchmark/trpo_vs_sb3.sh                          # 12 runs, 2 at a time
 #   STEPS=8192 SEEDS=1 bash benchmark/trpo_vs_sb3.sh       # a smoke test: every step, in a minute
 #
-# Logs go to runs/ of the current directory, the comparison and the report to benchmark/results/trpo_vs_sb3_hopper_<STEPS>/.
+# Logs go to runs/ of the current directory, the comparison and the report to OUT (default
+# $RESULTS/trpo_vs_sb3_hopper_<STEPS>/, RESULTS default results/ of the current directory).
 # SB3's runs cannot checkpoint, so neither side does: the same command run again skips the finished runs and starts
 # the others afresh.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -18,7 +19,7 @@ ENV_ID=Hopper-v4
 SHARED="--max-kl 0.13 --value-lr 2e-4 --fisher-frac 1 --accept-ratio 0 --vf-coef 2 --bootstrap-truncated ${ARGS:-}"
 TAGS="charts/episodic_return losses/value_loss losses/kl losses/explained_variance"
 
-OUT="$BENCH/results/trpo_vs_sb3_$MODE"
+OUT="${OUT:-$RESULTS/trpo_vs_sb3_$MODE}"
 ARGS="$SHARED" sweep trpo_continuous_action.py "$ENV_ID"
 ARGS="$SHARED" sweep benchmark/sb3_trpo.py "$ENV_ID"
 compare "$OUT/ours_vs_sb3" ours trpo_continuous_action.py "$SHARED" sb3 sb3_trpo.py "$SHARED"

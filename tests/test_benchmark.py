@@ -5,6 +5,7 @@ episodic returns the way the real scripts do, so no training is needed.
 """
 
 import csv
+import hashlib
 import importlib.util
 import json
 import os
@@ -198,6 +199,50 @@ def test_runner_continues_a_run_that_stopped_from_its_checkpoint(fake, capsys):
     assert [line[0] for line in starts] == ["#", "$", "#", "$"] and "--resume" in starts[3]
     assert f"commit {s['git_commit']}" in starts[2]
     assert "Crashy-v0 seed 1: ok" in capsys.readouterr().out
+
+
+def test_a_finished_run_of_an_edited_script_is_not_taken_for_the_new_code(fake, capsys):
+    """Issue 71: the summaries record the script's sha256; after an edit the same sweep stops in one line before any run
+    starts, --reuse-changed keeps the old results (said), --rerun-changed moves them to runs/superseded/ and runs again."""
+    extra = ["--total-timesteps", "100"]
+    argv = ["--script", fake, "--env-ids", "A-v0", "--seeds", "1", "2", "--", *extra]
+    assert run.main(argv) == 0 and len(calls()) == 2
+    before = {seed: summary("A-v0", seed, extra) for seed in (1, 2)}
+    assert before[1]["script_sha256"] == run.script_digest(fake) and before[1]["script_git"] is None  # not in git
+    capsys.readouterr()
+    with open(fake, "a") as f:
+        f.write("# an edit\n")
+    assert run.main(argv) == 2 and len(calls()) == 2  # nothing ran
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("run.py: error: fake.py changed since 2 of these runs finished")
+    assert f"{before[1]['script_sha256']} then, {run.script_digest(fake)} now" in err and "--reuse-changed" in err
+    assert run.main([*argv[:-3], "--reuse-changed", "--", *extra]) == 0
+    assert len(calls()) == 2 and capsys.readouterr().out.count("skipped (with other code: --reuse-changed)") == 2
+    assert run.main([*argv[:-3], "--rerun-changed", "--", *extra]) == 0 and len(calls()) == 4
+    after = summary("A-v0", 1, extra)
+    assert after["script_sha256"] == run.script_digest(fake) != before[1]["script_sha256"]
+    moved = os.listdir(os.path.join("runs", "superseded"))
+    assert len(moved) == 1 and sorted(os.listdir(os.path.join("runs", "superseded", moved[0]))) == sorted(
+        [os.path.basename(run.summary_path("runs", fake, "A-v0", s, extra)) for s in (1, 2)]
+        + [os.path.basename(before[s]["tb_dir"]) for s in (1, 2)]
+    )
+    assert [r["script_sha256"] for r in report.collect("runs")] == [after["script_sha256"]] * 2  # the old runs unseen
+    assert run.main(argv) == 0 and len(calls()) == 4  # now the same code: skipped
+
+
+def test_the_summary_says_what_git_has_of_the_script(tmp_path):
+    """committed, modified or untracked: git's word on the script's own file, which the commit alone does not give."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "b.py").write_text("y = 1\n")
+    subprocess.run(git + ["add", "a.py", "b.py"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "a"], check=True)
+    (tmp_path / "b.py").write_text("y = 2\n")
+    (tmp_path / "c.py").write_text("z = 1\n")
+    states = [run.script_git_state(str(tmp_path / n)) for n in ("a.py", "b.py", "c.py")]
+    assert states == ["committed", "modified", "untracked"]
+    assert run.script_digest(str(tmp_path / "a.py")) == hashlib.sha256(b"x = 1\n").hexdigest()[:12]
 
 
 def test_a_run_that_finished_unrecorded_is_recorded_by_the_rerun_not_failed(fake, capsys):

@@ -321,3 +321,26 @@ def test_cleanrl_atari_scripts_run_as_main_after_import_ale_py_with_the_checkout
     assert out.stdout == f"__main__ True ppo_atari.py {argv}\n"
     plain = subprocess.run(vs_cleanrl.command(str(script), "CartPole-v1", 3, 100), capture_output=True, text=True)
     assert plain.stdout.startswith("__main__ False ppo_atari.py")  # ours: no runner
+
+
+def test_a_runs_folder_and_experiment_names_select_each_group_as_report_py_does(tmp_path):
+    """Issue 71: --a LABEL=runs/ --exp-a NAME picks that experiment's runs there (one per env and seed, as report.py
+    does), --env-id one env; without them the folder's every run would join the group."""
+    runs = tmp_path / "runs"
+    for exp in ("ppo-aaaa1111", "ppo-bbbb2222"):
+        for env, seed in (("Env-v0", 1), ("Env-v0", 2), ("Other-v0", 1)):
+            write_run(runs / f"{env}__{exp}__{seed}__1800000000", seed)
+    label, dirs = compare.parse_group(["a=" + str(runs)], "--a", ["ppo-aaaa1111"], "Env-v0")
+    assert label == "a" and sorted(os.path.basename(d) for d in dirs) == [
+        "Env-v0__ppo-aaaa1111__1__1800000000",
+        "Env-v0__ppo-aaaa1111__2__1800000000",
+    ]
+    assert len(compare.parse_group(["a=" + str(runs)], "--a", ["ppo-aaaa1111"])[1]) == 3  # every env
+    assert len(compare.parse_group(["a=" + str(runs)], "--a")[1]) == 6  # no filter: every run under it
+    code, md = run_compare(
+        tmp_path, ["a=" + str(runs)], ["b=" + str(runs)], "--exp-a", "ppo-aaaa1111", "--exp-b", "ppo-bbbb2222",
+        "--env-id", "Env-v0", "--no-plots",
+    )  # fmt: skip
+    assert code == 0 and "ppo-aaaa1111" in md and "Other-v0" not in md
+    with pytest.raises(compare.ConfigError, match=r"^--b b: no run of ppo-cccc on Env-v0 under .*runs/summaries"):
+        compare.parse_group(["b=" + str(runs)], "--b", ["ppo-cccc"], "Env-v0")

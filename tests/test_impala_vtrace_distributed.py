@@ -17,8 +17,8 @@ import time
 import processes
 import pytest
 import torch
-from conftest import ROOT
-from hacks import assert_every_group_annealed, critic_group_copy, recorded_rates
+from conftest import ROOT, import_copy
+from hacks import assert_every_group_annealed, copy_args, critic_group_copy, recorded_rates
 from processes import (
     assert_process_group_failure_is_one_line,
     free_port,
@@ -113,6 +113,44 @@ def test_hack_every_param_group_anneals(tmp_path):
 
     learner, _ = run_ranks(rank_main, world=2, timeout=90, method="fork")  # the learner's check: 1 actor feeds it
     assert_every_group_annealed(learner["rates"], learner["learning_rate"])
+
+
+def test_hack_a_copy_runs_checkpoints_and_evaluates_as_itself(tmp_path):
+    """tests/hacks.py's copy check for the torch.distributed learner: an unmodified copy's run and checkpoint carry the
+    copy's name, and this file refuses the copy's checkpoint in one line naming it."""
+    copy = import_copy(open(ivd.__file__).read(), tmp_path / "my_ivd.py")
+
+    def rank_main(rank, world):
+        out = copy.train(copy_args(copy, tiny(save_model=True)))
+        return {"run_dir": out["run_dir"], "checkpoint": out["checkpoint"]} if rank == 0 else None
+
+    learner, _ = run_ranks(rank_main, world=2, timeout=90, method="fork")
+    assert "__my_ivd__" in os.path.basename(learner["run_dir"])
+    assert torch.load(learner["checkpoint"], weights_only=False)["script"] == "my_ivd.py"
+    with pytest.raises(ivd.ConfigError, match=r"written by my_ivd\.py, not by impala_vtrace_distributed\.py; read it"):
+        ivd.evaluate(learner["checkpoint"], eval_episodes=1)
+    assert len(copy.evaluate(learner["checkpoint"], eval_episodes=1)) == 1
+
+
+def test_hack_an_edited_constructor_trains_on_every_rank_and_evaluates(monkeypatch):
+    """An Agent built differently through make_agent() (a state the stock Agent lacks) is what the learner and the
+    actor ranks build and what evaluate() loads."""
+    stock = ivd.make_agent
+
+    def make_agent(run_args, observation_space, action_space):
+        agent = stock(run_args, observation_space, action_space)
+        agent.register_buffer("extra", torch.arange(21.0).view(3, 7))
+        return agent
+
+    monkeypatch.setattr(ivd, "make_agent", make_agent)
+
+    def rank_main(rank, world):
+        out = ivd.train(tiny(save_model=True))
+        return out["checkpoint"] if rank == 0 else None
+
+    checkpoint, _ = run_ranks(rank_main, world=2, timeout=90, method="fork")
+    assert "extra" in torch.load(checkpoint, weights_only=False)["model"]
+    assert len(ivd.evaluate(checkpoint, eval_episodes=1)) == 1
 
 
 # ---- torchrun ----------------------------------------------------------------------------------------------------
