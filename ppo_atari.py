@@ -32,6 +32,7 @@ import math
 import os
 import pickle
 import random
+import re
 import shutil
 import signal
 import sys
@@ -645,11 +646,24 @@ def set_game(env, saved):
 
 
 class Unpickler(pickle.Unpickler):
-    """Finds this file's classes whether `python <file>` pickled them (as __main__'s) or an import of the file did."""
+    """The saved games of a checkpoint (--resume), unpickled only from what games are made of: this file's classes (as
+    __main__'s when `python <file>` pickled them, or an import's) and gray_84x84, gymnasium's and ale_py's classes,
+    numpy's arrays and random generators. Any other name, which could run code as it loads, is refused unimported."""
+
+    NUMPY = {"ndarray", "dtype", "sign", "_reconstruct", "scalar", "PCG64", "MT19937", "SeedSequence", "__generator_ctor"}
+    NUMPY |= {"__bit_generator_ctor", "__randomstate_ctor", "__pyx_unpickle_SeedSequence"}
 
     def find_class(self, module, name):
-        mine = module in ("__main__", SCRIPT[:-3]) and hasattr(sys.modules[__name__], name)  # run as __main__ or imported
-        return getattr(sys.modules[__name__], name) if mine else super().find_class(module, name)
+        package = module.split(".")[0]
+        if module in ("__main__", SCRIPT[:-3]):  # this file's, run as __main__ or imported
+            found = getattr(sys.modules[__name__], name)  # an AttributeError: saved by a version with other wrappers
+            if isinstance(found, type) or name == "gray_84x84":
+                return found
+        elif (package == "numpy" and name in self.NUMPY) or (module, name) == ("collections", "deque"):
+            return super().find_class(module, name)
+        elif package in ("gymnasium", "ale_py") and isinstance(found := super().find_class(module, name), type):
+            return found
+        raise pickle.UnpicklingError(f"{module}.{name} is no part of a saved game (refused: it could run code as it loads)")
 
 
 def compiled(fn, args, device):
@@ -697,10 +711,21 @@ def load_checkpoint(path, args=None, given=None):
     """The checkpoint at `path`; with `args` (given beside --resume) also the args to resume with: the checkpoint's,
     with the RESUMABLE flags `given` in `args` (the command line's; by default those that differ from Args()). Any
     other flag given with a value other than the checkpoint's is refused."""
+    # weights only: tensors, numpy arrays and plain values; a pickle naming anything else, which could run code as it
+    # loads, is refused unread (a shared checkpoint or agent cannot run code here)
+    arrays = [np._core.multiarray._reconstruct, np._core.multiarray.scalar, np.ndarray, np.dtype]
+    arrays += [t for t in vars(np.dtypes).values() if isinstance(t, type)]  # numpy 2 pickles a dtype's class too
     try:  # missing, a directory, truncated or not a checkpoint at all
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        with torch.serialization.safe_globals(arrays):
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
-        raise ConfigError(f"checkpoint {path!r} could not be read ({type(e).__name__}: {e})") from None
+        if unsafe := re.search(r"GLOBAL ([\w.]+)|but got <class '([^']+)'>", str(e)):
+            raise ConfigError(
+                f"checkpoint {path!r} holds more than weights, arrays and plain values ({unsafe[1] or unsafe[2]}), "
+                "which loading could run as code; it is not loaded: use checkpoints written by this project's scripts"
+            ) from None
+        why = str(e).split("WeightsUnpickler error:")[-1].split("Check the documentation")[0]  # torch's own words
+        raise ConfigError(f"checkpoint {path!r} could not be read ({type(e).__name__}: {' '.join(why.split())})") from None
     # a checkpoint is read by the file of the name that wrote it: a copy's by the copy, the original's by the original
     owner = ckpt.get("script") if isinstance(ckpt, dict) else None
     if owner != SCRIPT:

@@ -25,6 +25,7 @@ import io
 import math
 import os
 import random
+import re
 import signal
 import sys
 import threading
@@ -603,10 +604,21 @@ def load_checkpoint(path, args=None, given=None):
     """The checkpoint at `path`; with `args` (given beside --resume) also the args to resume with: the checkpoint's,
     with the RESUMABLE flags `given` in `args` (the command line's; by default those that differ from Args()). Any
     other flag given with a value other than the checkpoint's is refused."""
+    # weights only: tensors, numpy arrays and plain values; a pickle naming anything else, which could run code as it
+    # loads, is refused unread (a shared checkpoint or agent cannot run code here)
+    arrays = [np._core.multiarray._reconstruct, np._core.multiarray.scalar, np.ndarray, np.dtype]
+    arrays += [t for t in vars(np.dtypes).values() if isinstance(t, type)]  # numpy 2 pickles a dtype's class too
     try:  # missing, a directory, truncated or not a checkpoint at all
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        with torch.serialization.safe_globals(arrays):
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
-        raise ConfigError(f"checkpoint {path!r} could not be read ({type(e).__name__}: {e})") from None
+        if unsafe := re.search(r"GLOBAL ([\w.]+)|but got <class '([^']+)'>", str(e)):
+            raise ConfigError(
+                f"checkpoint {path!r} holds more than weights, arrays and plain values ({unsafe[1] or unsafe[2]}), "
+                "which loading could run as code; it is not loaded: use checkpoints written by this project's scripts"
+            ) from None
+        why = str(e).split("WeightsUnpickler error:")[-1].split("Check the documentation")[0]  # torch's own words
+        raise ConfigError(f"checkpoint {path!r} could not be read ({type(e).__name__}: {' '.join(why.split())})") from None
     # a checkpoint is read by the file of the name that wrote it: a copy's by the copy, the original's by the original
     owner = ckpt.get("script") if isinstance(ckpt, dict) else None
     if owner != SCRIPT:

@@ -57,6 +57,7 @@ How SB3 is configured, detail by detail of a2c_paac.py, and where it still diffe
   Not here: --eval-checkpoint, --capture-video, --track, --bf16, --channels-last.
 """
 
+import io
 import os
 import pickle
 import random
@@ -204,13 +205,28 @@ def make_model(args, envs, device="cpu"):
     return model
 
 
+class GamesUnpickler(paac.Unpickler):
+    """a2c_paac.py's unpickler of saved games, which also takes Stable-Baselines3's classes (its Atari wrappers)."""
+
+    def find_class(self, module, name):
+        if module.split(".")[0] == "stable_baselines3" and isinstance(
+            found := pickle.Unpickler.find_class(self, module, name), type
+        ):
+            return found
+        return super().find_class(module, name)
+
+
 def load_checkpoint(path, args):
     """The checkpoint at `path` and the args to resume with: the checkpoint's, with the RESUMABLE flags that `args`
     sets to other than the defaults. Any other flag set to a value other than the checkpoint's is refused."""
-    try:  # missing, a directory, truncated or not a checkpoint at all
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    arrays = [np._core.multiarray._reconstruct, np._core.multiarray.scalar, np.ndarray, np.dtype]
+    arrays += [t for t in vars(np.dtypes).values() if isinstance(t, type)]
+    try:  # weights only, as a2c_paac.py loads its own: a pickle that could run code is refused unread
+        with torch.serialization.safe_globals(arrays):
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
-        raise ConfigError(f"checkpoint {path!r} could not be read ({type(e).__name__}: {e})") from None
+        why = " ".join(str(e).split("WeightsUnpickler error:")[-1].split("Check the documentation")[0].split())
+        raise ConfigError(f"checkpoint {path!r} could not be read ({type(e).__name__}: {why})") from None
     if not isinstance(ckpt, dict) or ckpt.get("script") != SCRIPT or set(ckpt.get("args") or {}) - set(asdict(Args())):
         raise ConfigError(f"checkpoint {path!r} was not written by this {SCRIPT}")
     default, values = asdict(Args()), asdict(args)
@@ -237,7 +253,7 @@ def restore(model, envs, ckpt):
     games = envs.venv.envs  # DummyVecEnv's: swapped for the saved ones
     for i, saved in enumerate(ckpt["envs"]):
         games[i].close()
-        games[i], ale_state, np_random = pickle.loads(saved)
+        games[i], ale_state, np_random = GamesUnpickler(io.BytesIO(saved)).load()
         games[i].unwrapped.restore_state(ale_state)  # an AtariEnv pickles only its arguments: the emulator is beside
         games[i].unwrapped.np_random = np_random  # NoopResetEnv draws its no-ops from it
     envs.stacked_obs.stacked_obs[:] = ckpt["stacked_obs"]

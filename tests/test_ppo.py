@@ -9,6 +9,7 @@ import glob
 import importlib
 import math
 import os
+import pickle
 import re
 import shutil
 import signal
@@ -645,6 +646,13 @@ def assert_checkpoint_evaluates(mod, out, episodes=2):
         mod.evaluate(out["checkpoint"], eval_episodes=0)
 
 
+class RunsCode:
+    """Pickled, a call of os.system that creates pwned.txt when unpickled: what a crafted checkpoint could hold."""
+
+    def __reduce__(self):
+        return os.system, ("touch pwned.txt",)
+
+
 def assert_foreign_and_corrupt_checkpoints_rejected(mod, owner):
     """A checkpoint written by the script `owner` and a file that is no checkpoint are both refused."""
     torch.save({"script": owner, "model": {}}, "other.pt")
@@ -663,11 +671,18 @@ def assert_foreign_and_corrupt_checkpoints_rejected(mod, owner):
     torch.save({"script": f"{mod.__name__}.py"}, "forged.pt")  # no args at all
     with pytest.raises(mod.ConfigError, match=r"another version of .*\(no flags\)"):
         mod.evaluate("forged.pt")
+    # issue 75: a checkpoint whose pickle would run code (os.system) is refused unread by --resume and --eval-checkpoint
+    torch.save({"script": f"{mod.__name__}.py", "model": RunsCode()}, "evil.pt")
+    for load in (lambda: mod.train(mod.Args(resume="evil.pt")), lambda: mod.evaluate("evil.pt")):
+        with pytest.raises(mod.ConfigError, match=r"^checkpoint 'evil.pt' holds more than weights, arrays and plain"):
+            load()
+    assert not os.path.exists("pwned.txt")
 
 
-def assert_envs_of_another_version_refused(mod, out, forge):
+def assert_envs_of_another_version_refused(mod, out, forge, pickled=True):
     """Resuming `out`'s checkpoint with its env state replaced by `forge(saved env state, a pickle of a wrapper class
-    this file does not have)`, as an older version of the file may have saved it, is refused in one line."""
+    this file does not have)`, as an older version of the file may have saved it, is refused in one line; and where the
+    saved games are a pickle, one that would run code is refused before it runs."""
     ckpt = torch.load(out["checkpoint"], weights_only=False)
     renamed_wrapper = f"c{mod.__name__}\nRenamedWrapper\n)\x81.".encode()  # pickle opcodes: the class, no arguments
     torch.save({**ckpt, "envs": forge(ckpt["envs"], renamed_wrapper)}, "other_version.pt")
@@ -677,6 +692,13 @@ def assert_envs_of_another_version_refused(mod, out, forge):
         r"\.py \((AttributeError|KeyError): .+\); resume it with the version that",
     ):
         mod.train(mod.Args(resume="other_version.pt", total_timesteps=2 * ckpt["args"]["total_timesteps"]))
+    if not pickled:
+        return
+    # issue 75: saved games whose pickle would run code (os.system) are refused unimported, and nothing runs
+    torch.save({**ckpt, "envs": forge(ckpt["envs"], pickle.dumps(RunsCode()))}, "evil.pt")
+    with pytest.raises(mod.ConfigError, match=r"^the envs in evil.pt .*\(UnpicklingError: (os|posix)\.system is no part of"):
+        mod.train(mod.Args(resume="evil.pt", total_timesteps=2 * ckpt["args"]["total_timesteps"]))
+    assert not os.path.exists("pwned.txt")
 
 
 # bad input every PPO script refuses with the same words; each test file adds its own cases

@@ -271,7 +271,7 @@ def test_foreign_checkpoint_rejected():
 
 def test_envs_saved_by_another_version_refused():  # an older version kept other statistics beside the games
     assert_envs_of_another_version_refused(
-        mod, mod.train(tiny(save_model=True)), lambda envs, renamed: {k: v for k, v in envs.items() if k != "R"}
+        mod, mod.train(tiny(save_model=True)), lambda envs, renamed: {k: v for k, v in envs.items() if k != "R"}, pickled=False
     )
 
 
