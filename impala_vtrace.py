@@ -377,17 +377,7 @@ def train(args: Args, given=None):
         run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
         run_name = os.path.basename(run_dir)
     if args.track:
-        import wandb
-
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=asdict(args),
-            name=run_name,
-            save_code=True,
-            resume="allow",
-        )
+        start_tracking(args, run_name)
     from torch.utils.tensorboard import SummaryWriter
 
     # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
@@ -461,6 +451,7 @@ def train(args: Args, given=None):
                 frac = 1 - (update_idx - 1) / max(num_updates - 1, 1)
                 for group in optimizer.param_groups:
                     group["lr"] = group.setdefault("initial_lr", group["lr"]) * frac
+            # ---- a batch: the actors' unrolls (their rollout, with the policy they acted with) ----
             indices, episodes = next_batch(full_queue, buffers_per_batch, actors, args.actor_timeout)
             t0 = time.perf_counter()
             rows = torch.tensor(indices)
@@ -472,6 +463,7 @@ def train(args: Args, given=None):
             lag = ((update_idx - 1) - buffers["versions"][rows]).double().mean().item()
             for i in indices if not args.sync else []:  # the rows are copied: the actors refill them during the update
                 put_holding_signals(free_queue, i)
+            # ---- learning: V-trace targets and the losses, in update() ----
             losses = update(agent, optimizer, b, args)
             actor_model.load_state_dict(agent.state_dict())  # detail 1: the actors' next steps use the new weights
             version.value = update_idx
@@ -480,6 +472,7 @@ def train(args: Args, given=None):
             history["seconds"]["update"] += time.perf_counter() - t0
             global_step += steps_per_update
 
+            # ---- logging ----
             for ret, length in episodes:
                 writer.add_scalar("charts/episodic_return", ret, global_step)
                 writer.add_scalar("charts/episodic_length", length, global_step)
@@ -495,16 +488,9 @@ def train(args: Args, given=None):
                 writer.add_scalar(f"losses/{k}", v, global_step)
             sps = int((global_step - start_step) / (time.time() - start_time))
             writer.add_scalar("charts/SPS", sps, global_step)
-            # progress with the time left: one updating line in a terminal, a line every 10 updates in a log file
-            tty, last = sys.stdout.isatty(), update_idx == num_updates
-            if tty or update_idx % 10 == 0 or last:
-                left = int((num_updates - update_idx) * steps_per_update / max(sps, 1))
-                line = (
-                    f"step {global_step}/{num_updates * steps_per_update} SPS {sps} ETA {left // 3600}:"
-                    f"{left % 3600 // 60:02d}:{left % 60:02d} lag {lag:.2f} return(last 20) "
-                    f"{np.mean(history['episodic_return'][-20:] or np.nan):.1f}"
-                )
-                print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
+            progress(
+                update_idx, num_updates, global_step, steps_per_update, sps, history["episodic_return"], note=f"lag {lag:.2f} "
+            )
 
             check_finite(update_idx, losses, agent, optimizer, saved)
             if args.save_model and (update_idx % args.save_every == 0 or update_idx == num_updates):
@@ -655,6 +641,34 @@ def put_holding_signals(q, item):
             signal.signal(s, handler)
     for s in held:  # under the handler each came to: Ctrl-C's KeyboardInterrupt, or SIGTERM's
         signal.raise_signal(s)
+
+
+def progress(iteration, iterations, global_step, steps_per_iteration, sps, returns, every=10, note=""):
+    """The run's progress and the time left: one updating line in a terminal, in a log file a line every `every`
+    iterations and at the last."""
+    tty, last = sys.stdout.isatty(), iteration == iterations
+    if tty or iteration % every == 0 or last:
+        left = int((iterations - iteration) * steps_per_iteration / max(sps, 1))
+        line = (
+            f"step {global_step}/{iterations * steps_per_iteration} SPS {sps} ETA {left // 3600}:{left % 3600 // 60:02d}:"
+            f"{left % 60:02d} {note}return(last 20) {np.mean(returns[-20:] or np.nan):.1f}"
+        )
+        print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
+
+
+def start_tracking(args, run_name):
+    """--track: Weights & Biases mirrors the TensorBoard logs (imported only here)."""
+    import wandb
+
+    wandb.init(
+        project=args.wandb_project_name,
+        entity=args.wandb_entity,
+        sync_tensorboard=True,
+        config=asdict(args),
+        name=run_name,
+        save_code=True,
+        resume="allow",
+    )
 
 
 def new_run_dir(name, suffix=""):

@@ -376,17 +376,7 @@ def train(args: Args, given=None):
         run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
         run_name = os.path.basename(run_dir)
     if args.track:
-        import wandb
-
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=asdict(args),
-            name=run_name,
-            save_code=True,
-            resume="allow",
-        )
+        start_tracking(args, run_name)
     from torch.utils.tensorboard import SummaryWriter
 
     # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
@@ -449,6 +439,7 @@ def train(args: Args, given=None):
                 frac = 1 - (update_idx - 1) / max(num_updates - 1, 1)
                 for group in optimizer.param_groups:
                     group["lr"] = group.setdefault("initial_lr", group["lr"]) * frac
+            # ---- a batch: the actors' unrolls (their rollout, with the policy they acted with) ----
             indices, episodes = list(range(n)), []
             senders = [1 + ((update_idx - start_update) * n + i) % (world - 1) for i in indices]  # round-robin
             for i, src in zip(indices, senders):  # detail 2: each unroll answered at once (--sync: after the update)
@@ -466,6 +457,7 @@ def train(args: Args, given=None):
                 for key in ("obs", "actions", "rewards", "dones", "logprobs")
             }
             lag = ((update_idx - 1) - buffers["versions"][rows]).double().mean().item()
+            # ---- learning: V-trace targets and the losses, in update() ----
             losses = update(agent, optimizer, b, args)
             actor_model.load_state_dict(agent.state_dict())  # detail 1: the actors' next steps use the new weights
             for src in senders if args.sync else []:
@@ -473,6 +465,7 @@ def train(args: Args, given=None):
             history["seconds"]["update"] += time.perf_counter() - t0
             global_step += steps_per_update
 
+            # ---- logging ----
             for ret, length in episodes:
                 writer.add_scalar("charts/episodic_return", ret, global_step)
                 writer.add_scalar("charts/episodic_length", length, global_step)
@@ -488,16 +481,9 @@ def train(args: Args, given=None):
                 writer.add_scalar(f"losses/{k}", v, global_step)
             sps = int((global_step - start_step) / (time.time() - start_time))
             writer.add_scalar("charts/SPS", sps, global_step)
-            # progress with the time left: one updating line in a terminal, a line every 10 updates in a log file
-            tty, last = sys.stdout.isatty(), update_idx == num_updates
-            if tty or update_idx % 10 == 0 or last:
-                left = int((num_updates - update_idx) * steps_per_update / max(sps, 1))
-                line = (
-                    f"step {global_step}/{num_updates * steps_per_update} SPS {sps} ETA {left // 3600}:"
-                    f"{left % 3600 // 60:02d}:{left % 60:02d} lag {lag:.2f} return(last 20) "
-                    f"{np.mean(history['episodic_return'][-20:] or np.nan):.1f}"
-                )
-                print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
+            progress(
+                update_idx, num_updates, global_step, steps_per_update, sps, history["episodic_return"], note=f"lag {lag:.2f} "
+            )
 
             try:
                 check_finite(update_idx, losses, agent, optimizer, saved)
@@ -654,6 +640,34 @@ def start_process_group(rank, world, timeout):
             f"{os.environ['MASTER_PORT']} ({str(e).splitlines()[0]}); set MASTER_PORT to a free port on "
             "rank 0's host, or let torchrun choose one"
         ) from None
+
+
+def progress(iteration, iterations, global_step, steps_per_iteration, sps, returns, every=10, note=""):
+    """The run's progress and the time left: one updating line in a terminal, in a log file a line every `every`
+    iterations and at the last."""
+    tty, last = sys.stdout.isatty(), iteration == iterations
+    if tty or iteration % every == 0 or last:
+        left = int((iterations - iteration) * steps_per_iteration / max(sps, 1))
+        line = (
+            f"step {global_step}/{iterations * steps_per_iteration} SPS {sps} ETA {left // 3600}:{left % 3600 // 60:02d}:"
+            f"{left % 60:02d} {note}return(last 20) {np.mean(returns[-20:] or np.nan):.1f}"
+        )
+        print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
+
+
+def start_tracking(args, run_name):
+    """--track: Weights & Biases mirrors the TensorBoard logs (imported only here)."""
+    import wandb
+
+    wandb.init(
+        project=args.wandb_project_name,
+        entity=args.wandb_entity,
+        sync_tensorboard=True,
+        config=asdict(args),
+        name=run_name,
+        save_code=True,
+        resume="allow",
+    )
 
 
 def new_run_dir(name, suffix=""):

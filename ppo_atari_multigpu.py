@@ -423,17 +423,7 @@ def train(args: Args, given=None):
     else:  # D3: rank 0 logs and saves
         run_dir = run_name = None
     if args.track and rank == 0:
-        import wandb
-
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=asdict(args),
-            name=run_name,
-            save_code=True,
-            resume="allow",
-        )
+        start_tracking(args, run_name)
     from torch.utils.tensorboard import SummaryWriter
 
     # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
@@ -484,11 +474,7 @@ def train(args: Args, given=None):
             next_obs = ckpt["next_obs"][rank * N : (rank + 1) * N]
         elif rank == 0:  # keep the fresh games' first observations: the saved ones belong to other games
             print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
-        random.setstate(ckpt["rng"]["python"])
-        np.random.set_state(ckpt["rng"]["numpy"])
-        torch.set_rng_state(ckpt["rng"]["torch"])
-        if device.type == "cuda" and "cuda" in ckpt["rng"]:
-            torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+        set_rng_state(ckpt["rng"], device)
 
     if rank and ckpt and len(ckpt.get("rngs", ())) == world:  # resumed on as many processes: each rank's streams go on
         torch.set_rng_state(ckpt["rngs"][rank]["torch"])
@@ -506,6 +492,7 @@ def train(args: Args, given=None):
             for group in optimizer.param_groups:
                 group["lr"] = group.setdefault("initial_lr", group["lr"]) * frac
 
+        # ---- the rollout: num_steps steps of every env, the actions from Agent.get_action_and_value ----
         rollout = []  # the agent's (action, logprob, value) of each step, stacked into [T, N] tensors after it
         episodes = []  # (global step, return, length) of this rank's finished games
         for step in range(T):
@@ -530,6 +517,7 @@ def train(args: Args, given=None):
             for i in np.flatnonzero(final_info.get("_episode", ())):
                 episode_return, episode_length = final_info["episode"]["r"], final_info["episode"]["l"]
                 episodes.append((global_step, float(episode_return[i]), int(episode_length[i])))
+        # ---- learning: the targets from the rollout, then update() ----
         for step_of_game, r, length in sorted(sum(world_gather(episodes), []), key=lambda e: e[0]):  # D3: every rank's
             writer.add_scalar("charts/episodic_return", r, step_of_game)
             writer.add_scalar("charts/episodic_length", length, step_of_game)
@@ -561,6 +549,7 @@ def train(args: Args, given=None):
         y_pred, y_true = b["values"].cpu().numpy(), b["returns"].cpu().numpy()
         losses["explained_variance"] = np.nan if np.var(y_true) == 0 else 1 - np.var(y_true - y_pred) / np.var(y_true)
         losses = dict(zip(losses, world_mean(torch.tensor([*losses.values()], dtype=torch.double, device=device)).tolist()))
+        # ---- logging ----
         history["first_minibatch"].append(first)
         history["losses"].append(losses)
         history["learning_rate"].append(optimizer.param_groups[0]["lr"])
@@ -570,16 +559,8 @@ def train(args: Args, given=None):
             writer.add_scalar(f"losses/{k}", v, global_step)
         sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/SPS", sps, global_step)
-        # progress with the time left: one updating line in a terminal, a line every 10 iterations in a log file
-        tty, last = sys.stdout.isatty(), iteration == args.num_iterations
-        if rank == 0 and (tty or iteration % 10 == 0 or last):
-            left = int((args.num_iterations - iteration) * args.batch_size / max(sps, 1))
-            line = (
-                f"step {global_step}/{args.num_iterations * args.batch_size} SPS {sps} "
-                f"ETA {left // 3600}:{left % 3600 // 60:02d}:{left % 60:02d} "
-                f"return(last 20) {np.mean(history['episodic_return'][-20:] or np.nan):.1f}"
-            )
-            print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
+        if rank == 0:
+            progress(iteration, args.num_iterations, global_step, args.batch_size, sps, history["episodic_return"])
 
         check_finite(iteration, losses, agent, optimizer, saved)  # on every rank: mean losses, equal weights: all stop
         if args.save_model and (iteration % args.save_every == 0 or iteration == args.num_iterations):
@@ -587,33 +568,26 @@ def train(args: Args, given=None):
                 env_state = [pickle.dumps((env, get_game(env))) for env in envs.envs]  # the same games, resumed
             except Exception:  # e.g. a video recorder
                 env_state = None
-            rng = {
-                "python": random.getstate(),
-                "numpy": np.random.get_state(),
-                "torch": torch.get_rng_state(),
-                **({"cuda": torch.cuda.get_rng_state_all()} if device.type == "cuda" else {}),
-            }
-            env_states, ranks_obs, rngs = zip(*world_gather((env_state, next_obs, rng)))  # D3: every rank's, in env order
+            env_states, ranks_obs, rngs = zip(
+                *world_gather((env_state, next_obs, rng_state(device)))
+            )  # D3: every rank's, in env order
             if rank:  # D3: rank 0 saves
                 continue
             env_state = None if None in env_states else sum(env_states, [])  # one rank's unsaveable envs: fresh games
+            state = run_state(
+                args,
+                run_name,
+                iteration,
+                global_step,
+                agent,
+                optimizer,
+                device,
+                next_obs=np.concatenate(ranks_obs),
+                envs=env_state,
+                rngs=rngs,
+            )
             with signals_held():  # a signal in between would name the checkpoint before this one
-                save_checkpoint(
-                    f"{run_dir}/checkpoint.pt",
-                    {
-                        "script": SCRIPT,
-                        "args": asdict(args),
-                        "run_name": run_name,
-                        "iteration": iteration,
-                        "global_step": global_step,
-                        "model": agent.state_dict(),
-                        "optimizer": optimizer.state_dict(),
-                        "rng": rng,
-                        "next_obs": np.concatenate(ranks_obs),
-                        "envs": env_state,
-                        "rngs": rngs,
-                    },
-                )
+                save_checkpoint(f"{run_dir}/checkpoint.pt", state)
                 saved = (f"{run_dir}/checkpoint.pt", iteration)
 
     envs.close()
@@ -757,6 +731,69 @@ class Unpickler(pickle.Unpickler):
 class NoWriter:  # the SummaryWriter of the ranks other than 0, which log nothing (D3)
     def __getattr__(self, name):
         return lambda *args, **kwargs: None
+
+
+def progress(iteration, iterations, global_step, steps_per_iteration, sps, returns, every=10, note=""):
+    """The run's progress and the time left: one updating line in a terminal, in a log file a line every `every`
+    iterations and at the last."""
+    tty, last = sys.stdout.isatty(), iteration == iterations
+    if tty or iteration % every == 0 or last:
+        left = int((iterations - iteration) * steps_per_iteration / max(sps, 1))
+        line = (
+            f"step {global_step}/{iterations * steps_per_iteration} SPS {sps} ETA {left // 3600}:{left % 3600 // 60:02d}:"
+            f"{left % 60:02d} {note}return(last 20) {np.mean(returns[-20:] or np.nan):.1f}"
+        )
+        print(f"\r{line}\033[K" if tty else line, end="" if tty and not last else "\n", flush=True)
+
+
+def rng_state(device):
+    """Every random generator's state, for a checkpoint: a resumed run draws what the uninterrupted one would."""
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        **({"cuda": torch.cuda.get_rng_state_all()} if device.type == "cuda" else {}),
+    }
+
+
+def set_rng_state(rng, device):
+    """Restore what rng_state() saved."""
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    if device.type == "cuda" and "cuda" in rng:
+        torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def start_tracking(args, run_name):
+    """--track: Weights & Biases mirrors the TensorBoard logs (imported only here)."""
+    import wandb
+
+    wandb.init(
+        project=args.wandb_project_name,
+        entity=args.wandb_entity,
+        sync_tensorboard=True,
+        config=asdict(args),
+        name=run_name,
+        save_code=True,
+        resume="allow",
+    )
+
+
+def run_state(args, run_name, iteration, global_step, agent, optimizer, device, **more):
+    """What a checkpoint holds: the run's args and place, the network, the optimizer, every random generator, and
+    `more` (the script's own: the episodes under way, the saved games); --resume continues from it exactly."""
+    return {
+        "script": SCRIPT,
+        "args": asdict(args),
+        "run_name": run_name,
+        "iteration": iteration,
+        "global_step": global_step,
+        "model": agent.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "rng": rng_state(device),
+        **more,
+    }
 
 
 def new_run_dir(name, suffix=""):

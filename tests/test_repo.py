@@ -231,21 +231,25 @@ LINE_TARGETS = {
 # Issue 71: +23 in all (+22 TRPO, +25 the IMPALA pair): make_agent(), which train() and evaluate() both build the Agent
 # with (7); the check of who wrote a checkpoint in two, the second naming another version's flags (+11); a tag per
 # param group's learning rate (+2); the IMPALA pair's spaces from a probe env. The sibling diffs fell by 1-6.
+# Issue 75.1, weights-only loading: +14 in all (the allowed numpy types, the refusal of a pickle that names more) and
+# +22 where a checkpoint holds the saved games (the Unpickler that takes this file's, gymnasium's, ale_py's and numpy's
+# names alone). Issue 70.2, train() as CleanRL's loop: progress(), rng_state(), set_rng_state(), start_tracking() and
+# run_state() below the banner (+58) for 12-40 fewer lines in train(), and its three signposts (+3).
 LINE_CEILINGS = {
-    "ppo.py": 728,
-    "ppo_shared.py": 720,
-    "ppo_atari.py": 851,
-    "ppo_atari_lstm.py": 871,
-    "ppo_atari_envpool.py": 792,
-    "ppo_continuous_action.py": 904,
-    "ppo_procgen.py": 755,
-    "ppo_multidiscrete.py": 742,
-    "ppo_multidiscrete_mask.py": 757,
-    "a2c_paac.py": 823,
-    "impala_vtrace.py": 842,
-    "ppo_atari_multigpu.py": 917,
-    "impala_vtrace_distributed.py": 827,
-    "trpo_continuous_action.py": 972,
+    "ppo.py": 795,
+    "ppo_shared.py": 787,
+    "ppo_atari.py": 902,
+    "ppo_atari_lstm.py": 930,
+    "ppo_atari_envpool.py": 831,
+    "ppo_continuous_action.py": 971,
+    "ppo_procgen.py": 792,
+    "ppo_multidiscrete.py": 781,
+    "ppo_multidiscrete_mask.py": 796,
+    "a2c_paac.py": 882,
+    "impala_vtrace.py": 868,
+    "ppo_atari_multigpu.py": 979,
+    "impala_vtrace_distributed.py": 853,
+    "trpo_continuous_action.py": 1039,
 }
 # issue 50: the Atari scripts' --resume continues the same games (ppo_atari.py +34 lines: the emulators' state pickled
 # beside the wrappers, as a2c_paac.py's; ppo_atari_lstm.py the same, ppo_atari_multigpu.py +42 with every rank's games
@@ -259,12 +263,12 @@ SIBLINGS = [
     ("ppo.py", "ppo_shared.py", 40, 46),
     ("ppo.py", "ppo_atari.py", 250, 301),
     ("ppo.py", "ppo_continuous_action.py", 200, 270),
-    ("ppo_atari.py", "ppo_atari_lstm.py", 150, 166),
-    ("ppo_atari.py", "ppo_atari_envpool.py", 180, 261),
-    ("ppo_atari.py", "ppo_procgen.py", 250, 380),
-    ("ppo_atari.py", "ppo_multidiscrete.py", 200, 381),
+    ("ppo_atari.py", "ppo_atari_lstm.py", 150, 176),
+    ("ppo_atari.py", "ppo_atari_envpool.py", 180, 273),
+    ("ppo_atari.py", "ppo_procgen.py", 250, 394),
+    ("ppo_atari.py", "ppo_multidiscrete.py", 200, 393),
     ("ppo_multidiscrete.py", "ppo_multidiscrete_mask.py", 60, 39),
-    ("ppo_atari.py", "ppo_atari_multigpu.py", 162, 276),
+    ("ppo_atari.py", "ppo_atari_multigpu.py", 162, 289),
     ("impala_vtrace.py", "impala_vtrace_distributed.py", 182, 251),
     ("ppo_continuous_action.py", "trpo_continuous_action.py", 250, 316),
 ]
@@ -340,7 +344,7 @@ PLUMBING = {
     "ConfigError", "ActorError", "RANGES", "OFF_AT_INF", "RESUMABLE", "check_args", "compiled", "new_run_dir",
     "save_checkpoint", "load_checkpoint", "check_finite", "evaluate", "interrupted", "signals_held", "raise_interrupt",
     "parse_args", "get_game", "set_game", "Unpickler", "get_physics", "set_physics", "put_holding_signals",
-    "start_process_group", "NoWriter",
+    "start_process_group", "NoWriter", "progress", "rng_state", "set_rng_state", "start_tracking", "run_state",
 }  # fmt: skip
 
 
@@ -368,6 +372,10 @@ def test_the_algorithm_comes_first_and_the_plumbing_below_one_banner(script):
     assert [n for n in above if n in PLUMBING] == [] and [n for n in below if n not in PLUMBING] == []
     # the reading order above it: Args, then the Agent (after the env), then train(), the last definition
     assert above.index("Args") < above.index("Agent") < above.index("train") == len(above) - 1
+    # train()'s loop signposted as CleanRL's "ALGO LOGIC": where the rollout, the learning and the logging start
+    loop = re.search(r"^def train\(.*?(?=^\S)", source, re.S | re.M)[0]
+    marks = re.findall(r"^ +# ---- (the rollout|a batch|learning|logging)\b", loop, re.M)
+    assert marks in (["the rollout", "learning", "logging"], ["a batch", "learning", "logging"]), marks
     assert lines[-1].startswith(" ") and re.search(r"^if __name__ == \"__main__\":$", source[source.index(BANNER) :], re.M)
 
 
