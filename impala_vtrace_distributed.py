@@ -1,16 +1,22 @@
-"""IMPALA for Atari across machines: actor ranks send unrolls to a V-trace learner over torch.distributed (seed 002).
+"""IMPALA for Atari across machines: actor ranks send unrolls to a V-trace learner over torch.distributed.
+
+The paper: "IMPALA: Scalable Distributed Deep-RL with Importance Weighted Actor-Learner Architectures" (Espeholt et
+al. 2018), https://arxiv.org/abs/1802.01561
 
 Run:   torchrun --nproc_per_node=3 impala_vtrace_distributed.py --env-id BreakoutNoFrameskip-v4   (1 learner, 2 actors)
 Nodes: torchrun --nnodes=4 --nproc_per_node=8 --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT impala_vtrace_distributed.py
 Eval:  python impala_vtrace_distributed.py --eval-checkpoint runs/<run>/checkpoint.pt --eval-episodes 10
 
-Implementation details (seed 002: Sec. 3, Sec. 4, Appendix F / Table F.1):
+Implementation details (the IMPALA paper's Sec. 3, Sec. 4, Appendix F / Table F.1):
   1. decoupled acting and learning: torchrun's rank 0 learns, every other rank acts with its own envs and Agent, which
      loads the learner's latest weights (`actor_model`), sent back for each unroll (as the paper's actors fetch them)
   2. unrolls of T steps (T+1 observations, the last for the bootstrap), sent by gloo to rank 0 tensor by tensor
   3. the learner trains while the actors act; charts/policy_lag: the learner updates between the weights that
      sampled a step and the update that consumes it (0 with --sync)
-  4. V-trace targets and advantages, `vtrace`, truncation levels rho_bar = c_bar = 1 (torchbeast's)
+  4. V-trace targets and advantages, `vtrace`, truncation levels rho_bar = c_bar = 1 (torchbeast's); --correction
+     one-step, epsilon or none: the paper's other off-policy corrections (Sec. 5.2.1, Table 2), for its comparison;
+     --replay-fraction: that share of every batch drawn uniformly from the last --replay-size unrolls (Table 2's
+     replay), past ones only; charts/policy_lag counts their age too. A resumed run's replay starts empty
   5. losses summed over time and batch (Table C.1): policy gradient with the V-trace advantage, baseline 0.5 * 1/2
      (vs - V)^2 (the paper's (vs - V) grad V times its baseline cost 0.5, as torchbeast), entropy bonus 0.01
   6. RMSProp, epsilon 0.01, momentum 0, decay 0.99; 7. learning rate 6e-4 annealed linearly to 0; 8. global gradient
@@ -45,7 +51,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from datetime import timedelta
-from typing import Optional
+from typing import Literal, Optional
 
 import ale_py
 import gymnasium as gym
@@ -64,7 +70,7 @@ class Args:
     exp_name: str = SCRIPT.removesuffix(".py")  # the name of this experiment (the first part of the run name)
     seed: int = 1  # seed of python, numpy, torch and the environments
     torch_deterministic: bool = True  # if toggled, sets `torch.backends.cudnn.deterministic=True`
-    cuda: bool = True  # run the learner on CUDA when available (falls back to CPU with a notice); actors stay on CPU
+    cuda: bool = True  # run the learner on CUDA when available (a notice if named and none is); actors stay on CPU
     torch_threads: int = 1  # torch intra-op threads of the learner (0: torch's default); actors always use 1
     channels_last: bool = True  # run the CNN in channels-last (NHWC) memory: the same convolutions, faster on CPU
     bf16: bool = False  # the CNN's forward passes under bfloat16 autocast (experimental; heads, losses, RMSProp stay fp32)
@@ -74,7 +80,7 @@ class Args:
     capture_video: bool = False  # record videos of actor 0's first env into `videos/<run name>/` (needs moviepy)
     save_model: bool = False  # write `runs/<run name>/checkpoint.pt` every --save-every updates and at the end
     save_every: int = 500  # learner updates between periodic checkpoints (with --save-model)
-    resume: Optional[str] = None  # continue this checkpoint's run (flags beside it: only those in RESUMABLE)
+    resume: Optional[str] = None  # continue this checkpoint's run (beside it only the budget and saving flags may change)
     eval_checkpoint: Optional[str] = None  # evaluate this checkpoint instead of training; print the mean return
     eval_episodes: int = 10  # episodes to run with --eval-checkpoint
 
@@ -85,16 +91,21 @@ class Args:
     num_envs_per_actor: int = 1  # the environments each actor steps together (each gives one trajectory per unroll)
     unroll_length: int = 20  # the number of steps in each unroll (T)
     batch_size: int = 32  # the number of trajectories in each learner batch
-    anneal_lr: bool = True  # anneal the learning rate linearly to 0 (detail 7)
+    anneal_lr: bool = True  # anneal the learning rate linearly to 0
     gamma: float = 0.99  # the discount factor gamma
-    rho_bar: float = 1.0  # V-trace truncation level of the importance weights rho (detail 4)
-    c_bar: float = 1.0  # V-trace truncation level of the trace coefficients c (detail 4); at most rho_bar
+    rho_bar: float = 1.0  # V-trace truncation level of the importance weights rho
+    c_bar: float = 1.0  # V-trace truncation level of the trace coefficients c; at most rho_bar
+    # the off-policy correction (the paper's Sec. 5.2.1): V-trace; one-step importance sampling (each step's advantage
+    # times its clipped weight, uncorrected value targets); epsilon (log(pi + 1e-6) in the gradient, no weights); none
+    correction: Literal["vtrace", "one-step", "epsilon", "none"] = "vtrace"
+    replay_fraction: float = 0.0  # the share of each batch's unrolls drawn from past ones (Table 2's "with replay": 0.5)
+    replay_size: int = 1000  # the past unrolls the replay keeps, the oldest dropped first (~0.6 MB each)
     ent_coef: float = 0.01  # coefficient of the entropy bonus
     vf_coef: float = 0.5  # coefficient of the baseline loss (vs - V)^2
     max_grad_norm: float = 40.0  # the maximum global norm of the gradients
-    rmsprop_eps: float = 0.01  # RMSProp epsilon (detail 6)
-    rmsprop_alpha: float = 0.99  # RMSProp decay of the squared-gradient average (detail 6)
-    deep: bool = False  # use the deep residual network instead of the shallow CNN (detail 11)
+    rmsprop_eps: float = 0.01  # RMSProp epsilon
+    rmsprop_alpha: float = 0.99  # RMSProp decay of the squared-gradient average
+    deep: bool = False  # use the deep residual network instead of the shallow CNN
     sync: bool = False  # actors wait for each update before starting an unroll, so the policy lag is 0 (for testing)
     bootstrap_truncated: bool = False  # bootstrap time-limit ends from the value of their final observation
     actor_timeout: float = 120.0  # seconds a rank waits for another (gloo's timeout) before the run stops
@@ -213,8 +224,10 @@ class Agent(nn.Module):
         """Sample an action, or score the given one: (action, log-prob, entropy, value).
         The actors and the update both call this, so an edit here applies to both."""
         hidden = self.hidden(x)  # one CNN pass for both heads
-        logp = self.actor(hidden).log_softmax(-1).clamp(min=-1e30)  # Categorical written out; keeps -inf masks finite
-        if action is None:  # inverse-CDF sampling with one uniform per row, twice as fast as torch.multinomial
+        # Categorical written out, sampled by inverse CDF (one uniform a row): ppo_atari.py's first 51,200 steps of
+        # Breakout take 103 s, 112 s with Categorical(logits=...).sample() (Intel Xeon, 2 cores, 2026-12-05): 8% of a run
+        logp = self.actor(hidden).log_softmax(-1).clamp(min=-1e30)  # keeps -inf masks finite
+        if action is None:
             action = (logp.exp().cumsum(-1) < torch.rand_like(logp[..., :1])).sum(-1).clamp(max=logp.shape[-1] - 1)
         logprob = logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
         return action, logprob, -(logp.exp() * logp).sum(-1), self.critic(hidden).squeeze(-1)
@@ -226,14 +239,29 @@ def make_agent(args, observation_space, action_space):
     return Agent(action_space.n, args.deep, args.channels_last, args.bf16)
 
 
-def vtrace(behaviour_logprobs, target_logprobs, rewards, values, bootstrap_value, discounts, rho_bar=1.0, c_bar=1.0):
+def vtrace(
+    behaviour_logprobs,
+    target_logprobs,
+    rewards,
+    values,
+    bootstrap_value,
+    discounts,
+    rho_bar=1.0,
+    c_bar=1.0,
+    correction="vtrace",
+):
     """V-trace targets and policy-gradient advantages (detail 4, seed 002 Sec. 4). Tensors [T, B]; bootstrap_value [B].
     discounts[t] = gamma * (1 - done_t). rho_t = min(rho_bar, pi/mu), c_t = min(c_bar, pi/mu). vs_t = V(x_t) + delta_t
     + discounts_t c_t (vs_{t+1} - V(x_{t+1})), delta_t = rho_t (r_t + discounts_t V(x_{t+1}) - V(x_t)) (Remark 1),
-    vs_T = bootstrap_value; pg_advantages_t = rho_t (r_t + discounts_t vs_{t+1} - V(x_t)). Neither carries a gradient."""
+    vs_T = bootstrap_value; pg_advantages_t = rho_t (r_t + discounts_t vs_{t+1} - V(x_t)). Neither carries a gradient.
+    The paper's other corrections (Sec. 5.2.1) take rho_t = c_t = 1 in the targets (n-step returns, as if the behaviour
+    policy were the target's); "one-step" weights each advantage by its clipped rho_t, "epsilon" and "none" do not."""
     with torch.no_grad():
         ratios = (target_logprobs - behaviour_logprobs).exp()
         rhos, cs = ratios.clamp(max=rho_bar), ratios.clamp(max=c_bar)
+        pg_rhos = rhos if correction in ("vtrace", "one-step") else torch.ones_like(rhos)
+        if correction != "vtrace":
+            rhos = cs = torch.ones_like(rhos)
         next_values = torch.cat([values[1:], bootstrap_value.unsqueeze(0)])
         deltas = rhos * (rewards + discounts * next_values - values)
         vs_minus_v, acc = torch.zeros_like(values), torch.zeros_like(bootstrap_value)
@@ -242,7 +270,7 @@ def vtrace(behaviour_logprobs, target_logprobs, rewards, values, bootstrap_value
             vs_minus_v[t] = acc
         vs = vs_minus_v + values
         next_vs = torch.cat([vs[1:], bootstrap_value.unsqueeze(0)])
-        pg_advantages = rhos * (rewards + discounts * next_vs - values)
+        pg_advantages = pg_rhos * (rewards + discounts * next_vs - values)
     return vs, pg_advantages
 
 
@@ -271,8 +299,11 @@ def update(agent, optimizer, b, args):
         args.gamma * (1.0 - b["dones"]),
         args.rho_bar,
         args.c_bar,
+        args.correction,
     )
-    loss, pg_loss, baseline_loss, entropy_sum = impala_losses(logprobs, entropy, values, vs, pg_advantages, args)
+    # --correction epsilon: log(pi(a) + 1e-6) in the policy gradient, as GA3C (the paper's Sec. 5.2.1)
+    pg_logprobs = torch.log(logprobs.exp() + 1e-6) if args.correction == "epsilon" else logprobs
+    loss, pg_loss, baseline_loss, entropy_sum = impala_losses(pg_logprobs, entropy, values, vs, pg_advantages, args)
 
     optimizer.zero_grad()
     loss.backward()
@@ -353,6 +384,26 @@ def actor_loop(rank, args):
     dist.destroy_process_group()
 
 
+class Replay:
+    """The paper's experience replay (Table 2): a ring of the last `size` unrolls (each a dict of tensors), from which
+    a batch draws uniformly; `sample` draws before the new unrolls are `add`ed, so it returns past ones only."""
+
+    def __init__(self, size):
+        self.size, self.unrolls, self.count, self.next = size, None, 0, 0
+
+    def sample(self, n):
+        rows = torch.randint(self.count, (min(n, self.count),))
+        return {key: value[rows] for key, value in self.unrolls.items()} if self.count else None
+
+    def add(self, unrolls):
+        if self.unrolls is None:
+            self.unrolls = {key: torch.zeros((self.size, *v.shape[1:]), dtype=v.dtype) for key, v in unrolls.items()}
+        for i in range(len(unrolls["actions"])):
+            for key, value in unrolls.items():
+                self.unrolls[key][self.next] = value[i]
+            self.next, self.count = (self.next + 1) % self.size, min(self.count + 1, self.size)
+
+
 def train(args: Args, given=None):
     """Rank 0 trains, returns a dict with the per-game returns/lengths, per-update losses and lags, agent, optimizer."""
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
@@ -360,9 +411,10 @@ def train(args: Args, given=None):
         return actor_loop(rank, args)
     ckpt, args = load_checkpoint(args.resume, args, given) if args.resume else (None, args)
     check_args(args, ckpt)
-    steps_per_update = args.unroll_length * args.batch_size
-    num_updates = args.total_timesteps // steps_per_update
     buffers_per_batch = args.batch_size // args.num_envs_per_actor
+    replayed = round(args.replay_fraction * buffers_per_batch)  # the unrolls of a batch drawn from the replay
+    steps_per_update = args.unroll_length * (buffers_per_batch - replayed) * args.num_envs_per_actor  # new env steps
+    num_updates = args.total_timesteps // steps_per_update
     if world < 2:  # without torchrun
         raise ConfigError(f"WORLD_SIZE {world} leaves no actor rank: run it with torchrun --nproc_per_node=3 {SCRIPT}")
     if args.sync and buffers_per_batch != world - 1:
@@ -388,8 +440,8 @@ def train(args: Args, given=None):
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     torch.set_num_threads(args.torch_threads or torch.get_num_threads())
-    if args.cuda and not torch.cuda.is_available():
-        print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
+    if args.cuda and not torch.cuda.is_available() and "cuda" in (given or ()):  # asked for by name: said; else quiet
+        print(f"{SCRIPT}: --cuda is given but no CUDA device is available; running on CPU", file=sys.stderr)
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
     probe = make_env(args.env_id)  # the spaces of the envs the actors step
@@ -405,7 +457,8 @@ def train(args: Args, given=None):
         start_update, global_step = ckpt["update"] + 1, ckpt["global_step"]  # no RNG state: the learner draws none
 
     actor_model = copy.deepcopy(agent).cpu()  # detail 1: the agent (edits included) on CPU, for the actors
-    T, k, n = args.unroll_length, args.num_envs_per_actor, buffers_per_batch  # detail 2: `obs` holds T+1 frames
+    T, k, n = args.unroll_length, args.num_envs_per_actor, buffers_per_batch - replayed  # detail 2: T+1 frames in `obs`
+    replay = Replay(args.replay_size)
     buffers = {
         key: torch.zeros(shape, dtype=dtype)
         for key, shape, dtype in (
@@ -451,12 +504,14 @@ def train(args: Args, given=None):
                 ranks[src] = [ranks[src][0] + 1, ranks[src][1] + len(finished), *buffers["actor_seconds"][i].tolist()]
             t0 = time.perf_counter()
             rows = torch.tensor(indices)
-            # indexing copies the rows out of the received messages, [n, T, k, ...] -> [T, n * k, ...]
-            b = {
-                key: buffers[key][rows].transpose(0, 1).flatten(1, 2).to(device)
-                for key in ("obs", "actions", "rewards", "dones", "logprobs")
-            }
-            lag = ((update_idx - 1) - buffers["versions"][rows]).double().mean().item()
+            # indexing copies the rows out of the received messages: [n, T, k, ...]
+            unrolls = {key: buffers[key][rows] for key in ("obs", "actions", "rewards", "dones", "logprobs", "versions")}
+            if replayed:  # past unrolls beside the new ones (drawn before these join the replay)
+                past = replay.sample(replayed)
+                replay.add(unrolls)
+                unrolls = {key: torch.cat([v, past[key]]) for key, v in unrolls.items()} if past else unrolls
+            b = {key: v.transpose(0, 1).flatten(1, 2).to(device) for key, v in unrolls.items() if key != "versions"}
+            lag = ((update_idx - 1) - unrolls["versions"]).double().mean().item()  # [n, T] -> the mean age of a step
             # ---- learning: V-trace targets and the losses, in update() ----
             losses = update(agent, optimizer, b, args)
             actor_model.load_state_dict(agent.state_dict())  # detail 1: the actors' next steps use the new weights
@@ -543,7 +598,8 @@ class ConfigError(ValueError):
 
 # every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created
 RANGES = [
-    ("total_timesteps num_envs_per_actor unroll_length batch_size save_every eval_episodes", 1, math.inf, True),
+    ("total_timesteps num_envs_per_actor unroll_length batch_size save_every eval_episodes replay_size", 1, math.inf, True),
+    ("replay_fraction", 0, 1, True),
     ("learning_rate max_grad_norm rho_bar c_bar rmsprop_eps actor_timeout", 0, math.inf, False),
     ("ent_coef vf_coef torch_threads", 0, math.inf, True),
     ("gamma rmsprop_alpha", 0, 1, True),
@@ -581,10 +637,19 @@ def check_args(args: Args, ckpt=None) -> None:
                 )
     ranks = int(os.environ.get("LOCAL_WORLD_SIZE", 1))  # measured: ~300 MB a rank, ~1.4 MB an env, ~260 kB a batch step
     need = ranks * (400e6 + args.num_envs_per_actor * 2e6) + args.unroll_length * args.batch_size * 400e3
+    need += (args.unroll_length + 1) * args.num_envs_per_actor * 28224 * args.replay_size * (args.replay_fraction > 0)
     if need > (ram := os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")):
         raise ConfigError(
             f"--num-envs-per-actor {args.num_envs_per_actor} needs about {need / 1e9:.1f} GB (envs and "
             f"unrolls), more than this machine's {ram / 1e9:.1f} GB; use fewer envs"
+        )
+    if (
+        round(args.replay_fraction * (args.batch_size // args.num_envs_per_actor))
+        >= args.batch_size // args.num_envs_per_actor
+    ):
+        raise ConfigError(
+            f"--replay-fraction {args.replay_fraction} leaves no new unroll in a batch of "
+            f"{args.batch_size // args.num_envs_per_actor}; give a smaller fraction or a larger --batch-size"
         )
     if args.batch_size % args.num_envs_per_actor != 0:
         raise ConfigError(
@@ -597,6 +662,8 @@ def check_args(args: Args, ckpt=None) -> None:
             f"--total-timesteps {args.total_timesteps} leaves no update to run (one is {steps} "
             f"steps{'; the checkpoint is at update %d' % ckpt['update'] if ckpt else ''})"
         )
+    if args.correction not in ("vtrace", "one-step", "epsilon", "none"):
+        raise ConfigError(f"--correction must be vtrace, one-step, epsilon or none, got {args.correction!r}")
     if args.c_bar > args.rho_bar:
         raise ConfigError(f"--c-bar {args.c_bar} exceeds --rho-bar {args.rho_bar}; V-trace assumes c_bar <= rho_bar")
     for flag, package in (("capture_video", "moviepy"), ("track", "wandb")):
@@ -736,10 +803,10 @@ def load_checkpoint(path, args=None, given=None):
             )
             + "; read it with the version that wrote it"
         )
-    if any(torch.is_tensor(v) and v.is_floating_point() and not v.isfinite().all() for v in ckpt.get("model", {}).values()):
+    if where := nonfinite({k: v for k, v in ckpt.items() if k != "args"}):  # the optimizer's, normalisers', LSTM's too
         raise ConfigError(
-            f"checkpoint {path!r} holds non-finite weights (nan or inf), which neither train nor evaluate; "
-            "use an earlier checkpoint of the run"
+            f"checkpoint {path!r} holds non-finite {'weights' if where.startswith('model.') else 'values'} (nan or inf, "
+            f"in {where}), which neither train nor evaluate; use an earlier checkpoint of the run"
         )
     if args is not None:  # resuming: a save that SIGKILL cut short left its .tmp beside this whole checkpoint
         with contextlib.suppress(FileNotFoundError):  # (every rank resuming together tries)
@@ -753,6 +820,19 @@ def load_checkpoint(path, args=None, given=None):
                 f"{ckpt['args'].get(k)!r}); start a new run to train with {values[k]!r}"
             )
     return ckpt, Args(**{**ckpt["args"], **{k: values[k] for k in given & RESUMABLE}})
+
+
+def nonfinite(x, where=""):
+    """The path in `x` (nested dicts, lists and tuples) of its first tensor or array holding a nan or inf, or None."""
+    if isinstance(x, dict):
+        return next((found for k, v in x.items() if (found := nonfinite(v, f"{where}{k}."))), None)
+    if isinstance(x, (list, tuple)):
+        return next((found for i, v in enumerate(x) if (found := nonfinite(v, f"{where}{i}."))), None)
+    if torch.is_tensor(x) and x.is_floating_point() and not x.isfinite().all():
+        return where[:-1]
+    if isinstance(x, np.ndarray) and x.dtype.kind in "fc" and not np.isfinite(x).all():
+        return where[:-1]
+    return None
 
 
 def check_finite(iteration, losses, agent, optimizer, saved):
@@ -778,6 +858,19 @@ def check_finite(iteration, losses, agent, optimizer, saved):
             + "; likely too high a --learning-rate "
             "or --max-grad-norm"
         )
+
+
+def check_eval_flags(args, given):
+    """--eval-checkpoint evaluates with the checkpoint's own settings: a training flag named beside it with another
+    value than the checkpoint's, which it would ignore, is refused in one line."""
+    ckpt, _ = load_checkpoint(args.eval_checkpoint)
+    values = asdict(args)
+    for k in sorted(set(given) - {"eval_checkpoint", "eval_episodes", "seed", "cuda", "torch_threads"}):
+        if k in values and values[k] != ckpt["args"].get(k):
+            raise ConfigError(
+                f"--{k.replace('_', '-')} {values[k]!r} does not apply to --eval-checkpoint, which evaluates with the "
+                f"checkpoint's own settings ({k}: {ckpt['args'].get(k)!r}); leave it out, or train a run with it"
+            )
 
 
 def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
@@ -837,6 +930,7 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` and torchrun's stop end it as Ctrl-C does
     try:
         if cli_args.eval_checkpoint:
+            check_eval_flags(cli_args, given)
             returns = evaluate(cli_args.eval_checkpoint, cli_args.eval_episodes, cli_args.seed)
             print(f"mean return over {len(returns)} episodes: {np.mean(returns):.2f} +- {np.std(returns):.2f}")
         else:

@@ -3,7 +3,7 @@
 Run:   python ppo_multidiscrete_mask.py --env-id MicrortsMining-v1  (first: bash scripts/install_extras.sh microrts)
 Eval:  python ppo_multidiscrete_mask.py --eval-checkpoint runs/<run>/checkpoint.pt --eval-episodes 10
 
-The core details 1-12 of "The 37 Implementation Details of PPO" as in ppo.py (seed 000) with the blog's Atari
+The core details 1-12 of "The 37 Implementation Details of PPO" as in ppo.py with the blog's Atari
 hyperparameters, 13 as the blog's Gym-μRTS CNN (conv 16 3x3/2, conv 32 2x2, fc128 on 27 binary feature planes), and
   M1. MultiDiscrete: one Categorical per action component; their log-probabilities and entropies add up
   M2. invalid action masking (the blog's auxiliary detail 4; Huang and Ontañón 2020), of what the blog's script masks:
@@ -14,7 +14,7 @@ hyperparameters, 13 as the blog's Gym-μRTS CNN (conv 16 3x3/2, conv 32 2x2, fc1
 The env: the blog's MicrortsMining-v1 of gym-microrts 0.2.0 (10x10 map, passive opponent, +1 for each harvest and each
 return action issued). A step commands one unit, [source cell, action type, move, harvest, return and produce
 directions, unit type, attack target cell] of MultiDiscrete [100, 6, 4, 4, 4, 4, 7, 100], then plays 10 game ticks;
-200 steps a game. The simulator ignores invalid actions and is deterministic. (Until issue 23 these scripts ran
+200 steps a game. The simulator ignores invalid actions and is deterministic. (Until 2026-11-23 these scripts ran
 0.4.3's grid mode, each cell choosing [6, 4, 4, 4, 4, 7, 49] each tick: benchmark/results/microrts_*_2026-11-22.md.)
 
 To hack: the rollout and the update both call Agent.get_action_and_value, the optimizer holds agent.parameters()
@@ -59,14 +59,14 @@ class Args:
     exp_name: str = SCRIPT.removesuffix(".py")  # the name of this experiment (the first part of the run name)
     seed: int = 1  # seed of python, numpy and torch (the games are deterministic given the actions)
     torch_deterministic: bool = True  # if toggled, sets `torch.backends.cudnn.deterministic=True`
-    cuda: bool = True  # use CUDA when available (falls back to CPU with a notice)
+    cuda: bool = True  # use CUDA when available (else the CPU; a notice when --cuda is given by name)
     torch_threads: int = 1  # torch intra-op threads (0: torch's default); 1 is fastest for this small network
     track: bool = False  # log to Weights & Biases (imports wandb only when set)
     wandb_project_name: str = "ppo-reference"  # the Weights & Biases project
     wandb_entity: Optional[str] = None  # the Weights & Biases entity (team)
     save_model: bool = False  # write `runs/<run name>/checkpoint.pt` every --save-every iterations and at the end
     save_every: int = 50  # iterations between periodic checkpoints (with --save-model)
-    resume: Optional[str] = None  # continue this checkpoint's run (flags beside it: only those in RESUMABLE)
+    resume: Optional[str] = None  # continue this checkpoint's run (beside it only the budget and saving flags may change)
     eval_checkpoint: Optional[str] = None  # evaluate this checkpoint instead of training; print the mean return
     eval_episodes: int = 10  # episodes to run with --eval-checkpoint
 
@@ -77,14 +77,14 @@ class Args:
     learning_rate: float = 2.5e-4  # the learning rate of the optimizer
     num_envs: int = 8  # the number of parallel environments
     num_steps: int = 128  # the number of steps to run in each environment per rollout
-    anneal_lr: bool = True  # anneal the learning rate linearly to 0 (detail 4)
+    anneal_lr: bool = True  # anneal the learning rate linearly to 0
     gamma: float = 0.99  # the discount factor gamma
     gae_lambda: float = 0.95  # the lambda of generalized advantage estimation
     num_minibatches: int = 4  # the number of minibatches per epoch
     update_epochs: int = 4  # the number of epochs over each rollout
-    norm_adv: bool = True  # normalise advantages per minibatch (detail 7)
+    norm_adv: bool = True  # normalise advantages per minibatch
     clip_coef: float = 0.1  # the surrogate clipping coefficient
-    clip_vloss: bool = True  # use the clipped value loss (detail 9)
+    clip_vloss: bool = True  # use the clipped value loss
     ent_coef: float = 0.01  # coefficient of the entropy bonus
     vf_coef: float = 0.5  # coefficient of the value loss
     max_grad_norm: float = 0.5  # the maximum global norm of the gradients
@@ -331,8 +331,8 @@ def train(args: Args, given=None):
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     torch.set_num_threads(args.torch_threads or torch.get_num_threads())
-    if args.cuda and not torch.cuda.is_available():
-        print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
+    if args.cuda and not torch.cuda.is_available() and "cuda" in (given or ()):  # asked for by name: said; else quiet
+        print(f"{SCRIPT}: --cuda is given but no CUDA device is available; running on CPU", file=sys.stderr)
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
     envs = make_envs(args, run_name)
@@ -663,10 +663,10 @@ def load_checkpoint(path, args=None, given=None):
             )
             + "; read it with the version that wrote it"
         )
-    if any(torch.is_tensor(v) and v.is_floating_point() and not v.isfinite().all() for v in ckpt.get("model", {}).values()):
+    if where := nonfinite({k: v for k, v in ckpt.items() if k != "args"}):  # the optimizer's, normalisers', LSTM's too
         raise ConfigError(
-            f"checkpoint {path!r} holds non-finite weights (nan or inf), which neither train nor evaluate; "
-            "use an earlier checkpoint of the run"
+            f"checkpoint {path!r} holds non-finite {'weights' if where.startswith('model.') else 'values'} (nan or inf, "
+            f"in {where}), which neither train nor evaluate; use an earlier checkpoint of the run"
         )
     if args is not None:  # resuming: a save that SIGKILL cut short left its .tmp beside this whole checkpoint
         with contextlib.suppress(FileNotFoundError):  # (every rank resuming together tries)
@@ -680,6 +680,19 @@ def load_checkpoint(path, args=None, given=None):
                 f"{ckpt['args'].get(k)!r}); start a new run to train with {values[k]!r}"
             )
     return ckpt, Args(**{**ckpt["args"], **{k: values[k] for k in given & RESUMABLE}})
+
+
+def nonfinite(x, where=""):
+    """The path in `x` (nested dicts, lists and tuples) of its first tensor or array holding a nan or inf, or None."""
+    if isinstance(x, dict):
+        return next((found for k, v in x.items() if (found := nonfinite(v, f"{where}{k}."))), None)
+    if isinstance(x, (list, tuple)):
+        return next((found for i, v in enumerate(x) if (found := nonfinite(v, f"{where}{i}."))), None)
+    if torch.is_tensor(x) and x.is_floating_point() and not x.isfinite().all():
+        return where[:-1]
+    if isinstance(x, np.ndarray) and x.dtype.kind in "fc" and not np.isfinite(x).all():
+        return where[:-1]
+    return None
 
 
 def check_finite(iteration, losses, agent, optimizer, saved):
@@ -705,6 +718,19 @@ def check_finite(iteration, losses, agent, optimizer, saved):
             + "; likely too high a --learning-rate "
             "or --max-grad-norm"
         )
+
+
+def check_eval_flags(args, given):
+    """--eval-checkpoint evaluates with the checkpoint's own settings: a training flag named beside it with another
+    value than the checkpoint's, which it would ignore, is refused in one line."""
+    ckpt, _ = load_checkpoint(args.eval_checkpoint)
+    values = asdict(args)
+    for k in sorted(set(given) - {"eval_checkpoint", "eval_episodes", "seed", "cuda", "torch_threads"}):
+        if k in values and values[k] != ckpt["args"].get(k):
+            raise ConfigError(
+                f"--{k.replace('_', '-')} {values[k]!r} does not apply to --eval-checkpoint, which evaluates with the "
+                f"checkpoint's own settings ({k}: {ckpt['args'].get(k)!r}); leave it out, or train a run with it"
+            )
 
 
 def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
@@ -786,6 +812,7 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, raise_interrupt)
     try:
         if cli_args.eval_checkpoint:
+            check_eval_flags(cli_args, given)
             returns = evaluate(cli_args.eval_checkpoint, cli_args.eval_episodes, cli_args.seed)
             print(f"mean return over {len(returns)} episodes: {np.mean(returns):.2f} +- {np.std(returns):.2f}")
         else:

@@ -1,10 +1,11 @@
 """TRPO for continuous-action tasks (MuJoCo), separate actor and critic networks: ppo_continuous_action.py with
-another policy step (Schulman et al. 2015, as seed 004 runs it: Engstrom et al., Implementation Matters).
+another policy step (Schulman et al. 2015), as "Implementation Matters in Deep Policy Gradients" (Engstrom et al., ICLR
+2020, https://arxiv.org/abs/2005.12729) runs it.
 
 Run:   python trpo_continuous_action.py --env-id Walker2d-v4
 Eval:  python trpo_continuous_action.py --eval-checkpoint runs/<run>/checkpoint.pt --eval-episodes 10
 
-The defaults are seed 004's TRPO on Walker2d (Table 4, column TRPO; its released configs/walker_trpo.py): delta 0.04,
+The defaults are that paper's TRPO on Walker2d (Table 4, column TRPO; its released configs/walker_trpo.py): delta 0.04,
 the critic's Adam at 3e-4 for 10 epochs of 32 minibatches, 2048 steps of one env, gamma 0.99, lambda 0.95, and none of
 PPO's code-level optimisations: raw rewards, Xavier init, no annealing, no value or gradient clip, observations
 normalised but unclipped. Its TRPO+ on Walker2d (Table 4, configs/walker_trpo_plus.py) switches them on by
@@ -26,13 +27,13 @@ The step, in update() instead of PPO's epochs of the clipped surrogate (details 
   T5. the critic alone learns by Adam, --update-epochs epochs of --num-minibatches minibatches, as in PPO
   T6. --max-kl-final: delta moved linearly from --max-kl to it, one increment before each step (footnote 5); in the
       released code `self.MAX_KL +=` never reaches trpo_step (it reads params.MAX_KL): its TRPO+ ran at --max-kl
-Logged every iteration beside PPO's keys and seed 004's Figure 2 (max_ratio, mean_kl, max_kl): losses/kl (the mean KL
+Logged every iteration beside PPO's keys and the paper's Figure 2 (max_ratio, mean_kl, max_kl): losses/kl (the mean KL
 the step reached; 0 without one), kl_bound (delta), backtracks (halvings before the step taken; -1: none taken) and
 surrogate_improvement (0 without a step). The paper's code also resets the envs at each rollout and leaves each
 episode's last step out of the value loss: rollout details, kept here as ppo_continuous_action.py has them.
 benchmark/sb3_trpo.py sets Stable-Baselines3-contrib's TRPO up the same way, beside this file.
 
-The 13 core implementation details of "The 37 Implementation Details of PPO" (seed 000):
+The 13 core implementation details of "The 37 Implementation Details of PPO" (Huang et al., ICLR Blog Track 2022):
   1. vectorized envs (gymnasium SyncVectorEnv), fixed-length rollouts, SAME_STEP autoreset
   2. orthogonal init: hidden layers std sqrt(2), policy head 0.01, value head 1.0, biases 0
   3. Adam epsilon 1e-5
@@ -46,7 +47,7 @@ The 13 core implementation details of "The 37 Implementation Details of PPO" (se
   11. --max-grad-norm: global gradient norm of the critic step clipped (inf: off)
   12. debug variables: policy_loss, value_loss, entropy, old_approx_kl, approx_kl, clipfrac, explained_variance
   13. separate 64-64 tanh actor and critic MLPs (ppo_shared.py is the shared-trunk variant)
-The 9 details for continuous action domains (seed 000), C1-C9 in the comments:
+The blog's 9 details for continuous action domains, C1-C9 in the comments:
   C1. Gaussian policy: the actor outputs the mean of a normal distribution
   C2. state-independent log standard deviation, a parameter initialised to 0
   C3. independent action components: log-probabilities and entropies summed over the action dimensions
@@ -56,7 +57,7 @@ The 9 details for continuous action domains (seed 000), C1-C9 in the comments:
   C7. normalised observations clipped to [-10, 10]
   C8. rewards divided by the standard deviation of a running discounted return
   C9. scaled rewards clipped to [-10, 10]
-Seed 004's switches are off by default (TRPO+ turns them on): --norm-obs (C6, on), --clip-obs (C7), --reward-scaling
+The paper's switches are off by default (TRPO+ turns them on): --norm-obs (C6, on), --clip-obs (C7), --reward-scaling
 (C8; --clip-reward, C9, clips only what it scales), --ortho-init (detail 2; off: Xavier-uniform weights, zero biases, as
 its released code), --max-grad-norm (11), --clip-vloss (9), --anneal-lr (4); --value-lr: the critic's rate.
 
@@ -85,6 +86,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Literal, Optional
 
@@ -101,7 +103,7 @@ class Args:
     exp_name: str = SCRIPT.removesuffix(".py")  # the name of this experiment (the first part of the run name)
     seed: int = 1  # seed of python, numpy, torch and the environments
     torch_deterministic: bool = True  # if toggled, sets `torch.backends.cudnn.deterministic=True`
-    cuda: bool = True  # use CUDA when available (falls back to CPU with a notice)
+    cuda: bool = True  # use CUDA when available (else the CPU; a notice when --cuda is given by name)
     torch_threads: int = 1  # torch intra-op threads (0: torch's default); 1 is fastest for small networks
     track: bool = False  # log to Weights & Biases (imports wandb only when set)
     wandb_project_name: str = "ppo-reference"  # the Weights & Biases project
@@ -109,7 +111,7 @@ class Args:
     capture_video: bool = False  # record videos of env 0 into `videos/<run name>/` (needs moviepy)
     save_model: bool = False  # write `runs/<run name>/checkpoint.pt` every --save-every iterations and at the end
     save_every: int = 50  # iterations between periodic checkpoints (with --save-model)
-    resume: Optional[str] = None  # continue this checkpoint's run (flags beside it: only those in RESUMABLE)
+    resume: Optional[str] = None  # continue this checkpoint's run (beside it only the budget and saving flags may change)
     eval_checkpoint: Optional[str] = None  # evaluate this checkpoint instead of training; print the mean return
     eval_episodes: int = 10  # episodes to run with --eval-checkpoint
 
@@ -119,14 +121,14 @@ class Args:
     learning_rate: float = 3e-4  # the learning rate of the optimizer (Adam: the critic's, unless --value-lr)
     num_envs: int = 1  # the number of parallel environments
     num_steps: int = 2048  # the number of steps to run in each environment per rollout
-    anneal_lr: bool = False  # anneal the learning rate linearly to 0 (detail 4)
+    anneal_lr: bool = False  # anneal the learning rate linearly to 0
     gamma: float = 0.99  # the discount factor gamma
     gae_lambda: float = 0.95  # the lambda of generalized advantage estimation
     num_minibatches: int = 32  # the number of minibatches per epoch of the critic
     update_epochs: int = 10  # the number of epochs of the critic over each rollout
-    norm_adv: bool = True  # normalise advantages over the batch (detail 7)
+    norm_adv: bool = True  # normalise advantages over the batch
     clip_coef: float = 0.2  # the value clipping range (--clip-vloss), and the ratio band that clipfrac counts
-    clip_vloss: bool = False  # use the clipped value loss (detail 9)
+    clip_vloss: bool = False  # use the clipped value loss
     ent_coef: float = 0.0  # coefficient of the entropy bonus in the surrogate
     vf_coef: float = 0.5  # coefficient of the value loss (alone in its loss: it scales the gradient that is clipped)
     max_grad_norm: float = math.inf  # the maximum global norm of the critic's gradients (inf: no clipping)
@@ -138,13 +140,13 @@ class Args:
     backtrack_steps: int = 10  # the line search's tries: the full step, then halved each time
     accept_ratio: float = 0.1  # the least improvement of the surrogate taken, as a fraction of g.step (0: any)
     bootstrap_truncated: bool = False  # bootstrap time-limit ends from the value of their final observation
-    clip_obs: float = math.inf  # normalised observations are clipped to [-clip_obs, clip_obs] (detail C7; inf: not)
-    clip_reward: float = 10.0  # scaled rewards are clipped to [-clip_reward, clip_reward] (detail C9; inf: not)
+    clip_obs: float = math.inf  # normalised observations are clipped to [-clip_obs, clip_obs] (inf: not)
+    clip_reward: float = 10.0  # scaled rewards are clipped to [-clip_reward, clip_reward] (inf: not)
     gymnasium_normalization: bool = False  # normalise by the rules of gymnasium's per-env wrappers (see above)
-    norm_obs: bool = True  # normalise observations by their running statistics (detail C6); off: raw ones, unclipped
+    norm_obs: bool = True  # normalise observations by their running statistics; off: raw ones, unclipped
     reward_scaling: Literal["returns", "rewards", "none"] = "none"  # divide rewards by the std of the running
-    # discounted return (detail C8), of the rewards around their mean (seed 004's PPO-NoClip), or not at all (none)
-    ortho_init: bool = False  # orthogonal init (detail 2); off: Xavier-uniform weights, zero biases (seed 004's PPO-M)
+    # discounted return, of the rewards around their mean (Implementation Matters' PPO-NoClip), or not at all (none)
+    ortho_init: bool = False  # orthogonal init; off: Xavier-uniform weights, zero biases (Implementation Matters' PPO-M)
     value_lr: Optional[float] = None  # the critic's learning rate, in a param group of its own (None: --learning-rate)
 
     # filled in at runtime
@@ -215,7 +217,10 @@ class VecNormalize(gym.vector.VectorWrapper):
         self.ret = self.ret * (1 - terminations if gymnasium_rules else 1) * self.args.gamma + reward
         scaling = self.args.reward_scaling  # by the std of the returns (C8), of the rewards (seed 004), or no scaling
         self.ret_rms = update_rms(self.ret_rms, self.ret if scaling == "returns" else reward)
-        mean, std = self.ret_rms[0] if scaling == "rewards" else 0.0, np.sqrt(self.ret_rms[1] + 1e-8)  # seed 004's code
+        mean, std = (
+            self.ret_rms[0] if scaling == "rewards" else 0.0,
+            np.sqrt(self.ret_rms[1] + 1e-8),
+        )  # the Implementation Matters authors' code
         scaled = (
             reward
             if scaling == "none"
@@ -271,7 +276,9 @@ class Agent(nn.Module):
         mean, logstd = self.get_mean_and_logstd(x)
         if action is None:  # unbounded: the env gets it clipped to its bounds (detail C5)
             action = mean + logstd.exp() * torch.randn_like(mean)
-        # Normal(mean, std) written out, cheaper per step; detail C3: sums over the independent action components
+        # Normal(mean, std) written out: a whole default run of ppo_continuous_action.py (HalfCheetah-v4, 1M steps) takes
+        # 445 s, 555 s with torch.distributions.Normal (Intel Xeon, 2 cores, 2026-12-05); detail C3: sums over the
+        # independent action components
         logprob = (-0.5 * ((action - mean) / logstd.exp()).square() - logstd - 0.5 * math.log(2 * math.pi)).sum(-1)
         return action, logprob, (0.5 + 0.5 * math.log(2 * math.pi) + logstd).sum(-1), self.get_value(x)
 
@@ -308,7 +315,8 @@ def value_loss(newvalue, oldvalue, returns, args):
 
 def gaussian_kl(mean0, logstd0, mean1, logstd1):
     """KL(N0 || N1) of two diagonal Gaussians at each state, summed over the action components (C3): exact, not a
-    sample estimate, for seed 004's Figure 2 (the KL between the policies before and after an update)."""
+    sample estimate, for the Implementation Matters paper's Figure 2 (the KL between the policies before and after an
+    update)."""
     r = 2 * (logstd0 - logstd1)  # log(var0 / var1); expm1(r) - r keeps the digits a small KL has in float32
     return 0.5 * (torch.expm1(r) - r + (mean0 - mean1).square() / (2 * logstd1).exp()).sum(-1)
 
@@ -428,6 +436,7 @@ def update(agent, optimizer, b, args, max_kl):
 
 def train(args: Args, given=None):
     """Train; return a dict with the per-episode returns/lengths, per-iteration losses, the agent and optimizer."""
+    quiet_mujoco()
     ckpt, args = load_checkpoint(args.resume, args, given) if args.resume else (None, args)
     check_args(args, ckpt)
     args.batch_size = args.num_envs * args.num_steps
@@ -455,8 +464,8 @@ def train(args: Args, given=None):
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     torch.set_num_threads(args.torch_threads or torch.get_num_threads())
-    if args.cuda and not torch.cuda.is_available():
-        print(f"{SCRIPT}: --cuda is set but no CUDA device is available; running on CPU", file=sys.stderr)
+    if args.cuda and not torch.cuda.is_available() and "cuda" in (given or ()):  # asked for by name: said; else quiet
+        print(f"{SCRIPT}: --cuda is given but no CUDA device is available; running on CPU", file=sys.stderr)
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
     envs = make_envs(args, run_name)
@@ -580,7 +589,9 @@ def train(args: Args, given=None):
         with torch.no_grad():  # cloned: the logstd is a view of the parameter that the update changes in place
             old_policy = [x.clone() for x in agent.get_mean_and_logstd(b["obs"])]
         losses, first = update(agent, optimizer, b, args, max_kl)
-        with torch.no_grad():  # seed 004's Figure 2: how far this update moved the policy on the batch's states
+        with (
+            torch.no_grad()
+        ):  # the Implementation Matters paper's Figure 2: how far this update moved the policy on the batch's states
             _, newlogprob, _, _ = agent.get_action_and_value(b["obs"], b["actions"])
             kl = gaussian_kl(*old_policy, *agent.get_mean_and_logstd(b["obs"]))
             figure2 = torch.stack([(newlogprob - b["logprobs"]).exp().max(), kl.mean(), kl.max()]).tolist()
@@ -672,6 +683,16 @@ RANGES = [
 OFF_AT_INF = {"max_grad_norm", "clip_obs", "clip_reward"}
 # the flags that may change beside --resume: the budget, and how the run is saved or placed
 RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "track"}
+
+
+def quiet_mujoco():
+    """The v4 envs are the published results' own (gymnasium's warning that they are out of date is dropped), and
+    MuJoCo's warnings go to stderr, one line each, not into a MUJOCO_LOG.TXT in the working directory."""
+    warnings.filterwarnings("ignore", message=r".*is out of date\. You should consider upgrading", category=DeprecationWarning)
+    with contextlib.suppress(ImportError):  # a missing MuJoCo is check_args()'s to say
+        import mujoco
+
+        mujoco.set_mju_user_warning(lambda text: print(f"{SCRIPT}: MuJoCo warning: {text.strip()}", file=sys.stderr))
 
 
 def check_args(args: Args, ckpt=None) -> None:
@@ -905,10 +926,10 @@ def load_checkpoint(path, args=None, given=None):
             )
             + "; read it with the version that wrote it"
         )
-    if any(torch.is_tensor(v) and v.is_floating_point() and not v.isfinite().all() for v in ckpt.get("model", {}).values()):
+    if where := nonfinite({k: v for k, v in ckpt.items() if k != "args"}):  # the optimizer's, normalisers', LSTM's too
         raise ConfigError(
-            f"checkpoint {path!r} holds non-finite weights (nan or inf), which neither train nor evaluate; "
-            "use an earlier checkpoint of the run"
+            f"checkpoint {path!r} holds non-finite {'weights' if where.startswith('model.') else 'values'} (nan or inf, "
+            f"in {where}), which neither train nor evaluate; use an earlier checkpoint of the run"
         )
     if args is not None:  # resuming: a save that SIGKILL cut short left its .tmp beside this whole checkpoint
         with contextlib.suppress(FileNotFoundError):  # (every rank resuming together tries)
@@ -922,6 +943,19 @@ def load_checkpoint(path, args=None, given=None):
                 f"{ckpt['args'].get(k)!r}); start a new run to train with {values[k]!r}"
             )
     return ckpt, Args(**{**ckpt["args"], **{k: values[k] for k in given & RESUMABLE}})
+
+
+def nonfinite(x, where=""):
+    """The path in `x` (nested dicts, lists and tuples) of its first tensor or array holding a nan or inf, or None."""
+    if isinstance(x, dict):
+        return next((found for k, v in x.items() if (found := nonfinite(v, f"{where}{k}."))), None)
+    if isinstance(x, (list, tuple)):
+        return next((found for i, v in enumerate(x) if (found := nonfinite(v, f"{where}{i}."))), None)
+    if torch.is_tensor(x) and x.is_floating_point() and not x.isfinite().all():
+        return where[:-1]
+    if isinstance(x, np.ndarray) and x.dtype.kind in "fc" and not np.isfinite(x).all():
+        return where[:-1]
+    return None
 
 
 def check_finite(iteration, losses, agent, optimizer, saved):
@@ -949,9 +983,23 @@ def check_finite(iteration, losses, agent, optimizer, saved):
         )
 
 
+def check_eval_flags(args, given):
+    """--eval-checkpoint evaluates with the checkpoint's own settings: a training flag named beside it with another
+    value than the checkpoint's, which it would ignore, is refused in one line."""
+    ckpt, _ = load_checkpoint(args.eval_checkpoint)
+    values = asdict(args)
+    for k in sorted(set(given) - {"eval_checkpoint", "eval_episodes", "seed", "cuda", "torch_threads"}):
+        if k in values and values[k] != ckpt["args"].get(k):
+            raise ConfigError(
+                f"--{k.replace('_', '-')} {values[k]!r} does not apply to --eval-checkpoint, which evaluates with the "
+                f"checkpoint's own settings ({k}: {ckpt['args'].get(k)!r}); leave it out, or train a run with it"
+            )
+
+
 def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
     """Returns of `eval_episodes` episodes of a checkpoint's sampling policy, seeded for repeatability; details C5-C7
     as in training, with the training statistics, frozen (the reference's evaluation starts fresh ones)."""
+    quiet_mujoco()
     ckpt, args = load_checkpoint(checkpoint_path)
     check_args(Args(env_id=args.env_id, eval_episodes=eval_episodes, seed=seed))
     env = gym.wrappers.TransformObservation(
@@ -1029,6 +1077,7 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, raise_interrupt)
     try:
         if cli_args.eval_checkpoint:
+            check_eval_flags(cli_args, given)
             returns = evaluate(cli_args.eval_checkpoint, cli_args.eval_episodes, cli_args.seed)
             print(f"mean return over {len(returns)} episodes: {np.mean(returns):.2f} +- {np.std(returns):.2f}")
         else:

@@ -5,6 +5,7 @@ episodic returns the way the real scripts do, so no training is needed.
 """
 
 import csv
+import glob
 import hashlib
 import importlib.util
 import json
@@ -969,6 +970,30 @@ def test_a_sweep_checks_its_settings_before_any_run(tmp_path, script, name, valu
     assert res.returncode == 2 and res.stdout == ""
     assert res.stderr == f"{script}: error: {name}='{value}' must be {want}\n"
     assert sorted(os.listdir(tmp_path)) == ["benchmark"] and sorted(os.listdir(bench)) == sorted(["common.sh", script])
+
+
+def test_the_impala_corrections_sweep_runs_every_cell_then_compares_and_reports(tmp_path, fake):
+    """Issue 74's study end to end on a tiny budget, with the fake script as impala_vtrace.py: the eight cells (four
+    corrections, without and with replay) each run once per seed with its flags, V-trace is compared with each other
+    correction at each replay setting, and the report has every cell."""
+    bench, env = sweep_copy(tmp_path, "impala_corrections.sh", "run.py", "compare.py", "report.py", "reference_results.csv")
+    shutil.copy(fake, tmp_path / "impala_vtrace.py")
+    settings = {"STEPS": "100", "SEEDS": "1", "SAVE_EVERY": "1", "TAGS": "charts/episodic_return"}
+    res = subprocess.run(
+        ["bash", str(bench / "impala_corrections.sh")], capture_output=True, text=True, env={**env, **settings}
+    )
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert len(calls()) == 8
+    cells = sorted(
+        (s["args"][s["args"].index("--correction") + 1], s["args"][s["args"].index("--replay-fraction") + 1])
+        for s in map(lambda p: json.load(open(p)), glob.glob("runs/summaries/*.json"))
+    )
+    assert cells == sorted((c, r) for c in ("vtrace", "one-step", "epsilon", "none") for r in ("0", "0.5"))
+    out = tmp_path / "results" / "impala_corrections_pong_100"
+    compared = sorted(d for d in os.listdir(out) if d != "report")
+    assert compared == sorted(f"vtrace_vs_{c}_replay_{r}" for c in ("one-step", "epsilon", "none") for r in ("0", "0.5"))
+    assert all((out / d / "report.md").exists() for d in compared) and (out / "report" / "report.md").exists()
+    assert not os.path.exists(os.path.join(ROOT, "benchmark", "results", "impala_corrections_pong_100"))
 
 
 def test_a_paired_sweep_compares_only_finished_runs_and_names_the_others(tmp_path):

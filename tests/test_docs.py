@@ -146,17 +146,45 @@ def test_mkdocs_builds_the_site_strictly(tmp_path):
     assert (tmp_path / "site" / "benchmark" / "results" / "classic_control_full" / "report" / "index.html").exists()
 
 
-def test_the_seed_004_pages_tables_are_its_reports_rows():
-    """docs/seed-004.md shows the study's tables as the report has them: a row that the report no longer holds (the
-    report remade from more runs) fails here instead of drifting."""
+def test_the_implementation_matters_pages_tables_are_its_reports_rows():
+    """docs/implementation-matters.md shows the study's tables as the report has them: a row that the report no longer
+    holds (the report remade from more runs) fails here instead of drifting."""
     report = read(os.path.join(ROOT, "benchmark", "results", "implementation_matters", "report.md"))
     rows = [
         line
-        for line in read(os.path.join(ROOT, "docs", "seed-004.md")).splitlines()
+        for line in read(os.path.join(ROOT, "docs", "implementation-matters.md")).splitlines()
         if line.startswith("| ") and not line.startswith("| ---")
     ]
     assert len(rows) >= 15
     assert [row for row in rows if row not in report] == []
+
+
+# issue 72: what a user reads names papers and tools as the field does, never this project's numbering of its sources
+# ("seed 004") or of its work ("issue 50"); RESUMABLE (a name in the code) is not --help's to say
+INTERNAL = re.compile(r"\b[Ss]eed 00\d\b|\b[Ii]ssues? \d+\b|\bRESUMABLE\b")
+
+
+def what_users_read():
+    """(where, text): README.md, every docs/ page, and each script's docstring and --help (its Args' comments)."""
+    texts = [(os.path.relpath(p, ROOT), read(p)) for p in [os.path.join(ROOT, "README.md"), *PAGES]]
+    for script in SCRIPTS:
+        tree = ast.parse(read(os.path.join(ROOT, script)))
+        args = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Args")
+        lines = read(os.path.join(ROOT, script)).splitlines()[args.lineno - 1 : args.end_lineno]
+        texts += [(f"{script} docstring", docstring(script)), (f"{script} --help", "\n".join(lines))]
+    return texts
+
+
+def test_no_internal_numbering_in_what_users_read():
+    found = [f"{where}: {m[0]!r}" for where, text in what_users_read() for m in INTERNAL.finditer(text)]
+    assert found == [], found
+    assert INTERNAL.findall("seed 004's study, issue 50, issues 2 and 4, in RESUMABLE") == [
+        "seed 004",
+        "issue 50",
+        "issues 2",
+        "RESUMABLE",
+    ]
+    assert INTERNAL.findall("seeds 1 2 3, seed 4, a known issue, resumable") == []
 
 
 # ---- each script's page ------------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 bootstrap, video, hack safety, checkpoints, run directories and bad input.
 """
 
+import copy
+import math
 import os
 import signal
 import subprocess
@@ -106,6 +108,81 @@ def nstep_returns(rewards, bootstrap, discounts):
                 discount *= discounts[t, b]
             out[s, b] = total + discount * bootstrap[b]
     return out
+
+
+@pytest.mark.parametrize("correction", ["one-step", "epsilon", "none"])
+@pytest.mark.parametrize("rho_bar", [1.0, 2.0])
+def test_the_papers_other_corrections_against_their_definitions(correction, rho_bar):
+    """Issue 74, the IMPALA paper's Sec. 5.2.1: with no correction, epsilon-correction and 1-step importance sampling the
+    value targets are the uncorrected n-step returns (as if the behaviour policy were the target's); 1-step importance
+    sampling multiplies each step's advantage r_t + discount_t v_{t+1} - V(x_t) by its clipped weight min(rho_bar, pi/mu),
+    the other two do not. Independent of vtrace(): the forward-summed n-step return above."""
+    mu_logp, pi_logp, rewards, values, bootstrap, discounts = inputs = random_inputs((20, 4), seed=7)
+    assert (np.exp(pi_logp - mu_logp) > rho_bar).any() and (discounts == 0).any()
+    vs, pg_adv = iv.vtrace(*(torch.tensor(x) for x in inputs), rho_bar=rho_bar, c_bar=1.0, correction=correction)
+    targets = nstep_returns(rewards, bootstrap, discounts)
+    advantages = rewards + discounts * np.concatenate([targets[1:], bootstrap[None]]) - values
+    weights = np.minimum(rho_bar, np.exp(pi_logp - mu_logp)) if correction == "one-step" else 1.0
+    np.testing.assert_allclose(vs.numpy(), targets, atol=1e-6)
+    np.testing.assert_allclose(pg_adv.numpy(), weights * advantages, atol=1e-6)
+    # and V-trace's differ from them off-policy (what the comparison compares)
+    vtrace_vs, _ = iv.vtrace(*(torch.tensor(x) for x in inputs), rho_bar=rho_bar, c_bar=1.0)
+    assert np.abs(vtrace_vs.numpy() - targets).max() > 0.1
+
+
+def test_epsilon_correction_puts_log_pi_plus_epsilon_in_the_policy_gradient(monkeypatch):
+    """--correction epsilon: the policy-gradient term takes log(pi(a) + 1e-6) (GA3C's), the rest of the loss as is."""
+    seen = []
+    real = iv.impala_losses
+    monkeypatch.setattr(iv, "impala_losses", lambda logprobs, *a: seen.append(logprobs.detach().clone()) or real(logprobs, *a))
+    torch.manual_seed(0)
+    agent = iv.Agent(4, False, False, False)
+    T, B = 5, 3
+    b = {
+        "obs": torch.randint(0, 255, (T + 1, B, 4, 84, 84), dtype=torch.uint8),
+        "actions": torch.randint(0, 4, (T, B)),
+        "rewards": torch.randn(T, B),
+        "dones": torch.zeros(T, B),
+        "logprobs": torch.full((T, B), math.log(0.25)),
+    }
+    for correction in ("vtrace", "epsilon"):
+        args = iv.Args(correction=correction)
+        learner = copy.deepcopy(agent)
+        iv.update(learner, torch.optim.SGD(learner.parameters(), lr=0.0), b, args)
+    with torch.no_grad():
+        _, logprobs, _, _ = agent.get_action_and_value(b["obs"][:-1].flatten(0, 1), b["actions"].flatten())
+    torch.testing.assert_close(seen[0], logprobs.view(T, B))
+    torch.testing.assert_close(seen[1], torch.log(logprobs.exp() + 1e-6).view(T, B))
+
+
+def test_replay_batches_hold_their_share_of_past_unrolls(monkeypatch):
+    """Issue 74, Table 2's replay: with --replay-fraction 0.5 and 4 unrolls a batch, each batch holds 2 new unrolls and,
+    once the replay has them, 2 drawn from earlier batches' new ones (never this batch's); the lag counts their age."""
+    batches = []
+    real = iv.update
+
+    def recording(agent, optimizer, b, args):
+        batches.append({key: b[key].clone() for key in ("obs", "actions", "logprobs")})
+        return real(agent, optimizer, b, args)
+
+    monkeypatch.setattr(iv, "update", recording)
+    out = iv.train(tiny(replay_fraction=0.5, replay_size=3, sync=True, total_timesteps=10 * 2 * 6))
+    assert len(batches) == 6 and [b["actions"].shape[1] for b in batches] == [2, 4, 4, 4, 4, 4]
+    assert out["global_step"] == 10 * 2 * 6  # the budget counts the envs' new steps alone
+
+    def unroll(b, i):  # one column of a batch: its frames, actions and the behaviour policy's log-probs
+        return [b[key][:, i] for key in ("obs", "actions", "logprobs")]
+
+    def same(x, y):
+        return all(torch.equal(p, q) for p, q in zip(x, y))
+
+    for u, b in enumerate(batches[1:], start=1):
+        past = [unroll(batches[v], i) for v in range(max(0, u - 2), u) for i in range(2)]  # the replay: the last 3 of these
+        for i in (2, 3):
+            assert any(same(unroll(b, i), p) for p in past[-3:]), (u, i)  # a past unroll, within the last 3
+        assert not any(same(unroll(b, i), unroll(b, j)) for i in (2, 3) for j in (0, 1))
+    # --sync: the new unrolls' lag is 0, the replayed ones' their age, 1 or more
+    assert out["policy_lag"][0] == 0 and all(lag >= 0.5 for lag in out["policy_lag"][1:])
 
 
 @pytest.mark.parametrize("rho_bar", [1.0, 3.0])

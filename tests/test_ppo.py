@@ -998,11 +998,39 @@ def assert_nonfinite_weights_refused(mod, path, resume=True):
     weight = next(v for v in ckpt["model"].values() if v.is_floating_point())
     weight[(0,) * weight.dim()] = math.inf
     torch.save(ckpt, "nonfinite.pt")
-    message = "^checkpoint 'nonfinite.pt' holds non-finite weights \\(nan or inf\\), which neither train nor evaluate; "
+    message = (
+        "^checkpoint 'nonfinite.pt' holds non-finite weights \\(nan or inf, in model\\.[\\w.]+\\), which neither train nor "
+    )
     with pytest.raises(mod.ConfigError, match=message):
         mod.evaluate("nonfinite.pt")
     with pytest.raises(mod.ConfigError, match=message):
         mod.load_checkpoint("nonfinite.pt", mod.Args(), given=set()) if resume else mod.load_checkpoint("nonfinite.pt")
+    # issue 75: every tensor and array of the checkpoint is checked, not the weights alone (the optimizer's state, the
+    # normalisers', an LSTM's): a nan in the first of them outside the network is refused, named by its path
+    ckpt = torch.load(path, weights_only=False)
+    where = poison_first_state({k: v for k, v in ckpt.items() if k not in ("model", "args")})
+    torch.save(ckpt, "nonfinite_state.pt")
+    with pytest.raises(mod.ConfigError, match=rf"holds non-finite values \(nan or inf, in {re.escape(where)}\), which"):
+        mod.load_checkpoint("nonfinite_state.pt")
+
+
+def poison_first_state(x, where=""):
+    """Write a nan into the first floating tensor or array in `x` (nested dicts, lists, tuples); return its path."""
+    items = x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, (list, tuple)) else []
+    for k, v in items:
+        if (
+            torch.is_tensor(v)
+            and v.is_floating_point()
+            and v.numel()
+            or isinstance(v, np.ndarray)
+            and v.dtype.kind == "f"
+            and v.size
+        ):
+            v.reshape(-1)[0] = math.nan
+            return f"{where}{k}"
+        if found := poison_first_state(v, f"{where}{k}."):
+            return found
+    return None
 
 
 def assert_nonfinite_stops_and_keeps_the_last_checkpoint(mod, args, monkeypatch, at=2, key="iteration"):
@@ -1020,6 +1048,27 @@ def assert_nonfinite_stops_and_keeps_the_last_checkpoint(mod, args, monkeypatch,
     kept = torch.load(path, weights_only=False)
     assert kept[key] == at - 1 and all(v.isfinite().all() for v in kept["model"].values() if v.is_floating_point())
     assert_nonfinite_weights_refused(mod, path)
+
+
+def test_eval_checkpoint_refuses_a_training_flag_it_would_ignore(mod):
+    """Issue 75: `--eval-checkpoint agent.pt --env-id Other` scored the checkpoint's env and said nothing; now a training
+    flag named beside it with another value than the checkpoint's is one line, exit 1 (the same value, and the
+    evaluation's own flags, evaluate)."""
+    checkpoint = mod.train(tiny(mod, save_model=True))["checkpoint"]
+    script = f"{mod.__name__}.py"
+    code, stdout, stderr = run_cli(script, ["--eval-checkpoint", checkpoint, "--env-id", "Acrobot-v1", "--no-cuda"])
+    assert (
+        code == 1
+        and stdout == ""
+        and stderr.strip().splitlines()
+        == [
+            f"{script}: error: --env-id 'Acrobot-v1' does not apply to --eval-checkpoint, which evaluates with the "
+            "checkpoint's own settings (env_id: 'CartPole-v1'); leave it out, or train a run with it"
+        ]
+    )
+    flags = ["--env-id", "CartPole-v1", "--num-envs", "2", "--eval-episodes", "2", "--seed", "3", "--no-cuda"]
+    code, stdout, stderr = run_cli(script, ["--eval-checkpoint", checkpoint, *flags])
+    assert code == 0 and stdout.startswith("mean return over 2 episodes: "), stderr
 
 
 def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(mod, monkeypatch):
@@ -1065,8 +1114,8 @@ def test_a_diverging_learning_rate_is_one_line_exit_1_and_its_checkpoint_is_refu
             script,
             [flag, "nonfinite.pt"],
             (
-                f"{script}: error: checkpoint 'nonfinite.pt' holds non-finite weights (nan or inf), which neither train nor "
-                "evaluate; use an earlier checkpoint of the run"
+                f"{script}: error: checkpoint 'nonfinite.pt' holds non-finite weights (nan or inf, in model.w), which neither "
+                "train nor evaluate; use an earlier checkpoint of the run"
             ),
         )
 
