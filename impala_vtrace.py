@@ -400,8 +400,10 @@ class Replay:
         self.size, self.unrolls, self.count, self.next = size, None, 0, 0
 
     def sample(self, n):
+        if not self.count:
+            return None
         rows = torch.randint(self.count, (min(n, self.count),))
-        return {key: value[rows] for key, value in self.unrolls.items()} if self.count else None
+        return {key: value[rows] for key, value in self.unrolls.items()}
 
     def add(self, unrolls):
         if self.unrolls is None:
@@ -572,10 +574,11 @@ def train(args: Args, given=None):
         writer.close()  # <= flush_secs late if a Ctrl-C cut a write (3.11's Condition.notify then loses a wakeup)
     # env and inference add up over the actors, which run side by side with each other and with the learner's update
     history["seconds"] = dict(zip(("env", "inference"), buffers["actor_seconds"].sum(0).tolist()), **history["seconds"])
+    # the learner's seconds add up to its total; the actors' are theirs, summed over them, beside it (issue 72)
+    print(f"seconds: update {history['seconds']['update']:.1f}, total {time.time() - start_time:.1f}")
     print(
-        "seconds: "
-        + ", ".join(f"{k} {v:.1f}" for k, v in history["seconds"].items())
-        + f", total {time.time() - start_time:.1f}"
+        f"actor seconds, summed over the {args.num_actors} actors beside the learner: env {history['seconds']['env']:.1f}, "
+        f"inference {history['seconds']['inference']:.1f}"
     )
     history.update(
         run_name=run_name,

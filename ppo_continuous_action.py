@@ -596,13 +596,18 @@ RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "t
 
 
 def quiet_mujoco():
-    """The v4 envs are the published results' own (gymnasium's warning that they are out of date is dropped), and
-    MuJoCo's warnings go to stderr, one line each, not into a MUJOCO_LOG.TXT in the working directory."""
+    """The v4 envs are the published results' own: gymnasium's warning that they are out of date is dropped, and so is
+    MuJoCo 4's that their models' settotalmass is deprecated (it still applies it); MuJoCo's other warnings go to
+    stderr, one line each, not into a MUJOCO_LOG.TXT in the working directory."""
     warnings.filterwarnings("ignore", message=r".*is out of date\. You should consider upgrading", category=DeprecationWarning)
     with contextlib.suppress(ImportError):  # a missing MuJoCo is check_args()'s to say
         import mujoco
 
-        mujoco.set_mju_user_warning(lambda text: print(f"{SCRIPT}: MuJoCo warning: {text.strip()}", file=sys.stderr))
+        def warn(text):
+            if "settotalmass" not in text:
+                print(f"{SCRIPT}: MuJoCo warning: {text.strip()}", file=sys.stderr)
+
+        mujoco.set_mju_user_warning(warn)
 
 
 def check_args(args: Args, ckpt=None) -> None:

@@ -221,14 +221,22 @@ def shares_str(seconds):
     if not seconds:
         return "—"
     total = sum(s["total"] for s in seconds)
-    return " / ".join(f"{100 * sum(s[k] for s in seconds) / total:.0f}%" for k in ("env", "inference", "update"))
+    return " / ".join(
+        f"{100 * sum(s[k] for s in seconds) / total:.0f}%" if all(k in s for s in seconds) else "—"  # IMPALA: actors' apart
+        for k in ("env", "inference", "update")
+    )
 
 
 def seconds_str(seconds):
     """'8.5 / 3.1 / 16.6': the env, inference and update seconds, the mean over the repeats."""
     seconds = [s for s in seconds if s]
     return (
-        " / ".join(f"{statistics.mean(s[k] for s in seconds):.1f}" for k in ("env", "inference", "update")) if seconds else "—"
+        " / ".join(
+            f"{statistics.mean(s[k] for s in seconds):.1f}" if all(k in s for s in seconds) else "—"
+            for k in ("env", "inference", "update")
+        )
+        if seconds
+        else "—"
     )
 
 

@@ -664,7 +664,7 @@ def test_cli_error_and_help_write_nothing(monkeypatch):
 def test_cuda_falls_back_with_notice(capsys):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present; the fallback path is not taken")
-    out = paac.train(tiny(cuda=True, total_timesteps=10))
+    out = paac.train(tiny(cuda=True, total_timesteps=10), given={"cuda"})  # named on the command line: said
     assert "no CUDA device" in capsys.readouterr().err and next(out["agent"].parameters()).device.type == "cpu"
 
 

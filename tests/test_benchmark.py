@@ -699,6 +699,8 @@ def test_throughput_reads_the_time_breakdown_a_script_prints(capsys):
     one = {"env": 1.0, "inference": 0.5, "update": 2.0, "total": 4.0}
     two = {"env": 3.0, "inference": 0.5, "update": 2.0, "total": 6.0}
     assert throughput.shares_str([one, two]) == "40% / 10% / 40%"  # summed over repeats: 4/10, 1/10, 4/10
+    assert throughput.shares_str([{"update": 1.0, "total": 4.0}]) == "— / — / 25%"  # IMPALA's: the actors' apart
+    assert throughput.seconds_str([{"update": 1.0, "total": 4.0}]) == "— / — / 1.0"
     assert throughput.shares_str([None, None]) == "—"
 
 

@@ -6,6 +6,7 @@ bootstrap, video, hack safety, checkpoints, run directories and bad input.
 import copy
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -183,6 +184,20 @@ def test_replay_batches_hold_their_share_of_past_unrolls(monkeypatch):
         assert not any(same(unroll(b, i), unroll(b, j)) for i in (2, 3) for j in (0, 1))
     # --sync: the new unrolls' lag is 0, the replayed ones' their age, 1 or more
     assert out["policy_lag"][0] == 0 and all(lag >= 0.5 for lag in out["policy_lag"][1:])
+
+
+def test_resume_refuses_another_correction_or_replay_and_bad_settings_are_one_line():
+    """A run's correction and replay are its experiment: --resume refuses a change of either (the replay is not saved,
+    so a resumed run's starts empty); a fraction that leaves no new unroll, or an unknown correction, is refused."""
+    checkpoint = iv.train(tiny(save_model=True, replay_fraction=0.5))["checkpoint"]
+    for flag, value in (("correction", "none"), ("replay_fraction", 0.0)):
+        more = tiny(**{"resume": checkpoint, "total_timesteps": 10 * 4 * 8, "replay_fraction": 0.5, flag: value})
+        with pytest.raises(iv.ConfigError, match=rf"^--{flag.replace('_', '-')} cannot change when resuming"):
+            iv.train(more, given={flag, "resume", "total_timesteps"})
+    with pytest.raises(iv.ConfigError, match=r"^--replay-fraction 0.9 leaves no new unroll in a batch of 4"):
+        iv.train(tiny(replay_fraction=0.9))
+    with pytest.raises(iv.ConfigError, match=r"^--correction must be vtrace, one-step, epsilon or none, got 'retrace'"):
+        iv.train(tiny(correction="retrace"))
 
 
 @pytest.mark.parametrize("rho_bar", [1.0, 3.0])
@@ -678,7 +693,7 @@ def test_cli_error_is_one_line_and_writes_nothing():
 def test_cuda_falls_back_with_notice(capsys):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present; the fallback path is not taken")
-    out = iv.train(tiny(cuda=True, total_timesteps=10 * 4))
+    out = iv.train(tiny(cuda=True, total_timesteps=10 * 4), given={"cuda"})  # named on the command line: said
     assert "no CUDA device" in capsys.readouterr().err and next(out["agent"].parameters()).device.type == "cpu"
 
 
@@ -747,3 +762,13 @@ def test_sigterm_is_one_line_naming_the_checkpoint_and_how_to_resume():
     test_hack_a_copy_runs_checkpoints_and_resumes_as_itself,
     test_hack_an_edited_constructor_evaluates_and_resumes,
 ) = copy_safety_tests(iv, tiny())
+
+
+def test_the_closing_time_lines_add_up(capsys):
+    """Issue 72: the learner's line adds up (its update time within its total); the actors' env and inference time,
+    summed over actors that run beside the learner (so possibly more than its total), on a line of their own."""
+    iv.train(tiny())
+    lines = capsys.readouterr().out.splitlines()
+    learner = re.fullmatch(r"seconds: update ([\d.]+), total ([\d.]+)", lines[-2])
+    assert learner and float(learner[1]) <= float(learner[2])
+    assert re.fullmatch(r"actor seconds, summed over the 2 actors beside the learner: env [\d.]+, inference [\d.]+", lines[-1])

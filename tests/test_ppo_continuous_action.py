@@ -841,3 +841,15 @@ def test_a_choice_tyro_cannot_parse_is_one_line():
     test_hack_a_copy_runs_checkpoints_and_resumes_as_itself,
     test_hack_an_edited_constructor_evaluates_and_resumes,
 ) = copy_safety_tests(pca, tiny())
+
+
+def test_a_run_on_the_published_v4_envs_is_quiet_and_writes_no_mujoco_log():
+    """Issue 72: gymnasium's "v4 is out of date" warning, MuJoCo 4's settotalmass deprecation (HalfCheetah's model), its
+    MUJOCO_LOG.TXT in the working directory and the CUDA notice of an unnamed --cuda were printed or written by every
+    CPU run on a v4 env; now nothing is, and the run still ends with its summary."""
+    code, stdout, stderr = run_cli(
+        "ppo_continuous_action.py",
+        ["--env-id", "HalfCheetah-v4", "--num-steps", "64", "--num-minibatches", "2", "--total-timesteps", "128"],
+    )
+    assert code == 0 and stderr == "" and stdout.splitlines()[-1].startswith("seconds: ")
+    assert sorted(os.listdir(".")) == ["runs"]

@@ -235,21 +235,26 @@ LINE_TARGETS = {
 # +22 where a checkpoint holds the saved games (the Unpickler that takes this file's, gymnasium's, ale_py's and numpy's
 # names alone). Issue 70.2, train() as CleanRL's loop: progress(), rng_state(), set_rng_state(), start_tracking() and
 # run_state() below the banner (+58) for 12-40 fewer lines in train(), and its three signposts (+3).
+# Issue 75.3-75.4: +23 in all, nonfinite() (every tensor and array of a checkpoint checked as it loads) and
+# check_eval_flags() (a training flag beside --eval-checkpoint refused); issue 70.4: +2-3 where a written-out
+# distribution says what it saves on a whole run; issue 72.6: quiet_mujoco() in the MuJoCo pair (+12). Issue 74:
+# the IMPALA pair +99/+94, --correction (the paper's other off-policy corrections) and --replay-fraction (its
+# replay: the Replay ring of past unrolls, the batch split, their checks and docstring lines).
 LINE_CEILINGS = {
     "ppo.py": 824,
     "ppo_shared.py": 816,
     "ppo_atari.py": 931,
     "ppo_atari_lstm.py": 959,
     "ppo_atari_envpool.py": 860,
-    "ppo_continuous_action.py": 1021,
+    "ppo_continuous_action.py": 1026,
     "ppo_procgen.py": 821,
     "ppo_multidiscrete.py": 808,
     "ppo_multidiscrete_mask.py": 823,
     "a2c_paac.py": 913,
-    "impala_vtrace.py": 967,
+    "impala_vtrace.py": 970,
     "ppo_atari_multigpu.py": 1008,
-    "impala_vtrace_distributed.py": 947,
-    "trpo_continuous_action.py": 1088,
+    "impala_vtrace_distributed.py": 950,
+    "trpo_continuous_action.py": 1093,
 }
 # issue 50: the Atari scripts' --resume continues the same games (ppo_atari.py +34 lines: the emulators' state pickled
 # beside the wrappers, as a2c_paac.py's; ppo_atari_lstm.py the same, ppo_atari_multigpu.py +42 with every rank's games
@@ -262,14 +267,14 @@ LINE_CEILINGS = {
 SIBLINGS = [
     ("ppo.py", "ppo_shared.py", 40, 46),
     ("ppo.py", "ppo_atari.py", 250, 305),
-    ("ppo.py", "ppo_continuous_action.py", 200, 295),
+    ("ppo.py", "ppo_continuous_action.py", 200, 300),
     ("ppo_atari.py", "ppo_atari_lstm.py", 150, 176),
     ("ppo_atari.py", "ppo_atari_envpool.py", 180, 273),
     ("ppo_atari.py", "ppo_procgen.py", 250, 394),
     ("ppo_atari.py", "ppo_multidiscrete.py", 200, 393),
     ("ppo_multidiscrete.py", "ppo_multidiscrete_mask.py", 60, 39),
     ("ppo_atari.py", "ppo_atari_multigpu.py", 162, 289),
-    ("impala_vtrace.py", "impala_vtrace_distributed.py", 182, 266),
+    ("impala_vtrace.py", "impala_vtrace_distributed.py", 182, 268),
     ("ppo_continuous_action.py", "trpo_continuous_action.py", 250, 321),
 ]
 
