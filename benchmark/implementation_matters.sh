@@ -15,9 +15,10 @@
 #
 # Runs go to runs/ of the current directory through run.py (WORKERS at a time, default 2, one thread each; checkpointed
 # every 50 iterations, so a rerun continues a stopped run). After each cell, the runs that finished are stored,
-# compactly, in STORE (default benchmark/results/implementation_matters/: their final returns and per-iteration Figure 2
-# numbers): a rerun on another machine runs only what is not stored there yet, and the report is made from the stored
-# runs alone, into STORE, when this sweep ran something (with nothing left to run, the report is left as it is).
+# compactly, in STORE (default $RESULTS/implementation_matters/, RESULTS default results/ of the current directory:
+# their final returns and per-iteration Figure 2 numbers): a rerun runs only what is not stored there yet, and the
+# report is made from the stored runs alone, into STORE, when this sweep ran something (with nothing left to run, the
+# report is left as it is). STORE=benchmark/results/implementation_matters continues the repository's own study.
 # STEPS (default 1000000, the paper's) is each run's length; another wants a STORE of its own.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WORKERS="${WORKERS:-2}"
@@ -26,10 +27,10 @@ settings STEPS WORKERS
 STUDY="$BENCH/implementation_matters.py"
 if [ "$STEPS" != 1000000 ] && [ -z "${STORE:-}" ]; then  # the study's store keeps the study's runs alone
     echo "implementation_matters.sh: error: STEPS=$STEPS wants a STORE of its own (e.g. STORE=/tmp/smoke): the" \
-         "study's, benchmark/results/implementation_matters/, holds its runs of 1000000 steps" >&2
+         "study's, $RESULTS/implementation_matters/ (or the repository's), holds runs of 1000000 steps" >&2
     exit 2
 fi
-STORE="${STORE:-$BENCH/results/implementation_matters}"
+STORE="${STORE:-$RESULTS/implementation_matters}"
 [[ $STORE == /* ]] || STORE="$PWD/$STORE"  # absolute: on another MuJoCo the sweep runs in a folder of its own
 
 # on a MuJoCo other than the lock's (bash scripts/install.sh mujoco-ref, its .venv-mujoco-ref/bin first on the PATH), the

@@ -974,6 +974,21 @@ def test_a_sweep_checks_its_settings_before_any_run(tmp_path, script, name, valu
     assert sorted(os.listdir(tmp_path)) == ["benchmark"] and sorted(os.listdir(bench)) == sorted(["common.sh", script])
 
 
+def test_a_family_sweep_takes_its_budget_from_the_environment_and_reports_beside_its_runs(tmp_path, fake):
+    """Issue 71: STEPS, SEEDS and ENVS in the environment are the sweep's (a mode's own no longer overwrites them), and
+    the report goes to results/ of the current directory, never into the repository's benchmark/results/."""
+    bench, env = sweep_copy(tmp_path, "classic_control.sh", "run.py", "report.py", "reference_results.csv")
+    for script in ("ppo.py", "ppo_shared.py"):
+        shutil.copy(fake, tmp_path / script)
+    settings = {"STEPS": "100", "SEEDS": "3", "ENVS": "A-v0"}
+    res = subprocess.run(["bash", str(bench / "classic_control.sh")], capture_output=True, text=True, env={**env, **settings})
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert sorted(c.split(" ")[0] + " " + c.split(" ")[1] for c in calls()) == ["A-v0 3", "A-v0 3"]  # each script once
+    assert {json.load(open(p))["args"][1] for p in glob.glob("runs/summaries/*.json")} == {"100"}
+    assert (tmp_path / "results" / "classic_control_full" / "report.md").exists()
+    assert sorted(os.listdir(tmp_path)) == ["benchmark", "calls.txt", "fake.py", "ppo.py", "ppo_shared.py", "results", "runs"]
+
+
 def test_the_impala_corrections_sweep_runs_every_cell_then_compares_and_reports(tmp_path, fake):
     """Issue 74's study end to end on a tiny budget, with the fake script as impala_vtrace.py: the eight cells (four
     corrections, without and with replay) each run once per seed with its flags, V-trace is compared with each other
