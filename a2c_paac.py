@@ -22,10 +22,11 @@ The details of the paper (its section numbers):
 
 To hack: the rollout and the update both call Agent.get_action_and_value, the optimizer holds agent.parameters()
 and update() steps CleanRL's way, so an edit to the network, a head or the step applies everywhere.
-Not in the paper: --anneal-lr (on, as A3C); orthogonal init; no episodic-life or fire-on-reset wrapper (returns
+Not in the paper: --anneal-lr (on, as A3C); orthogonal init (--init torch: the released code's, uniform within
++-1/sqrt(fan-in) for every weight and bias, PyTorch's own default); no episodic-life or fire-on-reset wrapper (returns
 are whole games' raw scores); --bootstrap-truncated (off); charts/time_share_* (Figure 2); --channels-last (on).
-The authors' released code: --loss-scale 5 --vf-coef 0.25 --max-grad-norm 3 --ent-coef 0.02 (with TF's RMSProp,
-not scale-invariant, their policy steps are ~5x ours at the same 0.0224).
+The authors' released code: --loss-scale 5 --vf-coef 0.25 --max-grad-norm 3 --ent-coef 0.02 --init torch (with TF's
+RMSProp, not scale-invariant, their policy steps are ~5x ours at the same 0.0224).
 """
 
 import contextlib
@@ -81,6 +82,7 @@ class Args:
     env_id: str = "BreakoutNoFrameskip-v4"  # the id of the environment (an ALE NoFrameskip-v4 game)
     total_timesteps: int = 115_000_000  # total environment steps (4 frames each); paper: N_max = 1.15e8
     arch: Literal["nips", "nature"] = "nips"  # the network: nips (conv16-conv32-fc256) or nature (conv32-64-64-fc512)
+    init: Literal["orthogonal", "torch"] = "orthogonal"  # CleanRL's orthogonal init, or torch: the authors' code's
     learning_rate: Optional[float] = None  # the learning rate of RMSProp (default: the paper's 0.0007 * num_envs)
     num_envs: int = 32  # n_e, the number of parallel environments
     num_workers: int = 8  # n_w, the number of worker processes stepping the environments (must divide num_envs)
@@ -247,8 +249,10 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
 
 
 class Agent(nn.Module):
-    def __init__(self, n_actions, arch="nips", channels_last=False, bf16=False):
+    def __init__(self, n_actions, arch="nips", channels_last=False, bf16=False, init="orthogonal"):
         super().__init__()
+        # --init torch keeps each layer's own init, U(+-1/sqrt(fan-in)) for weights and biases: the released code's
+        initialized = layer_init if init == "orthogonal" else lambda layer, std=None: layer
         # detail 5: one shared network, a softmax policy head and a linear value head
         if arch == "nips":  # A3C FF: 32 * 9 * 9 = 2592 conv features on 4x84x84
             convs, n_features, hidden = [nn.Conv2d(4, 16, 8, stride=4), nn.Conv2d(16, 32, 4, stride=2)], 32 * 9 * 9, 256
@@ -258,10 +262,10 @@ class Agent(nn.Module):
                 64 * 7 * 7,
                 512,
             )
-        trunk = nn.Sequential(*[m for conv in convs for m in (layer_init(conv), nn.ReLU())], nn.Flatten())
-        self.network = nn.Sequential(trunk, layer_init(nn.Linear(n_features, hidden)), nn.ReLU())
-        self.actor = layer_init(nn.Linear(hidden, n_actions), std=0.01)
-        self.critic = layer_init(nn.Linear(hidden, 1), std=1.0)
+        trunk = nn.Sequential(*[m for conv in convs for m in (initialized(conv), nn.ReLU())], nn.Flatten())
+        self.network = nn.Sequential(trunk, initialized(nn.Linear(n_features, hidden)), nn.ReLU())
+        self.actor = initialized(nn.Linear(hidden, n_actions), std=0.01)
+        self.critic = initialized(nn.Linear(hidden, 1), std=1.0)
         # a memory layout, not a change of the math: NHWC weights and inputs take oneDNN's fast CPU convolutions
         self.memory_format, self.bf16 = torch.channels_last if channels_last else torch.contiguous_format, bf16
         self.to(memory_format=self.memory_format)
@@ -290,7 +294,7 @@ class Agent(nn.Module):
 def make_agent(args, observation_space, action_space):
     """The Agent of a run with these args (a checkpoint's, in evaluate()) and spaces: train() and evaluate() both build
     it here, so a new constructor argument (a new flag's value, say) is given once and evaluates as it trained."""
-    return Agent(action_space.n, args.arch, args.channels_last, args.bf16)
+    return Agent(action_space.n, args.arch, args.channels_last, args.bf16, args.init)
 
 
 class TFRMSprop(torch.optim.Optimizer):
@@ -580,6 +584,8 @@ def check_args(args: Args, ckpt=None) -> None:
             f"--total-timesteps {args.total_timesteps} leaves no iteration to run (one is {batch} "
             f"steps{'; the checkpoint is at iteration %d' % ckpt['iteration'] if ckpt else ''})"
         )
+    if args.init not in ("orthogonal", "torch"):
+        raise ConfigError(f"--init must be orthogonal or torch, got {args.init!r}")
     if args.arch not in ("nips", "nature"):
         raise ConfigError(f"--arch must be nips or nature, got {args.arch!r}")
     for flag, package in (("capture_video", "moviepy"), ("track", "wandb")):

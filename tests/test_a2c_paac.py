@@ -1,6 +1,7 @@
 """Tests of a2c_paac.py: n-step returns, losses, TF RMSProp, the networks, the worker processes, the preprocessing,
 the hack-safe idiom, checkpoints, resume and bad input (numbers refer to the details in its docstring)."""
 
+import math
 import multiprocessing
 import os
 import signal
@@ -201,6 +202,25 @@ def test_network_feature_sizes_and_init(arch, n_features, hidden):
         w = layer.weight.detach().reshape(layer.weight.shape[0], -1)
         np.testing.assert_allclose(torch.linalg.svdvals(w).numpy(), std, rtol=1e-4)  # orthogonal with gain std
         assert torch.all(layer.bias == 0)
+
+
+def test_init_torch_is_the_released_codes_uniform_fan_in_init():
+    """--init torch (the authors' networks.py, init="torch"): every weight and bias uniform within +-1/sqrt(fan-in) of
+    its layer, the heads' too (the policy's logits far from uniform at the start, unlike the 0.01 orthogonal head)."""
+    torch.manual_seed(0)
+    agent = paac.make_agent(paac.Args(init="torch"), None, gym.spaces.Discrete(6))
+    layers = [m for m in agent.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    assert len(layers) == 5
+    for layer in layers:
+        bound = 1 / math.sqrt(layer.weight[0].numel())  # fan-in: in_channels * kernel area, or in_features
+        w = layer.weight
+        assert w.abs().max() <= bound and w.abs().max() > 0.9 * bound  # uniform: its std bound / sqrt(3)
+        assert abs(w.std().item() - bound / math.sqrt(3)) < 0.1 * bound / math.sqrt(3)
+        assert layer.bias.abs().max() <= bound and (layer.bias != 0).all()
+    orthogonal = paac.make_agent(paac.Args(), None, gym.spaces.Discrete(6))
+    assert orthogonal.actor.weight.abs().max() < 0.02 < agent.actor.weight.abs().max()
+    with pytest.raises(paac.ConfigError, match="^--init must be orthogonal or torch, got 'xavier'"):
+        paac.train(tiny(init="xavier"))
 
 
 @pytest.mark.parametrize("arch", ["nips", "nature"])
