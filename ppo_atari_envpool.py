@@ -740,24 +740,34 @@ def check_finite(iteration, losses, agent, optimizer, saved):
     """After each update, before its checkpoint: a non-finite loss, weight or optimizer state stops the run in one line,
     and the last finite checkpoint `saved` ((path, iteration) or None) stays as it is."""
     params = list(agent.parameters())
+    grads = [p.grad for p in params if p.grad is not None]  # the last step's, after the clip
     state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.is_floating_point()]
     # a nan or inf makes its tensor's sum one too: a sum per tensor, one sync per iteration (measured on an AMD EPYC,
     # 1 thread: 0.8 ms in ppo.py, 4 ms in ppo_atari.py, under 0.1% of an iteration; a max-abs norm took 3-7 times longer)
-    sums = torch.stack([t.sum() for t in params + state]).tolist()
+    sums = torch.stack([t.sum() for t in params + state] + [g.abs().sum() for g in grads]).tolist()
+    # a norm that overflowed to inf makes clip_grad_norm_ scale every gradient by max_norm / inf = 0: no update
+    zeroed = bool(grads) and sum(sums[len(params) + len(state) :]) == 0
     bad = [
         f"the {k.replace('_', ' ')} is {v}" for k, v in losses.items() if k != "explained_variance" and not math.isfinite(v)
     ]
     bad += [
         f"the {what} {v}"
-        for what, v in (("weights hold", sum(sums[: len(params)])), ("optimizer state holds", sum(sums[len(params) :])))
+        for what, v in (
+            ("weights hold", sum(sums[: len(params)])),
+            ("optimizer state holds", sum(sums[len(params) : len(params) + len(state)])),
+        )
         if not math.isfinite(v)
     ]
+    bad += ["every gradient of the last step is 0 (their norm overflowed to inf: the clip made it no step)"] * zeroed
     if bad:
         raise ConfigError(
             f"iteration {iteration}: {bad[0]}; "
             + (f"the last finite checkpoint is {saved[0]} (iteration {saved[1]})" if saved else "no checkpoint was saved")
-            + "; likely too high a --learning-rate "
-            "or --max-grad-norm"
+            + (
+                "; likely too large a loss term or reward for float32 (--vf-coef, --ent-coef, the env's)"
+                if zeroed and bad[-1] == bad[0]
+                else "; likely too high a --learning-rate or --max-grad-norm"
+            )
         )
 
 

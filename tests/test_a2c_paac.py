@@ -204,6 +204,12 @@ def test_network_feature_sizes_and_init(arch, n_features, hidden):
         assert torch.all(layer.bias == 0)
 
 
+def test_a_loss_scale_that_overflows_the_gradient_norm_stops_the_run():
+    """Issue 75: --loss-scale 1e20 zeroed every step through the clip and exited 0; now the first update so zeroed stops it."""
+    with pytest.raises(paac.ConfigError, match=r"^iteration \d: every gradient of the last step is 0 \(their norm overflowed"):
+        paac.train(tiny(loss_scale=1e20))
+
+
 def test_init_torch_is_the_released_codes_uniform_fan_in_init():
     """--init torch (the authors' networks.py, init="torch"): every weight and bias uniform within +-1/sqrt(fan-in) of
     its layer, the heads' too (the policy's logits far from uniform at the start, unlike the 0.01 orthogonal head)."""

@@ -1054,6 +1054,17 @@ def assert_nonfinite_stops_and_keeps_the_last_checkpoint(mod, args, monkeypatch,
     assert_nonfinite_weights_refused(mod, path)
 
 
+def test_a_gradient_norm_that_overflows_stops_the_run_in_one_line(mod):
+    """Issue 75: --vf-coef 1e25 (in range) overflowed the gradient norm to inf, the clip scaled every gradient by 0, and
+    the run went on without a step (entropy exactly ln 2 for 32 iterations) and exited 0; now it stops at once."""
+    with pytest.raises(mod.ConfigError) as stopped:
+        mod.train(tiny(mod, vf_coef=1e25))
+    assert str(stopped.value) == (
+        "iteration 1: every gradient of the last step is 0 (their norm overflowed to inf: the clip made it no step); no "
+        "checkpoint was saved; likely too large a loss term or reward for float32 (--vf-coef, --ent-coef, the env's)"
+    )
+
+
 def test_eval_checkpoint_refuses_a_training_flag_it_would_ignore(mod):
     """Issue 75: `--eval-checkpoint agent.pt --env-id Other` scored the checkpoint's env and said nothing; now a training
     flag named beside it with another value than the checkpoint's is one line, exit 1 (the same value, and the
