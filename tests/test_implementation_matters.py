@@ -980,7 +980,7 @@ def test_a_smoke_sweep_runs_stores_and_reports_in_a_store_of_its_own(tmp_path):
     refused = subprocess.run(sweep, capture_output=True, text=True, env=env)  # into the study's store: no
     assert refused.returncode == 2 and refused.stderr == (
         "implementation_matters.sh: error: STEPS=200 wants a STORE of its own (e.g. STORE=/tmp/smoke): the study's, "
-        "benchmark/results/implementation_matters/, holds its runs of 1000000 steps\n"
+        "results/implementation_matters/ (or the repository's), holds runs of 1000000 steps\n"
     )
     env.update(STORE="smoke")
     res = subprocess.run(sweep, capture_output=True, text=True, env=env, timeout=300)

@@ -240,6 +240,8 @@ LINE_TARGETS = {
 # distribution says what it saves on a whole run; issue 72.6: quiet_mujoco() in the MuJoCo pair (+12). Issue 74:
 # the IMPALA pair +99/+94, --correction (the paper's other off-policy corrections) and --replay-fraction (its
 # replay: the Replay ring of past unrolls, the batch split, their checks and docstring lines).
+# Issue 75.2: +10 in all (+7 TRPO), check_finite() sees the last step's gradients: all zero means a norm that
+# overflowed to inf, which the clip turned into no step; a2c_paac.py +6 more for --init torch (issue 73).
 LINE_CEILINGS = {
     "ppo.py": 834,
     "ppo_shared.py": 826,
