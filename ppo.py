@@ -620,7 +620,8 @@ def save_checkpoint(path, state):
             f.write(buffer.getvalue())
         os.replace(f"{path}.tmp", path)
     except OSError as e:
-        raise ConfigError(f"cannot write {path} ({e.strerror}); an earlier checkpoint there is intact: --resume it") from None
+        kept = "an earlier checkpoint there is intact: --resume it" if os.path.exists(path) else "no checkpoint was saved"
+        raise ConfigError(f"cannot write {path} ({e.strerror}); {kept}") from None
     except RuntimeError as e:  # a Ctrl-C inside torch.save's writes comes out of its zip writer as a RuntimeError
         raise KeyboardInterrupt if isinstance(e.__context__, KeyboardInterrupt) else e
     finally:

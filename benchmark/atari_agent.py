@@ -80,11 +80,16 @@ def write_gif(screens, shown, out):
     return os.path.getsize(out)
 
 
-def check_out(out):
-    """An output path whose folder exists and can be written, before any work."""
+def check_out(out, source):
+    """An output path whose folder exists and can be written, a file name, and not the input (issue 75: `weights CKPT
+    CKPT` replaced a run's resumable checkpoint by its weights alone), before any work."""
     folder = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
         raise ppo_atari.ConfigError(f"cannot write {out!r}: its folder {folder!r} does not exist or is not writable")
+    if os.path.isdir(out):
+        raise ppo_atari.ConfigError(f"{out!r} is a folder; give the file to write, e.g. {os.path.join(out, 'agent.pt')}")
+    if os.path.exists(out) and os.path.exists(source) and os.path.samefile(out, source):
+        raise ppo_atari.ConfigError(f"{out!r} is the input {source!r}: it would be written over; give another file")
 
 
 def main(argv=None):
@@ -106,7 +111,7 @@ def main(argv=None):
     g.add_argument("--max-frames", type=int, default=1500, help="draw at most this many pictures")
     args = parser.parse_args(argv)
     try:
-        check_out(args.out)
+        check_out(args.out, args.checkpoint if args.command == "weights" else args.weights)
         if args.command == "weights":
             size = write_weights(args.checkpoint, args.out)
             print(f"{args.out}: {size / 2**20:.1f} MiB, the network of {args.checkpoint}")

@@ -72,6 +72,8 @@ def test_truncated_or_foreign_weights_are_one_line(trained, tmp_path):
             f"checkpoint '{tmp_path / 'ppo.pt'}' was written by ppo.py, not by ppo_atari.py; read it with ppo.py",
         ),
         (["weights", weights, str(tmp_path / "no" / "such" / "a.pt")], "cannot write"),
+        (["weights", str(tmp_path / "ppo.pt"), str(tmp_path / "ppo.pt")], "is the input"),  # issue 75: not over the input
+        (["weights", weights, str(tmp_path)], "is a folder; give the file to write"),
         (["gif", weights, str(tmp_path / "a.png")], "does not end in .gif"),
         (["gif", weights, str(tmp_path / "a.gif"), "--every", "0"], "--every and --max-frames must be >= 1"),
     ):

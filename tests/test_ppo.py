@@ -945,6 +945,10 @@ def test_full_disk_mid_run_is_one_line_and_keeps_the_last_checkpoint(mod, monkey
         mod.train(tiny(mod, save_model=True, save_every=1, total_timesteps=2 * 16 * 3))
     [path] = glob.glob("runs/*/checkpoint.pt")
     assert not glob.glob("runs/*/*.tmp") and mod.load_checkpoint(path)[0]["iteration"] == 1
+    # issue 75: where no checkpoint was written yet, the line says so instead of an intact earlier one
+    os.symlink("/dev/full", "first.pt.tmp")
+    with pytest.raises(mod.ConfigError, match=r"^cannot write first.pt \(No space left on device\); no checkpoint was saved$"):
+        real_save("first.pt", {"iteration": 1})
 
 
 # ---- progress on long runs (issue 22) ----------------------------------------------------------------
