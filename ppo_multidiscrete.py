@@ -310,6 +310,7 @@ def train(args: Args, given=None):
     else:
         run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
         run_name = os.path.basename(run_dir)
+    lock = lock_run(run_dir)  # noqa: F841  (held until train() returns)
     if args.track:
         start_tracking(args, run_name)
     from torch.utils.tensorboard import SummaryWriter
@@ -582,6 +583,20 @@ def run_state(args, run_name, iteration, global_step, agent, optimizer, device, 
         "rng": rng_state(device),
         **more,
     }
+
+
+def lock_run(run_dir):
+    """Hold <run_dir>/.lock while this process runs: a second process that would write the same run (a --resume of a
+    run still going) is refused in one line, not left to collide on its checkpoint and TensorBoard files."""
+    import fcntl
+
+    held = open(os.path.join(run_dir, ".lock"), "a")  # the lock lasts as long as this file stays open
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        held.close()
+        raise ConfigError(f"{run_dir} is being written by another process; let it end (or stop it), then resume") from None
+    return held
 
 
 def new_run_dir(name, suffix=""):

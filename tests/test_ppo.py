@@ -1069,6 +1069,20 @@ def test_a_gradient_norm_that_overflows_stops_the_run_in_one_line(mod):
     )
 
 
+def test_a_run_being_written_is_locked_against_a_second_writer(mod):
+    """Issue 75: a --resume of a run that another process was still writing was accepted, and the two wrote over each
+    other's checkpoint and TensorBoard files. A run holds <run dir>/.lock while it trains (every script's lock_run)."""
+    import fcntl
+
+    out = mod.train(tiny(mod, save_model=True))
+    more = tiny(mod, resume=out["checkpoint"], total_timesteps=2 * 16 * 8)
+    with open(os.path.join(out["run_dir"], ".lock")) as other:  # another process training that run
+        fcntl.flock(other, fcntl.LOCK_EX)
+        with pytest.raises(mod.ConfigError, match=r"^runs/.+ is being written by another process; let it end"):
+            mod.train(more)
+    assert mod.train(more)["global_step"] == 2 * 16 * 8  # once it has ended, the resume goes on
+
+
 def test_eval_checkpoint_refuses_a_training_flag_it_would_ignore(mod):
     """Issue 75: `--eval-checkpoint agent.pt --env-id Other` scored the checkpoint's env and said nothing; now a training
     flag named beside it with another value than the checkpoint's is one line, exit 1 (the same value, and the
