@@ -215,8 +215,19 @@ class ParallelEnvs:
             for pipe, message in zip(self.pipes, messages):
                 pipe.send(message)
             return [pipe.recv() for pipe in self.pipes]
-        except (EOFError, BrokenPipeError):
-            raise RuntimeError(f"{SCRIPT}: an environment worker died; see its error above") from None
+        except (EOFError, BrokenPipeError):  # which worker, and how: a signal (the OOM killer's) leaves no traceback
+            for i, p in enumerate(self.procs):
+                p.join(timeout=5)
+                if p.exitcode is not None:
+                    how = f"killed by {signal.Signals(-p.exitcode).name}" if p.exitcode < 0 else f"exit code {p.exitcode}"
+                    raise ConfigError(
+                        f"environment worker {i} (pid {p.pid}) died ({how}"
+                        + ("; its traceback is above)" if p.exitcode > 0 else ")")
+                        + "; the run stops: resume it from its last checkpoint"
+                    ) from None
+            raise ConfigError(
+                "an environment worker's pipe closed; the run stops: resume it from its last checkpoint"
+            ) from None
 
     def step(self, actions):
         rewards, terminations, truncations, final_obs = zip(*self._all(np.split(actions, len(self.pipes))))

@@ -38,6 +38,7 @@ import random
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import sysconfig
 import threading
@@ -472,11 +473,12 @@ def check_args(args: Args, ckpt=None) -> None:
         if getattr(args, flag) and importlib.util.find_spec(package) is None:
             raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
     if args.compile and not (
-        shutil.which(os.environ.get("CXX", "g++"))  # inductor's default compiler
+        shutil.which(cxx := os.environ.get("CXX", "g++"))  # inductor's default compiler, and one that runs
+        and subprocess.run([cxx, "--version"], capture_output=True).returncode == 0
         and os.path.exists(os.path.join(sysconfig.get_path("include"), "Python.h"))
     ):
         raise ConfigError(
-            "--compile needs a C++ compiler ($CXX, or g++) and Python's headers (Python.h), which inductor "
+            "--compile needs a working C++ compiler ($CXX, or g++) and Python's headers (Python.h), which inductor "
             "builds its kernels with: install them (e.g. apt install g++ python3-dev) or run without --compile"
         )
     try:

@@ -458,7 +458,10 @@ def test_a_dead_worker_is_an_error_not_a_hang():
     try:
         envs.procs[1].kill()
         envs.procs[1].join()
-        with pytest.raises(RuntimeError, match="an environment worker died"):
+        # issue 75: which worker, and how, in one line (it was "see its error above", with nothing above)
+        with pytest.raises(
+            paac.ConfigError, match=rf"^environment worker 1 \(pid {envs.procs[1].pid}\) died \(killed by SIGKILL\); the run"
+        ):
             envs.step(np.zeros(2, dtype=np.int64))
     finally:
         envs.close()

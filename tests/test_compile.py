@@ -163,13 +163,16 @@ def test_compile_without_a_compiler_or_pythons_headers_is_refused(script, monkey
     mod, args = tiny(script, compile=True)
     mod.check_args(args)  # g++ and Python.h are here
     message = (
-        r"^--compile needs a C\+\+ compiler \(\$CXX, or g\+\+\) and Python's headers \(Python.h\), which inductor "
+        r"^--compile needs a working C\+\+ compiler \(\$CXX, or g\+\+\) and Python's headers \(Python.h\), which inductor "
         r"builds its kernels with: install them \(e.g. apt install g\+\+ python3-dev\) or run without --compile$"
     )
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
     with pytest.raises(mod.ConfigError, match=message):
         mod.check_args(args)
     mod.check_args(dataclasses.replace(args, compile=False))
+    monkeypatch.setenv("CXX", "/bin/false")  # issue 75: one that exists but fails (its compile was a traceback)
+    with pytest.raises(mod.ConfigError, match=message):
+        mod.check_args(args)
     monkeypatch.delenv("CXX")
     monkeypatch.setattr(mod.sysconfig, "get_path", lambda name: str(tmp_path))  # no Python.h there
     with pytest.raises(mod.ConfigError, match=message):
