@@ -47,12 +47,21 @@ import traceback
 from dataclasses import asdict, dataclass
 from typing import Literal, Optional
 
-import ale_py
-import cv2
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
+
+try:  # the family's extra; run without it, one line names its install
+    import ale_py
+    import cv2
+except ModuleNotFoundError as e:
+    if __name__ != "__main__":
+        raise
+    sys.exit(
+        f"{os.path.basename(__file__)}: error: {e.name} is not installed; the Atari scripts need it: "
+        "bash scripts/install.sh atari"
+    )
 
 gym.register_envs(ale_py)
 

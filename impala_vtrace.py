@@ -53,12 +53,21 @@ import traceback
 from dataclasses import asdict, dataclass
 from typing import Literal, Optional
 
-import ale_py
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.multiprocessing as mp
 import torch.nn as nn
+
+try:  # the family's extra; run without it, one line names its install
+    import ale_py
+except ModuleNotFoundError as e:
+    if __name__ != "__main__":
+        raise
+    sys.exit(
+        f"{os.path.basename(__file__)}: error: {e.name} is not installed; the Atari scripts need it: "
+        "bash scripts/install.sh atari"
+    )
 
 SCRIPT = os.path.basename(__file__)  # this file's name: a copy runs, logs and checkpoints as itself
 gym.register_envs(ale_py)  # a no-op: importing ale_py registers the ALE ids; this names where they come from

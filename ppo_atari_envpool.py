@@ -48,11 +48,19 @@ import traceback
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-import envpool
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
+
+try:  # the family's extra; run without it, one line names its install
+    import envpool
+except ModuleNotFoundError as e:
+    if __name__ != "__main__":
+        raise
+    sys.exit(
+        f"{os.path.basename(__file__)}: error: {e.name} is not installed; it needs envpool: bash scripts/install.sh envpool"
+    )
 
 SCRIPT = os.path.basename(__file__)  # this file's name: a copy runs, logs and checkpoints as itself
 

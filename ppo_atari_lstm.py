@@ -49,12 +49,21 @@ import traceback
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-import ale_py  # noqa: F401 (importing it registers the ALE game ids)
-import cv2
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
+
+try:  # the family's extra; run without it, one line names its install
+    import ale_py  # noqa: F401 (importing it registers the ALE game ids)
+    import cv2
+except ModuleNotFoundError as e:
+    if __name__ != "__main__":
+        raise
+    sys.exit(
+        f"{os.path.basename(__file__)}: error: {e.name} is not installed; the Atari scripts need it: "
+        "bash scripts/install.sh atari"
+    )
 
 SCRIPT = os.path.basename(__file__)  # this file's name: a copy runs, logs and checkpoints as itself
 
