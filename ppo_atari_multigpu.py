@@ -433,7 +433,7 @@ def train(args: Args, given=None):
         run_name = os.path.basename(run_dir)
     else:  # D3: rank 0 logs and saves
         run_dir = run_name = None
-    lock = lock_run(run_dir) if rank == 0 else None  # noqa: F841  (held until train() returns)
+    lock = lock_run(run_dir) if rank == 0 else None  # noqa: F841 (unread: the name keeps the lock held)
     if args.track and rank == 0:
         start_tracking(args, run_name)
     from torch.utils.tensorboard import SummaryWriter

@@ -314,7 +314,7 @@ def train(args: Args, given=None):
     else:
         run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
         run_name = os.path.basename(run_dir)
-    lock = lock_run(run_dir)  # noqa: F841  (held until train() returns)
+    lock = lock_run(run_dir)  # noqa: F841 (unread: the name keeps the lock until train() returns)
     if args.track:
         start_tracking(args, run_name)
     from torch.utils.tensorboard import SummaryWriter

@@ -457,11 +457,11 @@ def main(argv=None):
     todo, finished_runs, failed, interrupted, not_started = [], [], [], [], []
     digest = script_digest(args.script)
     # a finished run of other code than the script's now (its summary's hash): refused, rerun or reused, as asked
-    done_before = {
-        (e, s): json.load(open(path))
-        for e, s in jobs
-        if finished(path := summary_path(args.runs_dir, args.script, e, s, extra))
-    }
+    done_before = {}
+    for e, s in jobs:
+        if finished(path := summary_path(args.runs_dir, args.script, e, s, extra)):
+            with open(path) as f:
+                done_before[e, s] = json.load(f)
     changed = {job: s["script_sha256"] for job, s in done_before.items() if s.get("script_sha256") not in (None, digest)}
     if changed and not (args.rerun_changed or args.reuse_changed):
         (env_id, seed), then = next(iter(changed.items()))

@@ -5,6 +5,7 @@ import glob
 import importlib
 import os
 import re
+import runpy
 import subprocess
 import sys
 
@@ -561,4 +562,4 @@ def test_a_missing_extra_is_one_line_naming_its_install(script, package, install
         ]
     )
     with pytest.raises(ModuleNotFoundError):  # imported, not run: the error is the import's own
-        __import__("runpy").run_path(os.path.join(ROOT, script), run_name="imported")
+        runpy.run_path(os.path.join(ROOT, script), run_name="imported")
