@@ -146,6 +146,33 @@ def test_mkdocs_builds_the_site_strictly(tmp_path):
     assert (tmp_path / "site" / "benchmark" / "results" / "classic_control_full" / "report" / "index.html").exists()
 
 
+def test_the_site_holds_only_the_files_git_tracks():
+    """docs/hooks.py adds the repository's files to the site from `git ls-files`: an untracked file in the tree (a run's
+    MUJOCO_LOG.TXT, a scratch report) is not among them, wherever it lies."""
+    pytest.importorskip("mkdocs")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", os.path.join(ROOT, "docs", "hooks.py"))
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    if subprocess.run(["git", "ls-files", "README.md"], cwd=ROOT, capture_output=True, text=True).stdout != "README.md\n":
+        pytest.skip("not a git checkout: the hook adds every file")
+    untracked = [f"MUJOCO_LOG-{os.getpid()}.TXT", f"benchmark/results/untracked-{os.getpid()}.md"]
+    try:
+        for path in untracked:
+            with open(os.path.join(ROOT, path), "x") as f:
+                f.write("a local run's leftovers\n")
+        files = hooks.site_files(ROOT)
+    finally:
+        for path in untracked:
+            os.remove(os.path.join(ROOT, path))
+    assert [path for path in untracked if path in files] == []
+    assert {"README.md", "ppo.py", "benchmark/results/summary.png", "benchmark/results/classic_control_full/report.md"} <= set(
+        files
+    )
+    assert [path for path in files if path.startswith(("docs/", "runs/", ".")) and "/" in path] == []
+
+
 def test_the_implementation_matters_pages_tables_are_its_reports_rows():
     """docs/implementation-matters.md shows the study's tables as the report has them: a row that the report no longer
     holds (the report remade from more runs) fails here instead of drifting."""

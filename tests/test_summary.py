@@ -1,6 +1,6 @@
-"""Tests of benchmark/summary.py (issue 35): the figure of every side-by-side is drawn from the stored curves.csv files,
-one panel each; compare.py writes curves.csv, and a report's tables rebuild it; a malformed file is refused in one line;
-the README shows the figure."""
+"""Tests of benchmark/summary.py: the README's figure, one panel per script, is drawn from the stored curves.csv files
+(--all: every one of them); compare.py writes curves.csv, and a report's tables rebuild it; a malformed file is refused
+in one line; the README shows the figure."""
 
 import csv
 import glob
@@ -23,32 +23,98 @@ RESULTS = os.path.join(ROOT, "benchmark", "results")
 STORED = sorted(glob.glob(os.path.join(RESULTS, "**", "curves.csv"), recursive=True))
 
 
-def test_the_stored_figure_is_redrawn_from_the_stored_files_one_panel_each(tmp_path):
-    drawn = summary.summarize(RESULTS, str(tmp_path / "summary.png"))
-    assert len(STORED) >= 8 and sorted(panel["path"] for panel in drawn) == STORED
+@pytest.fixture(scope="module")
+def front(tmp_path_factory):
+    """The front figure redrawn from the stored files: (the panels drawn, its file)."""
+    out = tmp_path_factory.mktemp("front") / "summary.png"
+    return summary.summarize(RESULTS, str(out)), out
+
+
+def test_the_stored_figure_is_redrawn_from_the_stored_files_one_panel_per_script(front):
+    drawn, out = front
+    assert [panel["script"] for panel in drawn] == list(summary.FRONT)
+    assert [panel["path"] for panel in drawn] == [os.path.join(RESULTS, d, "curves.csv") for d in summary.FRONT.values()]
     # the stored figure has the grid of panels a redraw has
-    assert Image.open(tmp_path / "summary.png").size == Image.open(os.path.join(RESULTS, "summary.png")).size
-    titles = {os.path.relpath(os.path.dirname(panel["path"]), RESULTS): panel["title"] for panel in drawn}
-    assert (
-        titles["vs_cleanrl_ppo_atari_breakout_1m_2026-11-24"]
-        == "ppo_atari.py · BreakoutNoFrameskip-v4 · 1M\nours vs cleanrl, 3 vs 3 seeds:\nsame"
+    assert Image.open(out).size == Image.open(os.path.join(RESULTS, "summary.png")).size
+    titles = {panel["script"]: panel["title"] for panel in drawn}
+    assert titles["ppo_atari.py"] == (
+        "ppo_atari.py · BreakoutNoFrameskip-v4\n10M steps, the published budget · 3 seeds\nwithin the published mean ± std"
     )
-    assert titles["bf16_breakout_short"] == "ppo_atari.py · BreakoutNoFrameskip-v4 · 1M\nfp32 vs bf16, 2 vs 2 seeds:\nsame"
-    assert titles["paac_vs_sb3_breakout_2000000/ours_vs_sb3"] == (
-        "a2c_paac.py · BreakoutNoFrameskip-v4 · 2M\nours vs sb3, 2 vs 2 seeds:\ndiffer: final means outside the seed spread"
+    assert titles["ppo_atari_lstm.py"] == (
+        "ppo_atari_lstm.py · BreakoutNoFrameskip-v4\n1M steps of the published 10M · 2 vs 2 seeds\nsame: no window differs"
     )
-    # the published final number only where one exists at the runs' budget: CleanRL's 1M Walker2d and 10M Breakout
-    # (our run alone, report.py's), not beside the 1M Breakout runs
-    marks = {os.path.basename(os.path.dirname(panel["path"])): panel["published"] for panel in drawn}
-    walker = [name for name in marks if "walker2d" in name]
-    assert len(walker) == 2 and all(marks[name] == (1e6, 2287.95, 571.78) for name in walker)
-    assert marks["ppo_atari_breakout_10m_2026-11-30"] == (1e7, 414.66, 28.09)
-    assert (
-        titles["ppo_atari_breakout_10m_2026-11-30"]
-        == "ppo_atari.py · BreakoutNoFrameskip-v4 · 10M\nours, 3 seeds:\nwithin the published mean ± std"
+    # stored under the earlier rule as "differ: final means outside each other's seed spread", at Welch p 0.31-0.83
+    assert titles["a2c_paac.py"] == (
+        "a2c_paac.py · BreakoutNoFrameskip-v4\n2M steps of the paper's 115M · 2 vs 2 seeds\nsame: no window differs"
     )
-    marked = [*walker, "ppo_atari_breakout_10m_2026-11-30"]
-    assert all(mark is None for name, mark in marks.items() if name not in marked)
+    assert titles["trpo_continuous_action.py"] == (
+        "trpo_continuous_action.py · Hopper-v4\n1M steps · 4 vs 4 seeds\nsame: no window differs"
+    )
+    # the published final number drawn only where one exists at the runs' budget: CleanRL's 1M Walker2d and 10M Breakout;
+    # elsewhere its value and budget in words, and random play on Breakout
+    marks = {panel["script"]: panel["published"] for panel in drawn}
+    assert marks == {
+        "ppo_atari.py": (1e7, 414.66, 28.09),
+        "ppo_atari_lstm.py": None,
+        "ppo_atari_envpool.py": None,
+        "ppo_continuous_action.py": (1e6, 2287.95, 571.78),
+        "trpo_continuous_action.py": None,
+        "a2c_paac.py": None,
+    }
+    legends = {panel["script"]: panel["texts"][2:] for panel in drawn}
+    assert legends["ppo_atari_lstm.py"] == [
+        "ours",
+        "CleanRL's script, run here",
+        "CleanRL published at 10M: 113.42 ± 5.85",
+        "random play ~1.3",
+    ]
+    assert legends["a2c_paac.py"] == [
+        "ours",
+        "Stable-Baselines3's A2C, run here",
+        "the paper at 115M: 470.1 (the best of 3 agents, evaluated)",
+        "random play ~1.3",
+    ]
+    assert legends["ppo_continuous_action.py"] == ["ours", "CleanRL's script, run here", "CleanRL published: 2287.95 ± 571.78"]
+
+
+def test_the_front_figure_is_ours_at_its_defaults_beside_another_implementation_and_the_rest_stay_on_their_pages():
+    """One panel per script, each our runs at the script's defaults beside another implementation's (or alone, beside
+    the published number); the comparisons of two settings of ours, or of SB3 with either KL direction, are not on it,
+    and each of them is linked from a page of the documentation."""
+    assert len(summary.FRONT) == len(set(summary.FRONT)) >= 6
+    for script, folder in summary.FRONT.items():
+        curves = summary.read_curves(os.path.join(RESULTS, folder, "curves.csv"))
+        (first, ours, _), *other = curves["groups"]
+        assert first == "ours" and ours == script, folder
+        if other:  # the reference: CleanRL's script of the same name, or another library's
+            ((label, theirs, _),) = other
+            assert (label == "cleanrl" and theirs == script) or theirs in summary.REFERENCE_NAMES, folder
+            report = open(os.path.join(RESULTS, folder, "report.md")).read()
+            assert not re.search(r"^- ours: .*, with --", report, re.M), f"{folder}: ours ran with a flag"
+    front = {os.path.join(RESULTS, d, "curves.csv") for d in summary.FRONT.values()}
+    pages = "".join(open(p).read() for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
+    left = [os.path.relpath(os.path.dirname(p), RESULTS) for p in STORED if p not in front]
+    assert len(left) >= 6 and "trpo_vs_sb3_hopper_1000000/sb3_vs_sb3_old_new_kl" in left
+    assert [d for d in left if f"../benchmark/results/{d}/" not in pages] == [], "link each from its script's page"
+
+
+def test_the_figure_names_groups_in_plain_words(front):
+    """No run-group label of compare.py (cleanrl, sb3, sb3_old_new_kl, anneal_2m) and no folder name on the figure:
+    apart from the scripts' file names, no word with an underscore."""
+    drawn, _ = front
+    labels = {g for p in STORED for g, _, _ in summary.read_curves(p)["groups"]} - {"ours"}
+    assert {"cleanrl", "sb3", "sb3_old_new_kl", "anneal_2m", "fp32"} <= labels
+    texts = [text for panel in drawn for text in panel["texts"]]
+    assert len(texts) >= 6 * 4
+    assert [t for t in texts if "_" in re.sub(r"\b\w+\.py\b", "", t)] == []
+    assert [t for t in texts for label in labels if re.search(rf"\b{re.escape(label)}\b", t)] == []
+    assert [t for t in texts for d in summary.FRONT.values() if os.path.basename(d) in t] == []
+
+
+def test_all_draws_every_stored_comparison_one_panel_each(tmp_path, capsys):
+    assert summary.main(["--all", "--out", str(tmp_path / "all.png")]) == 0
+    assert capsys.readouterr().out == f"summary.py: drew {len(STORED)} panels into {tmp_path / 'all.png'}\n"
+    assert len(STORED) >= 12 and (tmp_path / "all.png").exists()
 
 
 def named_group(tmp_path, label, exp_name, seeds, **kw):
@@ -143,7 +209,7 @@ def test_a_malformed_curves_csv_is_refused_in_one_line(tmp_path, capsys, case, m
             writer = csv.DictWriter(f, columns, extrasaction="ignore")
             writer.writeheader()
             writer.writerows(malformed(read_rows(source), case))
-    assert summary.main(["--results", str(tmp_path / "results")]) == 2
+    assert summary.main(["--results", str(tmp_path / "results"), "--all"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"summary.py: error: {os.path.relpath(bad)}")
     assert message in err and err.endswith(
@@ -153,9 +219,14 @@ def test_a_malformed_curves_csv_is_refused_in_one_line(tmp_path, capsys, case, m
 
 
 def test_nothing_to_draw_or_no_report_is_one_line(tmp_path, capsys):
-    assert summary.main(["--results", str(tmp_path)]) == 2
+    assert summary.main(["--results", str(tmp_path), "--all"]) == 2
     assert capsys.readouterr().err == (
         f"summary.py: error: no curves.csv under {tmp_path}; run benchmark/compare.py, or give --from-report DIR\n"
+    )
+    assert summary.main(["--results", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        f"summary.py: error: {tmp_path} has no {summary.FRONT['ppo_atari.py']}/curves.csv, ppo_atari.py's panel; give "
+        "the repository's benchmark/results, or --all to draw every curves.csv there\n"
     )
     assert summary.main(["--results", str(tmp_path), "--from-report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
