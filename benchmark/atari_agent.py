@@ -15,7 +15,8 @@ goes into an animated GIF at 20 pictures a second (2.7x the game's speed at --ev
 in a corner; at most --max-frames pictures (the rest of the game is played, scored and not drawn). Prints the game's
 score, its length, the pictures kept and the file's size.
 
-Bad input (no such checkpoint, one of another script, a path that cannot be written) stops it with one line.
+Bad input (no such checkpoint, one of another script, a path that cannot be written, a --seed ppo_atari.py refuses)
+stops it with one line, and so do a full disk and Ctrl-C, which leave no file behind.
 """
 
 import argparse
@@ -33,12 +34,26 @@ PICTURE_MS = 50  # a GIF keeps durations in hundredths of a second
 KEPT = ("script", "args", "run_name", "iteration", "global_step", "model")  # what a weights-only file holds
 
 
+def written(out, write):
+    """write(path) into out's .tmp, then renamed to out: whole or not at all. A write that fails (a full disk: an OSError,
+    or torch's RuntimeError) or is stopped (Ctrl-C) leaves no .tmp; a failed one is one line. Returns out's size."""
+    try:
+        write(f"{out}.tmp")
+        os.replace(f"{out}.tmp", out)
+    except (OSError, RuntimeError) as e:
+        raise ppo_atari.ConfigError(
+            f"cannot write {out!r} ({getattr(e, 'strerror', None) or e}); free some space on its disk, or give another path"
+        ) from None
+    finally:
+        if os.path.exists(f"{out}.tmp"):
+            os.remove(f"{out}.tmp")
+    return os.path.getsize(out)
+
+
 def write_weights(checkpoint, out):
     """The network of `checkpoint` (a ppo_atari.py checkpoint.pt) into `out`; returns out's size in bytes."""
     ckpt, _ = ppo_atari.load_checkpoint(checkpoint)
-    torch.save({k: ckpt[k] for k in KEPT if k in ckpt}, f"{out}.tmp")
-    os.replace(f"{out}.tmp", out)
-    return os.path.getsize(out)
+    return written(out, lambda path: torch.save({k: ckpt[k] for k in KEPT if k in ckpt}, path))
 
 
 def play(weights, seed=ppo_atari.Args.seed, every=2, max_frames=1500):
@@ -75,9 +90,12 @@ def write_gif(screens, shown, out):
         ImageDraw.Draw(picture).text((picture.width - 4, 2), f"{score:.0f}", fill=(255, 255, 255), anchor="ra")
         pictures.append(picture)
     # PIL merges a picture equal to the one before into it (their durations added): fewer frames, the same film
-    pictures[0].save(f"{out}.tmp", format="GIF", save_all=True, append_images=pictures[1:], duration=PICTURE_MS, loop=0)
-    os.replace(f"{out}.tmp", out)
-    return os.path.getsize(out)
+    return written(
+        out,
+        lambda path: pictures[0].save(
+            path, format="GIF", save_all=True, append_images=pictures[1:], duration=PICTURE_MS, loop=0
+        ),
+    )
 
 
 def check_out(out, source):
@@ -118,8 +136,7 @@ def main(argv=None):
             return
         if args.every < 1 or args.max_frames < 1:
             raise ppo_atari.ConfigError(f"--every and --max-frames must be >= 1, got {args.every} and {args.max_frames}")
-        if args.seed < 0:
-            raise ppo_atari.ConfigError(f"--seed must be >= 0, got {args.seed}")
+        ppo_atari.check_args(ppo_atari.Args(seed=args.seed))  # the seeds ppo_atari.py's --eval-checkpoint plays
         if not args.out.lower().endswith(".gif"):
             raise ppo_atari.ConfigError(f"{args.out!r} does not end in .gif; name the picture <name>.gif")
         score, steps, screens, shown = play(args.weights, args.seed, args.every, args.max_frames)
@@ -127,6 +144,9 @@ def main(argv=None):
         print(f"{args.out}: score {score:.0f} in {steps} steps of the agent, {len(screens)} pictures, {size / 2**20:.1f} MiB")
     except ppo_atari.ConfigError as e:
         sys.exit(f"atari_agent.py: error: {e}")
+    except KeyboardInterrupt:  # the .tmp already removed (written)
+        print("atari_agent.py: interrupted (Ctrl-C); nothing written", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,10 @@ and we do not, is listed in the report (DIFFERENCES below).
 the mean of its last 100 episodic returns, as every result here) and its Figure 2 numbers every 4 iterations in
 iterations.csv; `plan` skips the seeds stored there, so the study goes on across machines, and `report` reads nothing else.
 One `store` at a time writes a store (a lock on its folder), each file whole (a temporary file, then renamed); every
-reader checks each row, and names the file and line it cannot read. --steps (default 1M) plans, stores and reports runs
-of another length (a smoke sweep), apart from the study's.
+reader checks each row (a nan return, a run's row twice and a cell the study does not have are refused too), and names
+the file and line it cannot read. `store` names, in a warning line, a run's event file cut short (a run killed while
+writing it), whose records before the cut it stores, and refuses a summary whose run folder is gone. --steps (default
+1M) plans, stores and reports runs of another length (a smoke sweep), apart from the study's.
 """
 
 import argparse
@@ -34,13 +36,12 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import zlib
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import RETURN_TAG, ConfigError, args_hash, read_run  # noqa: E402
+from run import RETURN_TAG, ConfigError, args_hash, cut_short, read_run, writable  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 1000000
@@ -168,12 +169,21 @@ FIX = {
     "paper_code.csv": "delete that line; the next store of its runs/ stores that run again",
 }
 RESTORE = "restore the file from a copy (git, or the machine that stored the runs)"
+RETURNS = {"final_return", "final_5", "mean_return"}  # a nan or inf: a run gone wrong, never a result
+KEYS = {"runs.csv": ("script", "args_hash", "env_id", "seed"), "paper_code.csv": ("config", "seed")}  # a run's row: once
+
+
+def known_cell(cell):
+    """A cell the study plans, or one of its runs of older settings ('<cell>, <what differed>')."""
+    name = cell.split(",")[0]
+    off = name.removeprefix("fig1 off: ").split()
+    return name in ALGOS or name.startswith("fig1 off: ") and bool(off) and set(off) <= set(SWITCHES)
 
 
 def read_csv(path):
     """The rows of a file of the store ([] where there is none), each checked: as many fields as the header, a line end
-    (a write cut short leaves none), the columns in COLUMNS and their types; else one line naming the file, the line and
-    the fix."""
+    (a write cut short leaves none), the columns in COLUMNS and their types, finite returns, a known cell, a run's row
+    once; else one line naming the file, the line and the fix."""
     if not os.path.exists(path):
         return []
     name = os.path.basename(path)
@@ -193,7 +203,7 @@ def read_csv(path):
         raise ConfigError(f"{path} has no {missing[0]!r} column; {RESTORE}")
     if not text.endswith("\n"):
         raise ConfigError(f"{path} line {lines[-1][0]} has no line end (a write cut short); {fix}")
-    out = []
+    out, seen = [], {}
     for n, row in rows:
         if len(row) != len(header):
             raise ConfigError(f"{path} line {n} has {len(row)} fields, the header {len(header)}; {fix}")
@@ -201,10 +211,23 @@ def read_csv(path):
         for column, value in out[-1].items():
             if types.get(column, str) is not str and not (value == "" and (name, column) in EMPTY):
                 try:
-                    types[column](value)
+                    number = types[column](value)
                 except ValueError:
                     kind = "a whole number" if types[column] is int else "a number"
                     raise ConfigError(f"{path} line {n}: {column} {value!r} is not {kind}; {fix}") from None
+                if column in RETURNS and not np.isfinite(number):
+                    raise ConfigError(f"{path} line {n}: {column} {value!r} is not a finite number; {fix}")
+        if "cell" in out[-1] and not known_cell(out[-1]["cell"]):
+            raise ConfigError(
+                f"{path} line {n}: cell {out[-1]['cell']!r} is none of the study's ({', '.join(ALGOS)}, fig1 off: "
+                f"<{' '.join(SWITCHES)}>); {fix}"
+            )
+        key = tuple(out[-1].get(c) for c in KEYS.get(name, ()))
+        if key and key in seen:
+            raise ConfigError(
+                f"{path} lines {seen[key]} and {n} hold one run ({', '.join(KEYS[name])}); delete the one that is wrong"
+            )
+        seen[key] = n
     return out
 
 
@@ -223,16 +246,6 @@ def key_of(row):
 
 def stored(store):
     return {key_of(r) for r in read_store(store)[0]}
-
-
-def writable(path, flag):
-    """Make the folder `path` and write a file in it, before any work: a failure is one line naming it."""
-    try:
-        os.makedirs(path, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as e:
-        raise ConfigError(f"{flag} {path} cannot be written to ({e.strerror}); give a folder you can write to") from None
 
 
 @contextlib.contextmanager
@@ -386,6 +399,18 @@ def store_runs(runs_dir, store, steps=STEPS):
         return add_runs(runs_dir, store, mujoco, steps)
 
 
+def run_folder(runs_dir, summary, path):
+    """The TensorBoard folder of the run of run.py's summary at `path`; an event file of it cut short is a warning line,
+    the folder gone one line."""
+    tb_dir = os.path.join(runs_dir, summary["tb_dir"])
+    if not os.path.isdir(tb_dir):
+        raise ConfigError(
+            f"{path}: its run folder {tb_dir} is gone; put it back, or delete the summary and run that run again"
+        )
+    cut_short(tb_dir, "implementation_matters.py", "stored")
+    return tb_dir
+
+
 def add_runs(runs_dir, store, mujoco, steps):
     """store_runs' work, the store locked."""
     (runs, curves), released = read_store(store), read_csv(os.path.join(store, "paper_code.csv"))
@@ -400,7 +425,7 @@ def add_runs(runs_dir, store, mujoco, steps):
         summary = read_json(path, SUMMARY_KEYS, "delete it and rerun its run")
         key = (summary["script"], args_hash(summary["args"]), summary["env_id"], int(summary["seed"]))
         if key in done and summary["ok"] and key[1:] in lacking_curves:  # stored before a curve was
-            tb_dir = os.path.join(runs_dir, summary["tb_dir"])
+            tb_dir = run_folder(runs_dir, summary, path)
             for tag, k in zip(CURVE_TAGS, CURVE_KEYS):
                 run = read_run(tb_dir, tag)
                 if run["hparams"].get("mujoco", mujoco) == mujoco:  # the run stored here, not one on another MuJoCo
@@ -408,7 +433,7 @@ def add_runs(runs_dir, store, mujoco, steps):
                         {(*key[1:], step, k): f"{value:.5g}" for step, value in zip(run["steps"], run["returns"])}
                     )
         if key in lacking and summary["ok"]:  # stored before its run.py reading was
-            tb_dir = os.path.join(runs_dir, summary["tb_dir"])
+            tb_dir = run_folder(runs_dir, summary, path)
             run = read_run(tb_dir, RETURN_TAG)
             filled[key] = run_py_reading(run["returns"], run["steps"], read_run(tb_dir, CURVE_TAGS[0])["steps"])
             continue
@@ -420,7 +445,7 @@ def add_runs(runs_dir, store, mujoco, steps):
                 f"{REWARDS_FIX}); move its run out of {runs_dir} and rerun it"
             )
             continue
-        tb_dir = os.path.join(runs_dir, summary["tb_dir"])
+        tb_dir = run_folder(runs_dir, summary, path)
         run, logged = read_run(tb_dir, RETURN_TAG), {tag: read_run(tb_dir, tag) for tag in CURVE_TAGS}
         if run["hparams"].get("mujoco", mujoco) != mujoco:
             print(

@@ -19,7 +19,8 @@
 # their final returns and per-iteration Figure 2 numbers): a rerun runs only what is not stored there yet, and the
 # report is made from the stored runs alone, into STORE, when this sweep ran something (with nothing left to run, the
 # report is left as it is). STORE=benchmark/results/implementation_matters continues the repository's own study.
-# STEPS (default 1000000, the paper's) is each run's length; another wants a STORE of its own.
+# STEPS (default 1000000, the paper's) is each run's length; another wants a STORE of its own. A STORE that cannot be
+# written stops the sweep in one line before any run.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WORKERS="${WORKERS:-2}"
 STEPS="${STEPS:-1000000}"
@@ -32,6 +33,10 @@ if [ "$STEPS" != 1000000 ] && [ -z "${STORE:-}" ]; then  # the study's store kee
 fi
 STORE="${STORE:-$RESULTS/implementation_matters}"
 [[ $STORE == /* ]] || STORE="$PWD/$STORE"  # absolute: on another MuJoCo the sweep runs in a folder of its own
+if ! { mkdir -p "$STORE" && [ -w "$STORE" ]; } 2>/dev/null; then  # found now, not by the first store after a cell trained
+    echo "implementation_matters.sh: error: STORE=$STORE cannot be written to; give a folder you can write to" >&2
+    exit 2
+fi
 
 # on a MuJoCo other than the lock's (bash scripts/install.sh mujoco-ref, its .venv-mujoco-ref/bin first on the PATH), the
 # runs go to mujoco-<version>/runs/ and are stored, and planned, in the store's mujoco-<version>/: the tables' own stay

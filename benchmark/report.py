@@ -15,6 +15,8 @@ Writes into the out dir (default: report-<date>/ in the current directory, so th
 leaves the clone as it was): report.md (command, date, machine, the MuJoCo the runs logged, each seed's hours and
 threads, the table), per_seed.csv (the raw per-seed values) and one <env>.png per env (each seed thin, the mean thick,
 the published band).
+An event file cut short (a run killed while writing it) is used up to the cut, and named, with the step it reached, in
+a warning line and in report.md.
 With --curves, also curves.csv (the report's one script and env: its return per tenth of the steps, each seed's mean
 in it, their mean, min and max; the verdict) for benchmark/summary.py's figure, which draws it as a panel beside the
 published number. A corrupt summary, a missing --reference, a runs dir without runs, or --curves over more than one
@@ -37,6 +39,7 @@ from run import (
     FINAL_WINDOW,
     RETURN_TAG,
     ConfigError,
+    cut_short,
     final_return,
     machine_info,
     make_out_dir,
@@ -224,6 +227,7 @@ def collect(runs_dir, tag=RETURN_TAG):
         # the runner names experiments "<script stem>-<args hash>"; a script run by hand uses its stem
         script = summary["script"] if summary else exp_name.split("-")[0] + ".py"
         rec = {
+            "cut": cut_short(d, "report.py"),
             "script": script,
             "env_id": env_id,
             "exp_name": exp_name,
@@ -522,6 +526,7 @@ def make_report(argv):
     m = machine_info()
     commits = sorted({r["git_commit"] for r in records if r["git_commit"]})
     code = sorted({(r["script"], r["script_sha256"], r["script_git"]) for r in records if r["script_sha256"]})
+    cut = [f"{path} at step {step}" for r in records for path, step in r["cut"]]
     md = [
         f"# Benchmark report ({date})",
         "",
@@ -539,6 +544,7 @@ def make_report(argv):
         "- hours per seed (the runs' processes, each part from its start or resume to its last log, summed; the "
         "threads run.py gave its last part): "
         + "; ".join(f"{res['script']} {res['env_id']}: " + ", ".join(hours_str(r) for r in res["records"]) for res in results),
+        *([f"- event files cut short (their records before the cut used): {', '.join(cut)}"] if cut else []),
         "",
         *table,
         "",

@@ -30,8 +30,8 @@ script calling it stops too. The same command run again resumes the sweep. A SIG
 catch, stops its runs with SIGTERM (on Linux); a run that finished with no runner left to record it (killed in between)
 is recorded by the rerun, whose --resume the script refuses as holding the whole run.
 
-Bad input (a seed or env id given twice, --workers 0, a flag of the runner's own among the extra args, ...) stops
-the runner with one line and exit status 2 before any run starts.
+Bad input (a seed or env id given twice, --workers 0, a flag of the runner's own among the extra args, a --runs-dir
+that cannot be written, ...) stops the runner with one line and exit status 2 before any run starts.
 
 Threads: workers x threads <= cores, threads = cores // workers by default. Each run gets
 OMP_NUM_THREADS = MKL_NUM_THREADS = threads as a cap, and keeps its own --torch-threads default: 1 in the
@@ -49,8 +49,10 @@ import platform
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -148,6 +150,16 @@ def make_out_dir(path):
         raise ConfigError(f"--out {path!r} cannot be made ({e.strerror}); give a folder that can be created") from None
 
 
+def writable(path, flag):
+    """Make the folder `path` and write a file in it, before any work: a failure is one line naming it."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        raise ConfigError(f"{flag} {path} cannot be written to ({e.strerror}); give a folder you can write to") from None
+
+
 def mujoco_line(groups):
     """A report's line on the MuJoCo its runs ran on, [] when none did. groups: [(label or None, [the version each run
     logged])], from the MuJoCo scripts' hyperparameters row "mujoco" (None: a run without it; "none": not installed)."""
@@ -196,6 +208,31 @@ def read_run(run_dir, tag=RETURN_TAG):
         "last_step": last_step,
         "sps": sps,
     }
+
+
+def cut_short(run_dir, tool, used="used"):
+    """[(event file, the last step it logged)] of the run's TensorBoard files that end inside a record (a process killed
+    while writing one, a copy cut short), each named in one warning line: TensorBoard reads the records before the cut
+    and says nothing (issue 75)."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    cut = []
+    for name in sorted(os.listdir(run_dir)):
+        if name.startswith("events.out.tfevents"):
+            path, end = os.path.join(run_dir, name), 0
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                while end + 8 <= size:  # a record: its length in 8 bytes, a 4-byte checksum, the data, its checksum
+                    f.seek(end)
+                    end += 16 + struct.unpack("<Q", f.read(8))[0]
+            if end != size:
+                cut.append((path, max((event.step for event in EventFileLoader(path).Load()), default=0)))
+                print(
+                    f"{tool}: warning: {path} is cut short (a process killed while writing it, or a copy cut short): its "
+                    f"records up to step {cut[-1][1]} are {used}, the rest is lost",
+                    file=sys.stderr,
+                )
+    return cut
 
 
 # ---- the runner ---------------------------------------------------------------------------------------
@@ -435,6 +472,7 @@ def parse(argv):
     wrong = next((message for bad, message in problems if bad), None)
     if wrong:
         raise ConfigError(wrong)
+    writable(args.runs_dir, "--runs-dir")  # issue 75: else a traceback of the first run's thread
     return args, extra
 
 

@@ -3,11 +3,11 @@
 Run:   python benchmark/throughput.py [--steps N] [--repeats 3] [--scripts ppo.py ...] [--torch-threads N]
 
 Each script runs with its own defaults except --total-timesteps (the budgets below, or --steps), one
-thread (--torch-threads N for more), in a scratch directory; scripts not present in the repository are
-skipped. Ours is the training-loop rate the script logs as charts/SPS (after env and network construction);
-scripts that print a "seconds: env .., inference .., update .., total .." line at the end also get the
-shares of their loop's time spent in each. For ppo.py
-(CartPole-v1) and ppo_continuous_action.py (HalfCheetah-v4), Stable-Baselines3's PPO runs the same
+thread (--torch-threads N for more), in a scratch directory. A script not in the repository, a count below 1 or an
+--out that cannot be written (a full disk too) stops it in one line before it measures anything. Ours is the
+training-loop rate the script logs as charts/SPS (after env and network construction); scripts that print a
+"seconds: env .., inference .., update .., total .." line at the end also get the shares of their loop's time spent in
+each. For ppo.py (CartPole-v1) and ppo_continuous_action.py (HalfCheetah-v4), Stable-Baselines3's PPO runs the same
 budget with the hyperparameters read from the script's Args defaults (n_envs, n_steps, minibatch
 size, epochs, linearly annealed lr, clip, entropy/value coefficients, max grad norm, GAE, separate
 64-64 tanh networks with orthogonal init, Adam eps 1e-5; VecNormalize for the continuous script's
@@ -169,7 +169,7 @@ def unused_path(stem, ext=".md"):
 
 def write_markdown(rows, args, argv, sb3_version, out):
     """The results so far (rewritten after each script, so an interrupted run keeps what it measured)."""
-    import torch
+    from importlib.metadata import version
 
     m = machine_info()
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -179,7 +179,7 @@ def write_markdown(rows, args, argv, sb3_version, out):
         f"- command: `{' '.join(['python benchmark/throughput.py', *(sys.argv[1:] if argv is None else argv)])}`",
         f"- machine: {m['cores']} cores, {m['cpu']}"
         + (f", GPU {m['gpu']}" if m["gpu"] else ", no GPU")
-        + f"; torch {torch.__version__}, python {m['python']}"
+        + f"; torch {version('torch')}, python {m['python']}"
         + (f", stable-baselines3 {sb3_version}" if sb3_version else ""),
         f"- each script with its default hyperparameters, --torch-threads {args.torch_threads} and "
         f"OMP_NUM_THREADS={args.torch_threads} (SB3: one thread); ours = last charts/SPS (training loop); "
@@ -210,9 +210,23 @@ def write_markdown(rows, args, argv, sb3_version, out):
         sb3 = median_str(r["sb3"]) if r["sb3"] else "—"
         ratio = f"{r['ratio']:.2f}" if "ratio" in r else "—"
         md.append(f"| {r['script']} | {r['env']} | {r['steps']} | {ours} | {sb3} | {ratio} | {shares_str(r['seconds'])} |")
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    if not os.path.exists(os.path.dirname(os.path.abspath(out))):  # a file in its place: open() says "Not a directory"
+        os.makedirs(os.path.dirname(os.path.abspath(out)))
     with open(out, "w") as f:
         f.write("\n".join(md) + "\n")
+
+
+def saved(rows, args, argv, sb3_version, out):
+    """write_markdown; a path that cannot be written, or a full disk, is one line and False."""
+    try:
+        write_markdown(rows, args, argv, sb3_version, out)
+    except OSError as e:
+        print(
+            f"throughput.py: error: --out {out} cannot be written ({e.strerror}); give a path you can write to",
+            file=sys.stderr,
+        )
+        return False
+    return True
 
 
 def shares_str(seconds):
@@ -251,9 +265,9 @@ def measured(values, row):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=0, help="budget of every script (default: per-script BUDGETS)")
+    p.add_argument("--steps", type=int, help="budget of every script (default: per-script BUDGETS)")
     p.add_argument("--repeats", type=int, default=3, help="runs of each measurement; the median is reported")
-    p.add_argument("--scripts", nargs="+", default=list(BUDGETS), help="scripts to measure (default: all present)")
+    p.add_argument("--scripts", nargs="+", default=list(BUDGETS), help="scripts to measure (default: all)")
     p.add_argument("--no-sb3", action="store_true", help="skip the Stable-Baselines3 comparison")
     p.add_argument("--torch-threads", type=int, default=1, help="--torch-threads and OMP_NUM_THREADS of our scripts")
     p.add_argument("--ab", default="", help="A/B: compare each script without and with these flags, e.g. --ab=--bf16")
@@ -261,7 +275,11 @@ def main(argv=None):
     p.add_argument("--sb3-child", nargs=3, metavar=("SCRIPT", "ENV", "STEPS"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     low = next(
-        ((flag, least) for flag, least in (("repeats", 1), ("steps", 0), ("torch_threads", 1)) if getattr(args, flag) < least),
+        (
+            (flag, least)
+            for flag, least in (("repeats", 1), ("steps", 1), ("torch_threads", 1))
+            if getattr(args, flag) is not None and getattr(args, flag) < least
+        ),
         None,
     )
     if low:
@@ -274,7 +292,18 @@ def main(argv=None):
         sb3_child(args.sb3_child[0], args.sb3_child[1], int(args.sb3_child[2]))
         return 0
 
-    sb3_version = None
+    unknown = next((script for script in args.scripts if not os.path.isfile(os.path.join(ROOT, script))), None)
+    if unknown:
+        print(
+            f"throughput.py: error: --scripts {unknown}: no such script in {ROOT}; choose from "
+            + ", ".join(s for s in BUDGETS if os.path.isfile(os.path.join(ROOT, s))),
+            file=sys.stderr,
+        )
+        return 2
+    out = args.out or unused_path(os.path.join(HERE, "results", f"throughput_{time.strftime('%Y-%m-%d', time.gmtime())}"))
+    rows, sb3_version = [], None
+    if not saved(rows, args, argv, sb3_version, out):  # the table's head, before minutes of measuring
+        return 2
     if not args.no_sb3 and not args.ab:
         try:
             import stable_baselines3
@@ -285,12 +314,7 @@ def main(argv=None):
                 "throughput.py: stable-baselines3 is not installed (pip install stable-baselines3); measuring ours only",
                 file=sys.stderr,
             )
-    out = args.out or unused_path(os.path.join(HERE, "results", f"throughput_{time.strftime('%Y-%m-%d', time.gmtime())}"))
-    rows = []
     for script in args.scripts:
-        if not os.path.isfile(os.path.join(ROOT, script)):
-            print(f"throughput.py: {script} not present, skipped", file=sys.stderr)
-            continue
         steps = args.steps or BUDGETS.get(script, 20_000)
         env_id = SB3_ENVS.get(script)
         with_sb3 = sb3_version is not None and env_id is not None
@@ -328,7 +352,8 @@ def main(argv=None):
         if ours and error:  # the other side failed: its own error line
             msg += f"; {args.ab or 'SB3'} failed: {error}"
         print(msg, flush=True)
-        write_markdown(rows, args, argv, sb3_version, out)
+        if not saved(rows, args, argv, sb3_version, out):  # the disk filled while measuring: the results are above
+            return 1
     print(f"\nthroughput.py: wrote {out}")
     return 1 if any(r["error"] for r in rows) else 0
 

@@ -3,11 +3,13 @@ resumed, and the GIF shows the very game --eval-checkpoint's first is."""
 
 import contextlib
 import csv
+import errno
 import io
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from conftest import ROOT
@@ -72,16 +74,54 @@ def test_truncated_or_foreign_weights_are_one_line(trained, tmp_path):
             f"checkpoint '{tmp_path / 'ppo.pt'}' was written by ppo.py, not by ppo_atari.py; read it with ppo.py",
         ),
         (["weights", weights, str(tmp_path / "no" / "such" / "a.pt")], "cannot write"),
+        (["weights", weights, str(tmp_path / "ppo.pt" / "a.pt")], "cannot write"),  # a folder under a file: root too
         (["weights", str(tmp_path / "ppo.pt"), str(tmp_path / "ppo.pt")], "is the input"),  # issue 75: not over the input
         (["weights", weights, str(tmp_path)], "is a folder; give the file to write"),
         (["gif", weights, str(tmp_path / "a.png")], "does not end in .gif"),
         (["gif", weights, str(tmp_path / "a.gif"), "--every", "0"], "--every and --max-frames must be >= 1"),
+        # issue 75.6: past 64 bits, torch.manual_seed's traceback; past 32, a game --eval-checkpoint cannot play
+        (["gif", weights, str(tmp_path / "a.gif"), "--seed", str(2**64)], "--seed must be a finite number >= 0 and <= 4"),
     ):
         with pytest.raises(SystemExit) as e:
             atari_agent.main(args)
         said = e.value.code
         assert said.startswith("atari_agent.py: error: ") and message in said and "\n" not in said, said
     assert sorted(os.listdir(tmp_path)) == ["cut.pt", "ppo.pt"]  # nothing written
+
+
+def test_a_write_cut_short_by_a_full_disk_or_ctrl_c_is_one_line_and_leaves_no_file(trained, tmp_path, monkeypatch, capsys):
+    """Issue 75.6: a full disk was a traceback that left agent.pt.tmp behind, and Ctrl-C during `gif` a traceback."""
+    _, weights = trained
+    game = (3.0, 4, [np.zeros((210, 160, 3), np.uint8)] * 2, [0.0, 3.0])  # play()'s, without playing
+
+    def cut(error):  # a write (torch.save, PIL's Image.save) that gets a part of the file out, then meets `error`
+        def write(obj_or_image, path, *args, **kwargs):
+            open(path, "wb").write(b"part")
+            raise error
+
+        return write
+
+    def ctrl_c(*args):
+        raise KeyboardInterrupt
+
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    torch_full = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")  # /dev/full's
+    for command, target, name, fake, said, status in (
+        ("weights", torch, "save", cut(torch_full), "cannot write '{out}' ([enforce fail at inline_container.cc:672]", None),
+        ("gif", Image.Image, "save", cut(full), "cannot write '{out}' (No space left on device); ", None),
+        ("gif", Image.Image, "save", cut(KeyboardInterrupt()), "interrupted (Ctrl-C); nothing written", 130),
+        ("gif", atari_agent, "play", ctrl_c, "interrupted (Ctrl-C); nothing written", 130),
+    ):
+        out = str(tmp_path / f"agent.{'pt' if command == 'weights' else 'gif'}")
+        with monkeypatch.context() as m:
+            m.setattr(atari_agent, "play", lambda *args: game)
+            m.setattr(target, name, fake)
+            with pytest.raises(SystemExit) as e:
+                atari_agent.main([command, weights, out])
+        line = e.value.code if status is None else capsys.readouterr().err
+        assert line.startswith(f"atari_agent.py: {'error: ' * (status is None)}{said.format(out=out)}"), line
+        assert line.rstrip("\n").count("\n") == 0 and e.value.code == (status or line)
+        assert os.listdir(tmp_path) == []
 
 
 def test_gif_shows_the_game_eval_checkpoint_plays_first(trained, tmp_path, capsys, monkeypatch):

@@ -332,6 +332,8 @@ def test_runner_reports_a_failed_run_with_its_log_tail_and_runs_the_others(fake,
         (["--env-ids", "A-v0", "--", "--seed=5"], "--seed=5 among the extra args: the runner sets"),
         (["--env-ids", "A-v0", "--python", "nowhere"], "--python 'nowhere' is not an executable"),
         (["--env-ids", "A-v0", "--script", "nope.py"], "script 'nope.py' not found"),
+        # issue 75.6: a traceback from the first run's thread; a folder under a file cannot be made, by root either
+        (["--env-ids", "A-v0", "--runs-dir", "fake.py/runs"], "--runs-dir fake.py/runs cannot be written to (Not a direct"),
     ],
 )
 def test_runner_refuses_bad_input_with_one_line_before_any_run(fake, capsys, args, message):
@@ -554,8 +556,10 @@ def test_report_curves_are_a_panel_of_the_figure_beside_the_published_number(wri
     first = np.linspace(0.0, 380.0, 100)[steps[:100] <= 999_936].mean()
     assert float(rows[0]["min"]) == pytest.approx(first)
 
-    (panel,) = summary.summarize(str(tmp_path / "results"), str(tmp_path / "summary.png"))
-    assert panel["title"] == ("ppo_atari.py · BreakoutNoFrameskip-v4 · 10M\nours, 3 seeds:\nwithin the published mean ± std")
+    (panel,) = summary.summarize(str(tmp_path / "results"), str(tmp_path / "summary.png"), front=None)
+    assert panel["title"] == (
+        "ppo_atari.py · BreakoutNoFrameskip-v4\n10M steps, the published budget · 3 seeds\nwithin the published mean ± std"
+    )
     assert panel["published"] == (1e7, 414.66, 28.09)
 
     write_run(write_tb, "Pong-v5", "ppo_atari_envpool", 1, [20.0] * 150, 10_000_000)  # a second script and env
@@ -653,6 +657,27 @@ def test_report_stops_with_one_line_naming_the_path_and_the_fix(write_tb, capsys
     assert not [d for d in os.listdir() if d.startswith("report-")]
 
 
+def test_report_uses_an_event_file_cut_short_up_to_the_cut_and_says_so(write_tb, tmp_path, capsys):
+    """Issue 75.5: a run killed while writing leaves its last record cut short, and TensorBoard reads the records before
+    the cut without a word. The report uses them and names the file and the step it reached: on stderr, in report.md."""
+    write_run(write_tb, "CartPole-v1", "ppo", 1, [400.0] * 150, 500000)
+    (path,) = glob.glob("runs/CartPole-v1__ppo__1__1/events.out.tfevents*")
+    os.truncate(path, os.path.getsize(path) - 100)  # the last records (charts/SPS, a return or two), the last one in part
+    assert report.main(["runs", "--out", str(tmp_path / "out"), "--no-plots"]) == 0
+    with open(tmp_path / "out" / "per_seed.csv") as f:
+        (row,) = csv.DictReader(f)
+    assert int(row["episodes"]) < 150 and int(row["last_step"]) < 500000
+    warning = (
+        f"report.py: warning: {path} is cut short (a process killed while writing it, or a copy cut short): its records "
+        f"up to step {row['last_step']} are used, the rest is lost\n"
+    )
+    assert warning in capsys.readouterr().err
+    assert (
+        f"\n- event files cut short (their records before the cut used): {path} at step {row['last_step']}\n"
+        in (tmp_path / "out" / "report.md").read_text()
+    )
+
+
 def test_verdicts_and_the_choice_of_published_row():
     rows = report.load_reference()
     ref = report.pick_reference(rows, "ppo.py", "CartPole-v1", 500000)
@@ -717,14 +742,41 @@ def test_throughput_ab_with_a_flag_the_script_rejects_reports_the_scripts_own_er
     assert row.split(" | ")[4] == said and float(row.split(" | ")[3].split()[0]) > 0  # the A side's rate stays
 
 
-@pytest.mark.parametrize("flag, value, least", [("--repeats", "0", 1), ("--steps", "-1", 0), ("--torch-threads", "0", 1)])
-def test_throughput_refuses_a_count_below_its_least_in_one_line(tmp_path, capsys, flag, value, least):
-    """Issue 37.5: --repeats 0 measured nothing, wrote "failed: None" and exited 0."""
+@pytest.fixture
+def throughput(monkeypatch):
+    """benchmark/throughput.py, its measurements failing the test: what it refuses, it refuses before measuring."""
     import throughput
 
+    monkeypatch.setattr(throughput, "run_ours", lambda *args: pytest.fail("measured"))
+    return throughput
+
+
+# issue 37.5: --repeats 0 measured nothing, wrote "failed: None" and exited 0; issue 75.7: --steps 0 ran 40,960 steps
+@pytest.mark.parametrize("flag, value, least", [("--repeats", "0", 1), ("--steps", "0", 1), ("--torch-threads", "0", 1)])
+def test_throughput_refuses_a_count_below_its_least_in_one_line(throughput, tmp_path, capsys, flag, value, least):
     assert throughput.main(["--scripts", "ppo.py", flag, value, "--out", str(tmp_path / "t.md")]) == 2
     assert capsys.readouterr().err == f"throughput.py: error: {flag} must be at least {least}, got {value}\n"
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        # issue 75.7: "nope.py not present, skipped", then "wrote t.md", and nothing written
+        (["--scripts", "ppo.py", "nope.py"], f"--scripts nope.py: no such script in {ROOT}; choose from ppo.py, "),
+        # issue 75.6: found after minutes of measuring, as a traceback
+        (["--out", "t.md/t.md"], "--out t.md/t.md cannot be written (Not a directory); give a path you can write to"),
+        (["--out", "/dev/full"], "--out /dev/full cannot be written (No space left on device); give a path you can write"),
+    ],
+)
+def test_throughput_refuses_an_unknown_script_or_an_out_it_cannot_write_before_measuring(
+    throughput, tmp_path, capsys, args, message
+):
+    open("t.md", "w").close()
+    assert throughput.main(["--scripts", "ppo.py", "--out", "t.md", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"throughput.py: error: {message}") and err.count("\n") == 1
+    assert os.listdir(tmp_path) == ["t.md"] and os.path.getsize("t.md") == 0
 
 
 def test_summary_names_the_commit_the_run_started_with(fake, tmp_path):

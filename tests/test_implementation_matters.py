@@ -1,6 +1,7 @@
 """benchmark/implementation_matters.py: seed 004's cells are the paper's released settings, the study goes on from the
 runs it stored, and the report reads them."""
 
+import glob
 import json
 import math
 import os
@@ -303,6 +304,30 @@ def test_two_stores_at_once_store_a_run_once_and_a_stopped_store_leaves_no_curve
     curves = im.read_csv(os.path.join(store, "iterations.csv"))
     im.write_rows(os.path.join(store, "runs.csv"), [])
     assert im.store_runs("runs", store) == 1 and im.read_csv(os.path.join(store, "iterations.csv")) == curves
+
+
+def test_store_says_which_event_file_is_cut_short_and_refuses_a_run_whose_folder_is_gone(
+    tmp_path, monkeypatch, capsys, short_run
+):
+    """Issue 75.5-6: a run's event file cut short (a run killed while writing) was stored without a word, and a summary
+    whose run folder is gone stopped `store` with a traceback."""
+    out = fake_run(tmp_path, monkeypatch, short_run)
+    (path,) = glob.glob(os.path.join(out["run_dir"], "events.out.tfevents*"))
+    os.truncate(path, os.path.getsize(path) - 20)  # inside its last record
+    assert im.store_runs("runs", "store") == 1
+    assert re.fullmatch(
+        f"implementation_matters.py: warning: {re.escape(path)} is cut short \\(a process killed while writing it, or a "
+        "copy cut short\\): its records up to step \\d+ are stored, the rest is lost\n",
+        capsys.readouterr().err,
+    )
+    shutil.rmtree(out["run_dir"])
+    (summary,) = glob.glob("runs/summaries/*.json")
+    assert im.main(["store", "runs", "--store", "other"]) == 2
+    assert capsys.readouterr().err == (
+        f"implementation_matters.py: error: {summary}: its run folder {out['run_dir']} is gone; put it back, or delete "
+        "the summary and run that run again\n"
+    )
+    assert os.listdir("other") == []
 
 
 def test_append_rows_keeps_the_files_columns_and_adds_new_ones(tmp_path):
@@ -924,6 +949,26 @@ RESTORE = "restore the file from a copy (git, or the machine that stored the run
             "{s}/iterations.csv line 7 has 3 fields, the header 9; delete that line and its run's row in runs.csv; the next "
             "store of its runs/ stores both again",
         ),
+        # issue 75.5: a nan, a run stored twice and a cell the study does not have were read into the tables
+        (
+            "report --store {s}",
+            edit(
+                "runs.csv",
+                lambda lines: lines[:2] + [",".join(lines[2].split(",")[:6] + ["nan"] + lines[2].split(",")[7:])] + lines[3:],
+            ),
+            f"{{s}}/runs.csv line 3: final_return 'nan' is not a finite number; {FIX}",
+        ),
+        (
+            "report --store {s}",
+            edit("runs.csv", lambda lines: lines[:3] + lines[1:]),
+            "{s}/runs.csv lines 2 and 4 hold one run (script, args_hash, env_id, seed); delete the one that is wrong",
+        ),
+        (
+            "report --store {s}",
+            edit("runs.csv", lambda lines: lines[:1] + ["PPO-X" + lines[1][3:]] + lines[2:]),
+            f"{{s}}/runs.csv line 2: cell 'PPO-X' is none of the study's ({', '.join(im.ALGOS)}, fig1 off: "
+            f"<{' '.join(im.SWITCHES)}>); {FIX}",
+        ),
         (
             "report --store {s}",
             lambda store: os.remove(os.path.join(store, "iterations.csv")),
@@ -966,16 +1011,35 @@ def test_a_damaged_store_or_a_path_that_cannot_be_used_is_one_line_and_nothing_i
     assert {name: open(os.path.join(store, name), "rb").read() for name in os.listdir(store)} == before
 
 
+def study_copy(tmp_path):
+    """implementation_matters.sh short, copied with what it runs into tmp_path (sweep_copy), beside the lock's MuJoCo and
+    the fake script as ppo_continuous_action.py (logs returns seed * 100 + i, i < STEPS // 10: no training); returns
+    (the sweep's command, the copy's benchmark/, its environment)."""
+    bench, env = sweep_copy(tmp_path, "implementation_matters.sh", "implementation_matters.py", "run.py")
+    os.symlink(os.path.join(ROOT, "requirements"), tmp_path / "requirements")  # the lock's MuJoCo: the tables' store
+    (tmp_path / "ppo_continuous_action.py").write_text(FAKE_SCRIPT)
+    return ["bash", str(bench / "implementation_matters.sh"), "short"], bench, env
+
+
+def test_a_sweep_into_a_store_it_cannot_write_stops_before_any_run(tmp_path):
+    """Issue 75.7: an unwritable STORE was found by the first `store`, after its cell had trained."""
+    sweep, _, env = study_copy(tmp_path)
+    env.update(STEPS="200", WORKERS="1", CELLS="PPO", STORE="ppo_continuous_action.py/store")  # a folder under a file
+    res = subprocess.run(sweep, capture_output=True, text=True, env=env)
+    assert (res.returncode, res.stdout) == (2, "") and res.stderr == (
+        f"implementation_matters.sh: error: STORE={tmp_path}/ppo_continuous_action.py/store cannot be written to; give "
+        "a folder you can write to\n"
+    )
+    assert sorted(os.listdir(tmp_path)) == ["benchmark", "ppo_continuous_action.py", "requirements"]  # no run
+
+
 def test_a_smoke_sweep_runs_stores_and_reports_in_a_store_of_its_own(tmp_path):
     """implementation_matters.sh with STORE and STEPS: one run left to make of PPO's (a fake script's: no training),
     stored and reported there; run again with nothing left, it leaves the report as it is. Nothing outside tmp_path."""
-    bench, env = sweep_copy(tmp_path, "implementation_matters.sh", "implementation_matters.py", "run.py")
-    os.symlink(os.path.join(ROOT, "requirements"), tmp_path / "requirements")  # the lock's MuJoCo: the tables' store
-    (tmp_path / "ppo_continuous_action.py").write_text(FAKE_SCRIPT)  # logs returns seed * 100 + i, i < STEPS // 10
+    sweep, bench, env = study_copy(tmp_path)
     synthetic_store(tmp_path / "smoke", seeds=4, only=("PPO",), steps=200)
     runs = im.read_csv(tmp_path / "smoke" / "runs.csv")
     im.write_rows(str(tmp_path / "smoke" / "runs.csv"), runs[1:])  # PPO on Walker2d-v4, seed 1: left to run
-    sweep = ["bash", str(bench / "implementation_matters.sh"), "short"]
     env.update(STEPS="200", WORKERS="1", CELLS="PPO")
     refused = subprocess.run(sweep, capture_output=True, text=True, env=env)  # into the study's store: no
     assert refused.returncode == 2 and refused.stderr == (
