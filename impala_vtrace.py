@@ -432,21 +432,7 @@ def train(args: Args, given=None):
     steps_per_update = args.unroll_length * (buffers_per_batch - replayed) * args.num_envs_per_actor  # new env steps
     num_updates = args.total_timesteps // steps_per_update
     num_buffers = buffers_per_batch + 2 * args.num_actors  # the spare ones keep the actors busy during updates
-    if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
-        run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
-        run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
-        print(f"{SCRIPT}: resuming {run_name} after update {ckpt['update']} in {run_dir}, with new games", file=sys.stderr)
-    else:
-        run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
-        run_name = os.path.basename(run_dir)
-    lock = lock_run(run_dir)  # noqa: F841 (unread: the name keeps the lock until train() returns)
-    if args.track:
-        start_tracking(args, run_name)
-    from torch.utils.tensorboard import SummaryWriter
-
-    # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
-    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None, flush_secs=10)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    run_name, run_dir, writer, lock = open_run(args, ckpt)  # the lock is held while `lock` lives
 
     random.seed(args.seed)
     np.random.seed(args.seed)
@@ -464,10 +450,8 @@ def train(args: Args, given=None):
         agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha, eps=args.rmsprop_eps, momentum=0.0
     )  # detail 6: epsilon 0.01, no momentum
     start_update, global_step = 1, 0
-    if ckpt:
-        agent.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        start_update, global_step = ckpt["update"] + 1, ckpt["global_step"]  # no RNG state: the learner draws none
+    if ckpt:  # continue where the checkpoint stopped: the weights and RMSProp's state (the learner draws no random numbers)
+        start_update, global_step = restore(ckpt, agent, optimizer)
 
     actor_model = copy.deepcopy(agent).cpu().share_memory()  # detail 1: the agent (edits included), shared, on CPU
     ctx = mp.get_context("spawn" if device.type == "cuda" else "fork")
@@ -559,7 +543,8 @@ def train(args: Args, given=None):
                 update_idx, num_updates, global_step, steps_per_update, sps, history["episodic_return"], note=f"lag {lag:.2f} "
             )
 
-            check_finite(update_idx, losses, agent, optimizer, saved)
+            sample = (b["obs"][0], b["actions"][0])  # a few of the batch's states, for the updated network
+            check_finite(update_idx, losses, agent, optimizer, saved, sample, {"rewards": b["rewards"]})
             if args.save_model and (update_idx % args.save_every == 0 or update_idx == num_updates):
                 with signals_held():  # a signal in between would name the checkpoint before this one
                     save_checkpoint(
@@ -628,19 +613,8 @@ RANGES = [
     ("seed", 0, 2**32 - 1, True),
 ]
 # the flags that may change beside --resume: the budget, and how the run is saved or placed
-RESUMABLE = {
-    "resume",
-    "total_timesteps",
-    "save_model",
-    "save_every",
-    "cuda",
-    "torch_threads",
-    "channels_last",
-    "bf16",
-    "track",
-    "num_actors",
-    "actor_timeout",
-}
+RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "track"}
+RESUMABLE |= {"channels_last", "bf16", "num_actors", "actor_timeout"}
 
 
 def check_args(args: Args, ckpt=None) -> None:
@@ -756,6 +730,35 @@ def start_tracking(args, run_name):
     )
 
 
+def open_run(args, ckpt, **rows):
+    """The run's directory (a new one, or a resumed run's own), locked against a second writer, and its TensorBoard
+    writer, the args (and `rows`) its first text: (run_name, run_dir, writer, lock); the lock lasts while `lock` lives."""
+    if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
+        run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
+        run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
+        print(f"{SCRIPT}: resuming {run_name} after update {ckpt['update']} in {run_dir}, with new games", file=sys.stderr)
+    else:
+        run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+        run_name = os.path.basename(run_dir)
+    lock = lock_run(run_dir)
+    if args.track:
+        start_tracking(args, run_name)
+    from torch.utils.tensorboard import SummaryWriter
+
+    # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
+    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None, flush_secs=10)
+    rows = {**asdict(args), **rows}
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in rows.items()))
+    return run_name, run_dir, writer, lock
+
+
+def restore(ckpt, agent, optimizer):
+    """A resumed run's weights and optimizer state; returns the update to start from and the global step."""
+    agent.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    return ckpt["update"] + 1, ckpt["global_step"]
+
+
 def lock_run(run_dir):
     """Hold <run_dir>/.lock while this process runs: a second process that would write the same run (a --resume of a
     run still going) is refused in one line, not left to collide on its checkpoint and TensorBoard files."""
@@ -842,6 +845,11 @@ def load_checkpoint(path, args=None, given=None):
             f"checkpoint {path!r} holds non-finite {'weights' if where.startswith('model.') else 'values'} (nan or inf, "
             f"in {where}), which neither train nor evaluate; use an earlier checkpoint of the run"
         )
+    if args is not None and "optimizer" not in ckpt:  # a network's weights alone (benchmark/atari_agent.py's)
+        raise ConfigError(
+            f"checkpoint {path!r} holds the network's weights only: it evaluates "
+            "(--eval-checkpoint) but cannot resume; resume from a run's checkpoint.pt"
+        )
     if args is not None:  # resuming: a save that SIGKILL cut short left its .tmp beside this whole checkpoint
         with contextlib.suppress(FileNotFoundError):  # (every rank resuming together tries)
             os.remove(f"{path}.tmp")
@@ -869,35 +877,47 @@ def nonfinite(x, where=""):
     return None
 
 
-def check_finite(iteration, losses, agent, optimizer, saved):
-    """After each update, before its checkpoint: a non-finite loss, weight or optimizer state stops the run in one line,
-    and the last finite checkpoint `saved` ((path, iteration) or None) stays as it is."""
+def check_finite(iteration, losses, agent, optimizer, saved, probe, env_data):
+    """After each update, before its checkpoint: a nan or inf in the rollout's `env_data` (the env's), a loss, a weight,
+    the optimizer's state or the updated network's outputs on a few of the batch's states (`probe`, the arguments of
+    Agent.get_action_and_value), or a last step whose gradients are all 0, stops the run in one line naming the likely
+    cause; the last finite checkpoint `saved` ((path, iteration) or None) stays as it is."""
     params = list(agent.parameters())
     grads = [p.grad for p in params if p.grad is not None]  # the last step's, after the clip
     state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.is_floating_point()]
+    with torch.no_grad():  # finite weights can still overflow a forward pass (~1e34 ones give nan logits)
+        outputs = [t for t in agent.get_action_and_value(*probe) if torch.is_tensor(t) and t.is_floating_point()]
     # a nan or inf makes its tensor's sum one too: a sum per tensor, one sync per iteration (measured on an AMD EPYC,
     # 1 thread: 0.8 ms in ppo.py, 4 ms in ppo_atari.py, under 0.1% of an iteration; a max-abs norm took 3-7 times longer)
-    sums = torch.stack([t.sum() for t in params + state] + [g.abs().sum() for g in grads]).tolist()
+    tensors = params + state + outputs + [g.abs() for g in grads]
+    sums = torch.stack([t.sum() for t in tensors]).tolist()
+    # a sum of large finite values can overflow to inf: only then is its tensor looked at whole (exact, and rare)
+    sums = [v if math.isfinite(v) or not t.isfinite().all() else 1.0 for v, t in zip(sums, tensors)]
+    nw, ns, no = len(params), len(params) + len(state), len(params) + len(state) + len(outputs)  # where each ends
     # a norm that overflowed to inf makes clip_grad_norm_ scale every gradient by max_norm / inf = 0: no update
-    zeroed = bool(grads) and sum(sums[len(params) + len(state) :]) == 0
-    bad = [
+    zeroed = bool(grads) and sum(sums[no:]) == 0
+    env = nonfinite(env_data)  # the env's nan or inf comes first: it makes everything after it non-finite
+    bad = [f"the env returned a nan or inf (in the rollout's {env})"] if env else []
+    bad += [
         f"the {k.replace('_', ' ')} is {v}" for k, v in losses.items() if k != "explained_variance" and not math.isfinite(v)
     ]
     bad += [
         f"the {what} {v}"
-        for what, v in (
-            ("weights hold", sum(sums[: len(params)])),
-            ("optimizer state holds", sum(sums[len(params) : len(params) + len(state)])),
-        )
+        for what, v in (("weights hold", sum(sums[:nw])), ("optimizer state holds", sum(sums[nw:ns])))
         if not math.isfinite(v)
     ]
+    bad += ["the updated network's outputs are nan or inf (its weights are finite, but too large)"] * (
+        not math.isfinite(sum(sums[ns:no]))
+    )
     bad += ["every gradient of the last step is 0 (their norm overflowed to inf: the clip made it no step)"] * zeroed
     if bad:
         raise ConfigError(
             f"iteration {iteration}: {bad[0]}; "
             + (f"the last finite checkpoint is {saved[0]} (iteration {saved[1]})" if saved else "no checkpoint was saved")
             + (
-                "; likely too large a loss term or reward for float32 (--vf-coef, --ent-coef, the env's)"
+                "; the env is the cause: check it (its wrappers, its physics), not the learning flags"
+                if env
+                else "; likely too large a loss term or reward for float32 (--vf-coef, --ent-coef, the env's)"
                 if zeroed and bad[-1] == bad[0]
                 else "; likely too high a --learning-rate or --max-grad-norm"
             )

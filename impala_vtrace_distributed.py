@@ -49,6 +49,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Literal, Optional
@@ -431,21 +432,7 @@ def train(args: Args, given=None):
     if args.sync and buffers_per_batch != world - 1:
         raise ConfigError(f"--sync takes one unroll per actor: --batch-size {(world - 1) * args.num_envs_per_actor}")
     start_process_group(rank, world, args.actor_timeout)
-    if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
-        run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
-        run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
-        print(f"{SCRIPT}: resuming {run_name} after update {ckpt['update']} in {run_dir}, with new games", file=sys.stderr)
-    else:
-        run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
-        run_name = os.path.basename(run_dir)
-    lock = lock_run(run_dir)  # noqa: F841 (unread: the name keeps the lock until train() returns)
-    if args.track:
-        start_tracking(args, run_name)
-    from torch.utils.tensorboard import SummaryWriter
-
-    # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
-    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None, flush_secs=10)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    run_name, run_dir, writer, lock = open_run(args, ckpt)  # the lock is held while `lock` lives
 
     random.seed(args.seed)
     np.random.seed(args.seed)
@@ -463,10 +450,8 @@ def train(args: Args, given=None):
         agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha, eps=args.rmsprop_eps, momentum=0.0
     )  # detail 6: epsilon 0.01, no momentum
     start_update, global_step = 1, 0
-    if ckpt:
-        agent.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        start_update, global_step = ckpt["update"] + 1, ckpt["global_step"]  # no RNG state: the learner draws none
+    if ckpt:  # continue where the checkpoint stopped: the weights and RMSProp's state (the learner draws no random numbers)
+        start_update, global_step = restore(ckpt, agent, optimizer)
 
     actor_model = copy.deepcopy(agent).cpu()  # detail 1: the agent (edits included) on CPU, for the actors
     T, k, n = args.unroll_length, args.num_envs_per_actor, buffers_per_batch - replayed  # detail 2: T+1 frames in `obs`
@@ -553,7 +538,8 @@ def train(args: Args, given=None):
             )
 
             try:
-                check_finite(update_idx, losses, agent, optimizer, saved)
+                sample = (b["obs"][0], b["actions"][0])  # a few of the batch's states, for the updated network
+                check_finite(update_idx, losses, agent, optimizer, saved, sample, {"rewards": b["rewards"]})
             except ConfigError as e:  # the actors stop as at the end (below), then the learner says why
                 nonfinite = e
                 break
@@ -619,18 +605,8 @@ RANGES = [
     ("seed", 0, 2**32 - 1, True),
 ]
 # the flags that may change beside --resume: the budget, and how the run is saved or placed
-RESUMABLE = {
-    "resume",
-    "total_timesteps",
-    "save_model",
-    "save_every",
-    "cuda",
-    "torch_threads",
-    "channels_last",
-    "bf16",
-    "track",
-    "actor_timeout",
-}
+RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "track"}
+RESUMABLE |= {"channels_last", "bf16", "actor_timeout"}
 
 
 def check_args(args: Args, ckpt=None) -> None:
@@ -750,6 +726,35 @@ def start_tracking(args, run_name):
     )
 
 
+def open_run(args, ckpt, **rows):
+    """The run's directory (a new one, or a resumed run's own), locked against a second writer, and its TensorBoard
+    writer, the args (and `rows`) its first text: (run_name, run_dir, writer, lock); the lock lasts while `lock` lives."""
+    if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
+        run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
+        run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
+        print(f"{SCRIPT}: resuming {run_name} after update {ckpt['update']} in {run_dir}, with new games", file=sys.stderr)
+    else:
+        run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+        run_name = os.path.basename(run_dir)
+    lock = lock_run(run_dir)
+    if args.track:
+        start_tracking(args, run_name)
+    from torch.utils.tensorboard import SummaryWriter
+
+    # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
+    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None, flush_secs=10)
+    rows = {**asdict(args), **rows}
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in rows.items()))
+    return run_name, run_dir, writer, lock
+
+
+def restore(ckpt, agent, optimizer):
+    """A resumed run's weights and optimizer state; returns the update to start from and the global step."""
+    agent.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    return ckpt["update"] + 1, ckpt["global_step"]
+
+
 def lock_run(run_dir):
     """Hold <run_dir>/.lock while this process runs: a second process that would write the same run (a --resume of a
     run still going) is refused in one line, not left to collide on its checkpoint and TensorBoard files."""
@@ -836,6 +841,11 @@ def load_checkpoint(path, args=None, given=None):
             f"checkpoint {path!r} holds non-finite {'weights' if where.startswith('model.') else 'values'} (nan or inf, "
             f"in {where}), which neither train nor evaluate; use an earlier checkpoint of the run"
         )
+    if args is not None and "optimizer" not in ckpt:  # a network's weights alone (benchmark/atari_agent.py's)
+        raise ConfigError(
+            f"checkpoint {path!r} holds the network's weights only: it evaluates "
+            "(--eval-checkpoint) but cannot resume; resume from a run's checkpoint.pt"
+        )
     if args is not None:  # resuming: a save that SIGKILL cut short left its .tmp beside this whole checkpoint
         with contextlib.suppress(FileNotFoundError):  # (every rank resuming together tries)
             os.remove(f"{path}.tmp")
@@ -863,35 +873,47 @@ def nonfinite(x, where=""):
     return None
 
 
-def check_finite(iteration, losses, agent, optimizer, saved):
-    """After each update, before its checkpoint: a non-finite loss, weight or optimizer state stops the run in one line,
-    and the last finite checkpoint `saved` ((path, iteration) or None) stays as it is."""
+def check_finite(iteration, losses, agent, optimizer, saved, probe, env_data):
+    """After each update, before its checkpoint: a nan or inf in the rollout's `env_data` (the env's), a loss, a weight,
+    the optimizer's state or the updated network's outputs on a few of the batch's states (`probe`, the arguments of
+    Agent.get_action_and_value), or a last step whose gradients are all 0, stops the run in one line naming the likely
+    cause; the last finite checkpoint `saved` ((path, iteration) or None) stays as it is."""
     params = list(agent.parameters())
     grads = [p.grad for p in params if p.grad is not None]  # the last step's, after the clip
     state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.is_floating_point()]
+    with torch.no_grad():  # finite weights can still overflow a forward pass (~1e34 ones give nan logits)
+        outputs = [t for t in agent.get_action_and_value(*probe) if torch.is_tensor(t) and t.is_floating_point()]
     # a nan or inf makes its tensor's sum one too: a sum per tensor, one sync per iteration (measured on an AMD EPYC,
     # 1 thread: 0.8 ms in ppo.py, 4 ms in ppo_atari.py, under 0.1% of an iteration; a max-abs norm took 3-7 times longer)
-    sums = torch.stack([t.sum() for t in params + state] + [g.abs().sum() for g in grads]).tolist()
+    tensors = params + state + outputs + [g.abs() for g in grads]
+    sums = torch.stack([t.sum() for t in tensors]).tolist()
+    # a sum of large finite values can overflow to inf: only then is its tensor looked at whole (exact, and rare)
+    sums = [v if math.isfinite(v) or not t.isfinite().all() else 1.0 for v, t in zip(sums, tensors)]
+    nw, ns, no = len(params), len(params) + len(state), len(params) + len(state) + len(outputs)  # where each ends
     # a norm that overflowed to inf makes clip_grad_norm_ scale every gradient by max_norm / inf = 0: no update
-    zeroed = bool(grads) and sum(sums[len(params) + len(state) :]) == 0
-    bad = [
+    zeroed = bool(grads) and sum(sums[no:]) == 0
+    env = nonfinite(env_data)  # the env's nan or inf comes first: it makes everything after it non-finite
+    bad = [f"the env returned a nan or inf (in the rollout's {env})"] if env else []
+    bad += [
         f"the {k.replace('_', ' ')} is {v}" for k, v in losses.items() if k != "explained_variance" and not math.isfinite(v)
     ]
     bad += [
         f"the {what} {v}"
-        for what, v in (
-            ("weights hold", sum(sums[: len(params)])),
-            ("optimizer state holds", sum(sums[len(params) : len(params) + len(state)])),
-        )
+        for what, v in (("weights hold", sum(sums[:nw])), ("optimizer state holds", sum(sums[nw:ns])))
         if not math.isfinite(v)
     ]
+    bad += ["the updated network's outputs are nan or inf (its weights are finite, but too large)"] * (
+        not math.isfinite(sum(sums[ns:no]))
+    )
     bad += ["every gradient of the last step is 0 (their norm overflowed to inf: the clip made it no step)"] * zeroed
     if bad:
         raise ConfigError(
             f"iteration {iteration}: {bad[0]}; "
             + (f"the last finite checkpoint is {saved[0]} (iteration {saved[1]})" if saved else "no checkpoint was saved")
             + (
-                "; likely too large a loss term or reward for float32 (--vf-coef, --ent-coef, the env's)"
+                "; the env is the cause: check it (its wrappers, its physics), not the learning flags"
+                if env
+                else "; likely too large a loss term or reward for float32 (--vf-coef, --ent-coef, the env's)"
                 if zeroed and bad[-1] == bad[0]
                 else "; likely too high a --learning-rate or --max-grad-norm"
             )
@@ -932,6 +954,22 @@ def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
     return returns
 
 
+def interrupted(e: KeyboardInterrupt) -> int:
+    """Ctrl-C or SIGTERM: one line naming the last checkpoint train() saved (its `saved`, in the frame the signal stopped)
+    and the command that resumes it; the exit status of the signal, 130 or 143."""
+    saved = next((f.f_locals.get("saved") for f, _ in traceback.walk_tb(e.__traceback__) if f.f_code is train.__code__), None)
+    print(
+        f"{SCRIPT}: interrupted; the actor ranks stop with the learner; "
+        + (
+            f"the last checkpoint is {saved[0]} (update {saved[1]}); continue with: torchrun ... {SCRIPT} --resume {saved[0]}"
+            if saved
+            else "no checkpoint was saved"
+        ),
+        file=sys.stderr,
+    )
+    return 128 + (e.args[0] if e.args else signal.SIGINT)
+
+
 @contextlib.contextmanager
 def signals_held():
     """Ctrl-C and SIGTERM wait for the block (a checkpoint's save and `saved`), then come as they came: the line
@@ -945,6 +983,10 @@ def signals_held():
             signal.signal(s, handler)
         for s in held[:1]:
             signal.raise_signal(s)
+
+
+def raise_interrupt(signum, frame):  # SIGTERM (`kill`, a scheduler's stop) unwinds the run as Ctrl-C does
+    raise KeyboardInterrupt(signum)
 
 
 def parse_args() -> Args:
@@ -965,7 +1007,7 @@ if __name__ == "__main__":
     cli_args = parse_args()
     # the flags on the command line (--no-cuda names cuda): beside --resume, one given at its default value counts too
     given = {a[2:].split("=")[0].replace("-", "_").removeprefix("no_") for a in sys.argv[1:] if a.startswith("--")}
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` and torchrun's stop end it as Ctrl-C does
+    signal.signal(signal.SIGTERM, raise_interrupt)  # `kill` and torchrun's stop end it as Ctrl-C does
     try:
         if cli_args.eval_checkpoint:
             check_eval_flags(cli_args, given)
@@ -979,7 +1021,7 @@ if __name__ == "__main__":
         if "gloo" not in str(e):
             raise
         sys.exit(f"{SCRIPT}: error: rank {os.environ['RANK']} lost a rank ({str(e).split('] ')[-1].split('. ')[0]})")
-    except KeyboardInterrupt:
-        sys.exit(f"{SCRIPT}: interrupted; the actor ranks stop with the learner")
+    except KeyboardInterrupt as e:  # the learner (rank 0) names its checkpoint; an actor rank stops without a word
+        sys.exit(interrupted(e) if os.environ.get("RANK", "0") == "0" else 128 + (e.args[0] if e.args else signal.SIGINT))
     finally:  # exiting anyway: torchrun's SIGTERM to the ranks left must not break the exit with a traceback
         signal.signal(signal.SIGTERM, signal.SIG_IGN)

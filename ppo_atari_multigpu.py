@@ -45,6 +45,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Optional
@@ -423,24 +424,7 @@ def train(args: Args, given=None):
                 f"{os.environ['MASTER_PORT']} ({str(e).splitlines()[0]}); set MASTER_PORT to a free port on "
                 "rank 0's host, or let torchrun choose one"
             ) from None
-    if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
-        run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
-        run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
-        if rank == 0:
-            print(f"{SCRIPT}: resuming {run_name} after iteration {ckpt['iteration']} in {run_dir}", file=sys.stderr)
-    elif rank == 0:
-        run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
-        run_name = os.path.basename(run_dir)
-    else:  # D3: rank 0 logs and saves
-        run_dir = run_name = None
-    lock = lock_run(run_dir) if rank == 0 else None  # noqa: F841 (unread: the name keeps the lock held)
-    if args.track and rank == 0:
-        start_tracking(args, run_name)
-    from torch.utils.tensorboard import SummaryWriter
-
-    # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
-    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None) if rank == 0 else NoWriter()
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    run_name, run_dir, writer, lock = open_run(args, ckpt, rank)  # the lock is held while `lock` lives
 
     random.seed(args.seed)
     np.random.seed(args.seed)
@@ -469,24 +453,9 @@ def train(args: Args, given=None):
     }  # where the wall time goes
     seconds, start_iteration, global_step = history["seconds"], 1, 0
     next_obs, _ = envs.reset(seed=args.seed + rank * N)
-    if ckpt:
-        agent.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
-        if ckpt["envs"] is not None:  # continue the very same games
-            envs.close()
-            try:  # pickled by the version of this file that saved them, which may have had other wrappers
-                mine = ckpt["envs"][rank * N : (rank + 1) * N]  # D1: this rank's share of the games
-                envs = make_envs(args, run_name, rank, [Unpickler(io.BytesIO(env)).load() for env in mine])
-            except Exception as e:
-                raise ConfigError(
-                    f"the envs in {args.resume} do not fit this version of {SCRIPT} ({type(e).__name__}: "
-                    f"{e}); resume it with the version that wrote it, or start a new run"
-                ) from None
-            next_obs = ckpt["next_obs"][rank * N : (rank + 1) * N]
-        elif rank == 0:  # keep the fresh games' first observations: the saved ones belong to other games
-            print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
-        set_rng_state(ckpt["rng"], device)
+    if ckpt:  # continue where the checkpoint stopped: the same episodes (where saved), weights, Adam's state, RNGs
+        envs, next_obs = resumed_envs(ckpt, args, run_name, envs, next_obs, rank)
+        start_iteration, global_step = restore(ckpt, agent, optimizer, device)
 
     if rank and ckpt and len(ckpt.get("rngs", ())) == world:  # resumed on as many processes: each rank's streams go on
         torch.set_rng_state(ckpt["rngs"][rank]["torch"])
@@ -574,7 +543,8 @@ def train(args: Args, given=None):
         if rank == 0:
             progress(iteration, args.num_iterations, global_step, args.batch_size, sps, history["episodic_return"])
 
-        check_finite(iteration, losses, agent, optimizer, saved)  # on every rank: mean losses, equal weights: all stop
+        sample = (b["obs"][:8], b["actions"][:8])  # a few of the batch's states, for the updated network
+        check_finite(iteration, losses, agent, optimizer, saved, sample, {"obs": obs, "rewards": rewards})  # every rank's
         if args.save_model and (iteration % args.save_every == 0 or iteration == args.num_iterations):
             try:  # one pickle an env: a resume on another number of processes unpickles its share (D1)
                 env_state = [pickle.dumps((env, get_game(env))) for env in envs.envs]  # the same games, resumed
@@ -636,18 +606,8 @@ RANGES = [
     ("seed", 0, 2**32 - 1, True),
 ]
 # the flags that may change beside --resume: the budget, and how the run is saved or placed
-RESUMABLE = {
-    "resume",
-    "total_timesteps",
-    "save_model",
-    "save_every",
-    "cuda",
-    "torch_threads",
-    "channels_last",
-    "bf16",
-    "track",
-    "dist_timeout",
-}
+RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "track"}
+RESUMABLE |= {"channels_last", "bf16", "dist_timeout"}
 
 
 def check_args(args: Args, ckpt=None) -> None:
@@ -792,6 +752,62 @@ def start_tracking(args, run_name):
     )
 
 
+def open_run(args, ckpt, rank, **rows):
+    """The run's directory (a new one, or a resumed run's own), locked against a second writer, and its TensorBoard
+    writer: (run_name, run_dir, writer, lock), rank 0's (D3: it logs and saves); the other ranks write nothing."""
+    if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
+        run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
+        run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
+        if rank == 0:
+            print(f"{SCRIPT}: resuming {run_name} after iteration {ckpt['iteration']} in {run_dir}", file=sys.stderr)
+    elif rank == 0:
+        run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+        run_name = os.path.basename(run_dir)
+    else:  # D3: rank 0 logs and saves
+        run_dir = run_name = None
+    if rank:
+        return run_name, run_dir, NoWriter(), None
+    lock = lock_run(run_dir)
+    if args.track:
+        start_tracking(args, run_name)
+    from torch.utils.tensorboard import SummaryWriter
+
+    # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
+    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None)
+    rows = {**asdict(args), **rows}
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in rows.items()))
+    return run_name, run_dir, writer, lock
+
+
+def restore(ckpt, agent, optimizer, device):
+    """A resumed run's weights, optimizer state and random generators (last: nothing after draws from them before the
+    loop); returns the iteration to start from and the global step."""
+    agent.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    set_rng_state(ckpt["rng"], device)
+    return ckpt["iteration"] + 1, ckpt["global_step"]
+
+
+def resumed_envs(ckpt, args, run_name, envs, next_obs, rank):
+    """A resumed run's envs and observations, this rank's share of the checkpoint's (D1), which continue their games,
+    in place of the fresh `envs` and `next_obs`; or, where it saved none, the fresh ones, said in one line."""
+    N = envs.num_envs
+    if ckpt["envs"] is None:  # keep the fresh games' first observations: the saved ones belong to other games
+        if rank == 0:
+            print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
+        return envs, next_obs
+    envs.close()
+    try:  # pickled by the version of this file that saved them, which may have had other wrappers
+        mine = ckpt["envs"][rank * N : (rank + 1) * N]  # D1: this rank's share of the games
+        envs = make_envs(args, run_name, rank, [Unpickler(io.BytesIO(env)).load() for env in mine])
+    except Exception as e:
+        raise ConfigError(
+            f"the envs in {args.resume} do not fit this version of {SCRIPT} ({type(e).__name__}: "
+            f"{e}); resume it with the version that wrote it, or start a new run"
+        ) from None
+    return envs, ckpt["next_obs"][rank * N : (rank + 1) * N]
+
+
 def run_state(args, run_name, iteration, global_step, agent, optimizer, device, **more):
     """What a checkpoint holds: the run's args and place, the network, the optimizer, every random generator, and
     `more` (the script's own: the episodes under way, the saved games); --resume continues from it exactly."""
@@ -894,6 +910,11 @@ def load_checkpoint(path, args=None, given=None):
             f"checkpoint {path!r} holds non-finite {'weights' if where.startswith('model.') else 'values'} (nan or inf, "
             f"in {where}), which neither train nor evaluate; use an earlier checkpoint of the run"
         )
+    if args is not None and "optimizer" not in ckpt:  # a network's weights alone (benchmark/atari_agent.py's)
+        raise ConfigError(
+            f"checkpoint {path!r} holds the network's weights only: it evaluates "
+            "(--eval-checkpoint) but cannot resume; resume from a run's checkpoint.pt"
+        )
     if args is not None:  # resuming: a save that SIGKILL cut short left its .tmp beside this whole checkpoint
         with contextlib.suppress(FileNotFoundError):  # (every rank resuming together tries)
             os.remove(f"{path}.tmp")
@@ -921,35 +942,47 @@ def nonfinite(x, where=""):
     return None
 
 
-def check_finite(iteration, losses, agent, optimizer, saved):
-    """After each update, before its checkpoint: a non-finite loss, weight or optimizer state stops the run in one line,
-    and the last finite checkpoint `saved` ((path, iteration) or None) stays as it is."""
+def check_finite(iteration, losses, agent, optimizer, saved, probe, env_data):
+    """After each update, before its checkpoint: a nan or inf in the rollout's `env_data` (the env's), a loss, a weight,
+    the optimizer's state or the updated network's outputs on a few of the batch's states (`probe`, the arguments of
+    Agent.get_action_and_value), or a last step whose gradients are all 0, stops the run in one line naming the likely
+    cause; the last finite checkpoint `saved` ((path, iteration) or None) stays as it is."""
     params = list(agent.parameters())
     grads = [p.grad for p in params if p.grad is not None]  # the last step's, after the clip
     state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.is_floating_point()]
+    with torch.no_grad():  # finite weights can still overflow a forward pass (~1e34 ones give nan logits)
+        outputs = [t for t in agent.get_action_and_value(*probe) if torch.is_tensor(t) and t.is_floating_point()]
     # a nan or inf makes its tensor's sum one too: a sum per tensor, one sync per iteration (measured on an AMD EPYC,
     # 1 thread: 0.8 ms in ppo.py, 4 ms in ppo_atari.py, under 0.1% of an iteration; a max-abs norm took 3-7 times longer)
-    sums = torch.stack([t.sum() for t in params + state] + [g.abs().sum() for g in grads]).tolist()
+    tensors = params + state + outputs + [g.abs() for g in grads]
+    sums = torch.stack([t.sum() for t in tensors]).tolist()
+    # a sum of large finite values can overflow to inf: only then is its tensor looked at whole (exact, and rare)
+    sums = [v if math.isfinite(v) or not t.isfinite().all() else 1.0 for v, t in zip(sums, tensors)]
+    nw, ns, no = len(params), len(params) + len(state), len(params) + len(state) + len(outputs)  # where each ends
     # a norm that overflowed to inf makes clip_grad_norm_ scale every gradient by max_norm / inf = 0: no update
-    zeroed = bool(grads) and sum(sums[len(params) + len(state) :]) == 0
-    bad = [
+    zeroed = bool(grads) and sum(sums[no:]) == 0
+    env = nonfinite(env_data)  # the env's nan or inf comes first: it makes everything after it non-finite
+    bad = [f"the env returned a nan or inf (in the rollout's {env})"] if env else []
+    bad += [
         f"the {k.replace('_', ' ')} is {v}" for k, v in losses.items() if k != "explained_variance" and not math.isfinite(v)
     ]
     bad += [
         f"the {what} {v}"
-        for what, v in (
-            ("weights hold", sum(sums[: len(params)])),
-            ("optimizer state holds", sum(sums[len(params) : len(params) + len(state)])),
-        )
+        for what, v in (("weights hold", sum(sums[:nw])), ("optimizer state holds", sum(sums[nw:ns])))
         if not math.isfinite(v)
     ]
+    bad += ["the updated network's outputs are nan or inf (its weights are finite, but too large)"] * (
+        not math.isfinite(sum(sums[ns:no]))
+    )
     bad += ["every gradient of the last step is 0 (their norm overflowed to inf: the clip made it no step)"] * zeroed
     if bad:
         raise ConfigError(
             f"iteration {iteration}: {bad[0]}; "
             + (f"the last finite checkpoint is {saved[0]} (iteration {saved[1]})" if saved else "no checkpoint was saved")
             + (
-                "; likely too large a loss term or reward for float32 (--vf-coef, --ent-coef, the env's)"
+                "; the env is the cause: check it (its wrappers, its physics), not the learning flags"
+                if env
+                else "; likely too large a loss term or reward for float32 (--vf-coef, --ent-coef, the env's)"
                 if zeroed and bad[-1] == bad[0]
                 else "; likely too high a --learning-rate or --max-grad-norm"
             )
@@ -990,6 +1023,23 @@ def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
     return returns
 
 
+def interrupted(e: KeyboardInterrupt) -> int:
+    """Ctrl-C or SIGTERM (torchrun's stop): rank 0's one line naming the last checkpoint train() saved (its `saved`, in the
+    frame the signal stopped) and the command that resumes it; the exit status of the signal, 130 or 143."""
+    saved = next((f.f_locals.get("saved") for f, _ in traceback.walk_tb(e.__traceback__) if f.f_code is train.__code__), None)
+    print(
+        f"{SCRIPT}: interrupted; "
+        + (
+            f"the last checkpoint is {saved[0]} (iteration {saved[1]}); continue with: torchrun ... {SCRIPT} --resume "
+            f"{saved[0]}"
+            if saved
+            else "no checkpoint was saved"
+        ),
+        file=sys.stderr,
+    )
+    return 128 + (e.args[0] if e.args else signal.SIGINT)
+
+
 @contextlib.contextmanager
 def signals_held():
     """Ctrl-C and SIGTERM wait for the block (a checkpoint's save and `saved`), then come as they came: the line
@@ -1003,6 +1053,10 @@ def signals_held():
             signal.signal(s, handler)
         for s in held[:1]:
             signal.raise_signal(s)
+
+
+def raise_interrupt(signum, frame):  # SIGTERM (`kill`, a scheduler's stop) unwinds the run as Ctrl-C does
+    raise KeyboardInterrupt(signum)
 
 
 def parse_args() -> Args:
@@ -1023,7 +1077,7 @@ if __name__ == "__main__":
     cli_args = parse_args()
     # the flags on the command line (--no-cuda names cuda): beside --resume, one given at its default value counts too
     given = {a[2:].split("=")[0].replace("-", "_").removeprefix("no_") for a in sys.argv[1:] if a.startswith("--")}
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # torchrun's stop after a Ctrl-C ends a rank as Ctrl-C does
+    signal.signal(signal.SIGTERM, raise_interrupt)  # torchrun's stop after a Ctrl-C (or a `kill`) ends a rank as Ctrl-C does
     first_of_node = os.environ.get("LOCAL_RANK", "0") == "0"  # a node's processes share one output: one of them speaks
     try:
         if cli_args.eval_checkpoint:
@@ -1038,6 +1092,6 @@ if __name__ == "__main__":
     except dist.DistError as e:  # torchrun stops a node's other processes when one exits non-zero; on other nodes, this
         print(f"{SCRIPT}: error: {e}; see the other processes' output", file=sys.stderr, flush=True)
         os._exit(1)  # not sys.exit: the process group's threads may still wait on the lost process
-    except KeyboardInterrupt:  # Ctrl-C reaches every rank; a checkpoint is written whole or not at all
+    except KeyboardInterrupt as e:  # Ctrl-C reaches every rank; a checkpoint is written whole or not at all
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        sys.exit(f"{SCRIPT}: interrupted; --resume its last checkpoint to continue" if first_of_node else 1)
+        sys.exit(interrupted(e) if os.environ.get("RANK", "0") == "0" else 128 + (e.args[0] if e.args else signal.SIGINT))

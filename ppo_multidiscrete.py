@@ -303,21 +303,7 @@ def train(args: Args, given=None):
     args.batch_size = args.num_envs * args.num_steps
     args.minibatch_size = args.batch_size // args.num_minibatches
     args.num_iterations = args.total_timesteps // args.batch_size
-    if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
-        run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
-        run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
-        print(f"{SCRIPT}: resuming {run_name} after iteration {ckpt['iteration']} in {run_dir}", file=sys.stderr)
-    else:
-        run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
-        run_name = os.path.basename(run_dir)
-    lock = lock_run(run_dir)  # noqa: F841 (unread: the name keeps the lock until train() returns)
-    if args.track:
-        start_tracking(args, run_name)
-    from torch.utils.tensorboard import SummaryWriter
-
-    # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
-    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    run_name, run_dir, writer, lock = open_run(args, ckpt)  # the lock is held while `lock` lives
 
     random.seed(args.seed)
     np.random.seed(args.seed)
@@ -349,12 +335,9 @@ def train(args: Args, given=None):
     }  # where the wall time goes
     seconds, start_iteration, global_step = history["seconds"], 1, 0
     next_obs, _ = envs.reset(seed=args.seed)
-    if ckpt:
-        agent.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
-        print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
-        set_rng_state(ckpt["rng"], device)
+    if ckpt:  # continue where the checkpoint stopped: the same episodes (where saved), weights, Adam's state, RNGs
+        envs, next_obs = resumed_envs(ckpt, args, run_name, envs, next_obs)
+        start_iteration, global_step = restore(ckpt, agent, optimizer, device)
 
     saved = (args.resume, ckpt["iteration"]) if ckpt else None  # the last finite checkpoint (check_finite)
     gc.freeze()  # the ~300k objects made so far (mostly torch's) are never garbage: full collections skip them
@@ -430,11 +413,10 @@ def train(args: Args, given=None):
         writer.add_scalar("charts/SPS", sps, global_step)
         progress(iteration, args.num_iterations, global_step, args.batch_size, sps, history["episodic_return"])
 
-        check_finite(iteration, losses, agent, optimizer, saved)
+        sample = (b["obs"][:8], b["actions"][:8])  # a few of the batch's states, for the updated network
+        check_finite(iteration, losses, agent, optimizer, saved, sample, {"obs": obs, "rewards": rewards})
         if args.save_model and (iteration % args.save_every == 0 or iteration == args.num_iterations):
-            state = run_state(
-                args, run_name, iteration, global_step, agent, optimizer, device, envs=None
-            )  # the Java games cannot be saved
+            state = run_state(args, run_name, iteration, global_step, agent, optimizer, device, **envs_state(envs, next_obs))
             with signals_held():  # a signal in between would name the checkpoint before this one
                 save_checkpoint(f"{run_dir}/checkpoint.pt", state)
                 saved = (f"{run_dir}/checkpoint.pt", iteration)
@@ -569,6 +551,48 @@ def start_tracking(args, run_name):
     )
 
 
+def open_run(args, ckpt, **rows):
+    """The run's directory (a new one, or a resumed run's own), locked against a second writer, and its TensorBoard
+    writer, the args (and `rows`) its first text: (run_name, run_dir, writer, lock); the lock lasts while `lock` lives."""
+    if ckpt:  # a resumed run logs on in the checkpoint's own directory (or in runs/<its name> if it was moved)
+        run_name, run_dir = ckpt["run_name"], os.path.dirname(args.resume) or "."
+        run_dir = run_dir if os.path.basename(os.path.abspath(run_dir)) == run_name else f"runs/{run_name}"
+        print(f"{SCRIPT}: resuming {run_name} after iteration {ckpt['iteration']} in {run_dir}", file=sys.stderr)
+    else:
+        run_dir = new_run_dir(f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
+        run_name = os.path.basename(run_dir)
+    lock = lock_run(run_dir)
+    if args.track:
+        start_tracking(args, run_name)
+    from torch.utils.tensorboard import SummaryWriter
+
+    # purge_step: TensorBoard drops what an interrupted run logged after its checkpoint, so nothing counts twice
+    writer = SummaryWriter(run_dir, purge_step=ckpt["global_step"] + 1 if ckpt else None)
+    rows = {**asdict(args), **rows}
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in rows.items()))
+    return run_name, run_dir, writer, lock
+
+
+def restore(ckpt, agent, optimizer, device):
+    """A resumed run's weights, optimizer state and random generators (last: nothing after draws from them before the
+    loop); returns the iteration to start from and the global step."""
+    agent.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    set_rng_state(ckpt["rng"], device)
+    return ckpt["iteration"] + 1, ckpt["global_step"]
+
+
+def envs_state(envs, next_obs):
+    """What a checkpoint keeps of the envs: nothing, as the Java games cannot be saved (a resumed run starts new ones)."""
+    return dict(envs=None)
+
+
+def resumed_envs(ckpt, args, run_name, envs, next_obs):
+    """A resumed run's envs and observations: the fresh ones (the Java games cannot be saved), said in one line."""
+    print(f"{SCRIPT}: the checkpoint holds no env state; resuming with fresh episodes", file=sys.stderr)
+    return envs, next_obs
+
+
 def run_state(args, run_name, iteration, global_step, agent, optimizer, device, **more):
     """What a checkpoint holds: the run's args and place, the network, the optimizer, every random generator, and
     `more` (the script's own: the episodes under way, the saved games); --resume continues from it exactly."""
@@ -671,6 +695,11 @@ def load_checkpoint(path, args=None, given=None):
             f"checkpoint {path!r} holds non-finite {'weights' if where.startswith('model.') else 'values'} (nan or inf, "
             f"in {where}), which neither train nor evaluate; use an earlier checkpoint of the run"
         )
+    if args is not None and "optimizer" not in ckpt:  # a network's weights alone (benchmark/atari_agent.py's)
+        raise ConfigError(
+            f"checkpoint {path!r} holds the network's weights only: it evaluates "
+            "(--eval-checkpoint) but cannot resume; resume from a run's checkpoint.pt"
+        )
     if args is not None:  # resuming: a save that SIGKILL cut short left its .tmp beside this whole checkpoint
         with contextlib.suppress(FileNotFoundError):  # (every rank resuming together tries)
             os.remove(f"{path}.tmp")
@@ -698,35 +727,47 @@ def nonfinite(x, where=""):
     return None
 
 
-def check_finite(iteration, losses, agent, optimizer, saved):
-    """After each update, before its checkpoint: a non-finite loss, weight or optimizer state stops the run in one line,
-    and the last finite checkpoint `saved` ((path, iteration) or None) stays as it is."""
+def check_finite(iteration, losses, agent, optimizer, saved, probe, env_data):
+    """After each update, before its checkpoint: a nan or inf in the rollout's `env_data` (the env's), a loss, a weight,
+    the optimizer's state or the updated network's outputs on a few of the batch's states (`probe`, the arguments of
+    Agent.get_action_and_value), or a last step whose gradients are all 0, stops the run in one line naming the likely
+    cause; the last finite checkpoint `saved` ((path, iteration) or None) stays as it is."""
     params = list(agent.parameters())
     grads = [p.grad for p in params if p.grad is not None]  # the last step's, after the clip
     state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.is_floating_point()]
+    with torch.no_grad():  # finite weights can still overflow a forward pass (~1e34 ones give nan logits)
+        outputs = [t for t in agent.get_action_and_value(*probe) if torch.is_tensor(t) and t.is_floating_point()]
     # a nan or inf makes its tensor's sum one too: a sum per tensor, one sync per iteration (measured on an AMD EPYC,
     # 1 thread: 0.8 ms in ppo.py, 4 ms in ppo_atari.py, under 0.1% of an iteration; a max-abs norm took 3-7 times longer)
-    sums = torch.stack([t.sum() for t in params + state] + [g.abs().sum() for g in grads]).tolist()
+    tensors = params + state + outputs + [g.abs() for g in grads]
+    sums = torch.stack([t.sum() for t in tensors]).tolist()
+    # a sum of large finite values can overflow to inf: only then is its tensor looked at whole (exact, and rare)
+    sums = [v if math.isfinite(v) or not t.isfinite().all() else 1.0 for v, t in zip(sums, tensors)]
+    nw, ns, no = len(params), len(params) + len(state), len(params) + len(state) + len(outputs)  # where each ends
     # a norm that overflowed to inf makes clip_grad_norm_ scale every gradient by max_norm / inf = 0: no update
-    zeroed = bool(grads) and sum(sums[len(params) + len(state) :]) == 0
-    bad = [
+    zeroed = bool(grads) and sum(sums[no:]) == 0
+    env = nonfinite(env_data)  # the env's nan or inf comes first: it makes everything after it non-finite
+    bad = [f"the env returned a nan or inf (in the rollout's {env})"] if env else []
+    bad += [
         f"the {k.replace('_', ' ')} is {v}" for k, v in losses.items() if k != "explained_variance" and not math.isfinite(v)
     ]
     bad += [
         f"the {what} {v}"
-        for what, v in (
-            ("weights hold", sum(sums[: len(params)])),
-            ("optimizer state holds", sum(sums[len(params) : len(params) + len(state)])),
-        )
+        for what, v in (("weights hold", sum(sums[:nw])), ("optimizer state holds", sum(sums[nw:ns])))
         if not math.isfinite(v)
     ]
+    bad += ["the updated network's outputs are nan or inf (its weights are finite, but too large)"] * (
+        not math.isfinite(sum(sums[ns:no]))
+    )
     bad += ["every gradient of the last step is 0 (their norm overflowed to inf: the clip made it no step)"] * zeroed
     if bad:
         raise ConfigError(
             f"iteration {iteration}: {bad[0]}; "
             + (f"the last finite checkpoint is {saved[0]} (iteration {saved[1]})" if saved else "no checkpoint was saved")
             + (
-                "; likely too large a loss term or reward for float32 (--vf-coef, --ent-coef, the env's)"
+                "; the env is the cause: check it (its wrappers, its physics), not the learning flags"
+                if env
+                else "; likely too large a loss term or reward for float32 (--vf-coef, --ent-coef, the env's)"
                 if zeroed and bad[-1] == bad[0]
                 else "; likely too high a --learning-rate or --max-grad-norm"
             )

@@ -279,7 +279,8 @@ def assert_copy_runs_as_itself(mod, args, tmp_path, capsys):
             except KeyboardInterrupt as e:
                 assert copy.interrupted(e) == 130
         line = capsys.readouterr().err.strip().splitlines()[-1]
-        assert line.startswith(f"{name}.py: interrupted; the last checkpoint is ") and f"python {name}.py --resume " in line
+        assert line.startswith(f"{name}.py: interrupted; the last checkpoint is ")
+        assert re.search(rf"continue with: (python|torchrun \.\.\.) {name}\.py --resume ", line), line
 
 
 def assert_new_constructor_argument_evaluates_and_resumes(mod, args):

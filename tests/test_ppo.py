@@ -677,6 +677,10 @@ def assert_foreign_and_corrupt_checkpoints_rejected(mod, owner):
         with pytest.raises(mod.ConfigError, match=r"^checkpoint 'evil.pt' holds more than weights, arrays and plain"):
             load()
     assert not os.path.exists("pwned.txt")
+    # a network's weights alone (as benchmark/atari_agent.py keeps them) evaluate but cannot resume: one line
+    torch.save({"script": f"{mod.__name__}.py", "args": dataclasses.asdict(mod.Args()), "model": {}}, "weights.pt")
+    with pytest.raises(mod.ConfigError, match=r"^checkpoint 'weights.pt' holds the network's weights only: it evaluates"):
+        mod.train(mod.Args(resume="weights.pt"))
 
 
 def assert_envs_of_another_version_refused(mod, out, forge, pickled=True):
@@ -984,16 +988,19 @@ def test_progress_plain_lines_in_a_pipe_and_one_updating_line_in_a_terminal(mod)
 # ---- non-finite training stops in one line (issue 51.1) ---------------------------------------------------------
 
 
-def poison_weights_at(mod, monkeypatch, at):
-    """Write a nan into the agent's first weight just before check_finite looks at update `at`, as a diverged update
-    leaves it."""
+def poison_weights_at(mod, monkeypatch, at, poison=None):
+    """Write a nan into the agent's first weight (or apply `poison(agent)`) just before check_finite looks at update
+    `at`, as a diverged update leaves it."""
     real_check = mod.check_finite
 
     def poisoned(iteration, losses, agent, *rest):
         if iteration == at:
             with torch.no_grad():
                 weight = next(agent.parameters())
-                weight[(0,) * weight.dim()] = math.nan  # (a view(-1) fails on channels-last weights)
+                if poison:
+                    poison(agent)
+                else:
+                    weight[(0,) * weight.dim()] = math.nan  # (a view(-1) fails on channels-last weights)
         return real_check(iteration, losses, agent, *rest)
 
     monkeypatch.setattr(mod, "check_finite", poisoned)
@@ -1066,6 +1073,38 @@ def test_a_gradient_norm_that_overflows_stops_the_run_in_one_line(mod):
     assert str(stopped.value) == (
         "iteration 1: every gradient of the last step is 0 (their norm overflowed to inf: the clip made it no step); no "
         "checkpoint was saved; likely too large a loss term or reward for float32 (--vf-coef, --ent-coef, the env's)"
+    )
+
+
+def test_finite_weights_whose_outputs_overflow_stop_the_run(mod, monkeypatch):
+    """Issue 75: a2c_paac.py --learning-rate 1e37 left finite weights (~3e34) whose forward pass is nan, and named their
+    checkpoint the last finite one (evaluated, it always played NOOP). Now the updated network is also run on a few of
+    the batch's states: weights of 1e37, finite, whose outputs overflow, stop the run; the checkpoint before stays."""
+    poison_weights_at(mod, monkeypatch, 2, poison=lambda agent: [p.fill_(1e37) for p in agent.parameters()])
+    with pytest.raises(mod.ConfigError) as stopped:
+        mod.train(tiny(mod, save_model=True, save_every=1))
+    (path,) = glob.glob("runs/*/checkpoint.pt")
+    assert str(stopped.value) == (
+        "iteration 2: the updated network's outputs are nan or inf (its weights are finite, but too large); the last "
+        f"finite checkpoint is {path} (iteration 1); likely too high a --learning-rate or --max-grad-norm"
+    )
+    assert torch.load(path, weights_only=False)["iteration"] == 1
+
+
+def test_an_env_that_returns_nan_is_named_as_the_cause(mod, monkeypatch):
+    """Issue 75: an env's nan reward made the loss nan, and the line blamed --learning-rate; now the rollout's
+    observations and rewards are checked first, and a nan or inf there is named as the env's."""
+    make_envs = mod.make_envs
+    monkeypatch.setattr(
+        mod,
+        "make_envs",
+        lambda *a: mod.gym.wrappers.vector.TransformReward(make_envs(*a), lambda r: np.where(r > 0, np.nan, r)),
+    )
+    with pytest.raises(mod.ConfigError) as stopped:
+        mod.train(tiny(mod))
+    assert str(stopped.value) == (
+        "iteration 1: the env returned a nan or inf (in the rollout's rewards); no checkpoint was saved; the env is the "
+        "cause: check it (its wrappers, its physics), not the learning flags"
     )
 
 

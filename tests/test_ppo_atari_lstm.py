@@ -185,7 +185,7 @@ def test_rollout_resets_at_episode_starts_and_carries_the_state_across_rollouts(
     class Spy(lstm_mod.Agent):
         def get_action_and_value(self, x, lstm_state, done, action=None):
             out = super().get_action_and_value(x, lstm_state, done, action)
-            if not torch.is_grad_enabled():
+            if not torch.is_grad_enabled() and action is None:  # a rollout step (check_finite's look passes actions)
                 steps.append((lstm_state, done.clone(), out[-1]))
             return out
 

@@ -342,17 +342,33 @@ def test_killing_one_rank_under_torchrun_stops_the_job():
     assert not [pid for pid in workers if alive(pid)]  # no process left behind
 
 
+def assert_names_the_checkpoint_it_keeps(stderr):
+    """The script's one line (rank 0's) names the checkpoint on disk and the command that resumes it."""
+    (ckpt,) = glob.glob("runs/*/checkpoint.pt")
+    kept = torch.load(ckpt, weights_only=False)["iteration"]
+    assert script_lines(stderr, "ppo_atari_multigpu.py") == [
+        f"ppo_atari_multigpu.py: interrupted; the last checkpoint is {ckpt} (iteration {kept}); continue with: "
+        f"torchrun ... ppo_atari_multigpu.py --resume {ckpt}"
+    ], stderr[-3000:]
+
+
 def test_ctrl_c_under_torchrun_is_one_line_and_keeps_the_checkpoint():
     """Issue 37.2: Ctrl-C in the terminal (SIGINT to torchrun and every rank) printed a KeyboardInterrupt traceback
-    from every rank; impala_vtrace_distributed.py prints one line."""
+    from every rank; issue 75: its one line did not name the checkpoint. Rank 0 now names it as ppo_atari.py does
+    (torchrun's own traceback after it is torch's launcher's, which a script cannot change)."""
     args = tiny(num_steps=128, total_timesteps=2 * 128 * 1000, save_model=True, save_every=1)
     code, stderr, took = stop_job(torchrun(args), lambda job, workers: os.killpg(job.pid, signal.SIGINT))
     assert code != 0 and took < 30 and "KeyboardInterrupt" not in stderr, stderr[-3000:]
-    assert script_lines(stderr, "ppo_atari_multigpu.py") == [
-        "ppo_atari_multigpu.py: interrupted; --resume its last checkpoint to continue"
-    ], stderr[-3000:]
-    (ckpt,) = glob.glob("runs/*/checkpoint.pt")
-    assert torch.load(ckpt, weights_only=False)["iteration"] >= 1
+    assert_names_the_checkpoint_it_keeps(stderr)
+
+
+def test_sigterm_without_torchrun_names_the_checkpoint_and_exits_143():
+    """Issue 75: one process without torchrun, stopped by SIGTERM (`kill`, a scheduler), exited 1 without naming its
+    checkpoint; now it ends as ppo_atari.py does: the line, exit 143."""
+    args = tiny(num_steps=128, total_timesteps=2 * 128 * 1000, save_model=True, save_every=1)
+    code, stderr, took = stop_job([sys.executable, SCRIPT, *cli_flags(args)], lambda job, workers: job.terminate())
+    assert code == 143 and took < 30 and "Traceback" not in stderr, stderr[-3000:]
+    assert_names_the_checkpoint_it_keeps(stderr)
 
 
 def test_a_hung_rank_stops_the_other_with_a_one_line_error():
@@ -427,7 +443,8 @@ def test_bad_input_is_one_line_from_the_first_process_of_each_node(monkeypatch):
 def test_resuming_on_a_number_of_processes_that_does_not_split_the_envs_says_what_fits(monkeypatch):
     """Issue 37.10: resuming 2 envs on 3 processes said "choose a multiple of 3", which --resume then refused as a
     changed --num-envs."""
-    torch.save({"script": "ppo_atari_multigpu.py", "args": dataclasses.asdict(tiny(num_envs=2)), "iteration": 1}, "ckpt.pt")
+    args = dataclasses.asdict(tiny(num_envs=2))
+    torch.save({"script": "ppo_atari_multigpu.py", "args": args, "iteration": 1, "optimizer": {}}, "ckpt.pt")
     monkeypatch.setenv("WORLD_SIZE", "3")
     with pytest.raises(mg.ConfigError) as refused:
         mg.train(mg.Args(resume="ckpt.pt"))
