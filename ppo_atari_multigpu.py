@@ -33,6 +33,7 @@ state is saved beside their wrappers).
 """
 
 import contextlib
+import errno
 import gc
 import importlib.util
 import io
@@ -50,12 +51,21 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Optional
 
-import gymnasium as gym
-import numpy as np
-import torch
-import torch.distributed as dist
-import torch.distributed.nn  # noqa: F401 (before the process group: a later import holds it past destroy_process_group)
-import torch.nn as nn
+try:  # Ctrl-C while these load (torch takes seconds) waits for them, then is one line, no traceback
+    sigmask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    import gymnasium as gym
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.nn  # noqa: F401 (before the process group: a later import holds it past destroy_process_group)
+    import torch.nn as nn
+
+    signal.pthread_sigmask(signal.SIG_SETMASK, sigmask)  # a Ctrl-C pressed meanwhile is raised here
+except KeyboardInterrupt:
+    if __name__ != "__main__":
+        raise
+    print(f"{os.path.basename(__file__)}: interrupted; no checkpoint was saved", file=sys.stderr)
+    sys.exit(130)
 
 try:  # the family's extra; run without it, one line names its install
     import ale_py  # noqa: F401 (importing it registers the ALE game ids)
@@ -1023,12 +1033,12 @@ def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
     return returns
 
 
-def interrupted(e: KeyboardInterrupt) -> int:
-    """Ctrl-C or SIGTERM (torchrun's stop): rank 0's one line naming the last checkpoint train() saved (its `saved`, in the
-    frame the signal stopped) and the command that resumes it; the exit status of the signal, 130 or 143."""
+def interrupted(e: BaseException, why="interrupted") -> int:
+    """Ctrl-C or SIGTERM (or, `why`, another end: a full disk): one line naming the last checkpoint train() saved (its
+    `saved`, in the frame `e` stopped) and the command that resumes it; the signal's exit status, 130 or 143 (else 1)."""
     saved = next((f.f_locals.get("saved") for f, _ in traceback.walk_tb(e.__traceback__) if f.f_code is train.__code__), None)
     print(
-        f"{SCRIPT}: interrupted; "
+        f"{SCRIPT}: {why}; "
         + (
             f"the last checkpoint is {saved[0]} (iteration {saved[1]}); continue with: torchrun ... {SCRIPT} --resume "
             f"{saved[0]}"
@@ -1037,7 +1047,7 @@ def interrupted(e: KeyboardInterrupt) -> int:
         ),
         file=sys.stderr,
     )
-    return 128 + (e.args[0] if e.args else signal.SIGINT)
+    return 128 + (e.args[0] if e.args else signal.SIGINT) if isinstance(e, KeyboardInterrupt) else 1
 
 
 @contextlib.contextmanager
@@ -1055,7 +1065,10 @@ def signals_held():
             signal.raise_signal(s)
 
 
-def raise_interrupt(signum, frame):  # SIGTERM (`kill`, a scheduler's stop) unwinds the run as Ctrl-C does
+def raise_interrupt(signum, frame):  # Ctrl-C, or SIGTERM (`kill`, a scheduler's stop): the run unwinds as from Ctrl-C;
+    first = time.time()  # a second signal within 2 s (a double press) is ignored, a later one ends the process at once
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, lambda signum, frame: None if time.time() - first < 2 else os._exit(128 + signum))
     raise KeyboardInterrupt(signum)
 
 
@@ -1074,12 +1087,13 @@ def parse_args() -> Args:
 
 
 if __name__ == "__main__":
-    cli_args = parse_args()
-    # the flags on the command line (--no-cuda names cuda): beside --resume, one given at its default value counts too
-    given = {a[2:].split("=")[0].replace("-", "_").removeprefix("no_") for a in sys.argv[1:] if a.startswith("--")}
+    signal.signal(signal.SIGINT, raise_interrupt)  # Ctrl-C, from its first moment to the last
     signal.signal(signal.SIGTERM, raise_interrupt)  # torchrun's stop after a Ctrl-C (or a `kill`) ends a rank as Ctrl-C does
     first_of_node = os.environ.get("LOCAL_RANK", "0") == "0"  # a node's processes share one output: one of them speaks
     try:
+        cli_args = parse_args()
+        # the flags on the command line (--no-cuda names cuda): beside --resume, one given at its default value counts too
+        given = {a[2:].split("=")[0].replace("-", "_").removeprefix("no_") for a in sys.argv[1:] if a.startswith("--")}
         if cli_args.eval_checkpoint:
             check_eval_flags(cli_args, given)
             returns = evaluate(cli_args.eval_checkpoint, cli_args.eval_episodes, cli_args.seed)
@@ -1095,3 +1109,7 @@ if __name__ == "__main__":
     except KeyboardInterrupt as e:  # Ctrl-C reaches every rank; a checkpoint is written whole or not at all
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         sys.exit(interrupted(e) if os.environ.get("RANK", "0") == "0" else 128 + (e.args[0] if e.args else signal.SIGINT))
+    except OSError as e:  # the disk filled as TensorBoard wrote (a checkpoint's own write says so itself)
+        if e.errno != errno.ENOSPC:
+            raise
+        sys.exit(interrupted(e, f"error: {e.strerror}, writing the run's logs; free some space"))

@@ -19,6 +19,7 @@ whose numbers are the published ones (baselines: 0.99; --reward-norm-gamma); --t
 """
 
 import contextlib
+import errno
 import gc
 import importlib.util
 import io
@@ -34,10 +35,19 @@ import traceback
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-import gymnasium as gym
-import numpy as np
-import torch
-import torch.nn as nn
+try:  # Ctrl-C while these load (torch takes seconds) waits for them, then is one line, no traceback
+    sigmask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    import gymnasium as gym
+    import numpy as np
+    import torch
+    import torch.nn as nn
+
+    signal.pthread_sigmask(signal.SIG_SETMASK, sigmask)  # a Ctrl-C pressed meanwhile is raised here
+except KeyboardInterrupt:
+    if __name__ != "__main__":
+        raise
+    print(f"{os.path.basename(__file__)}: interrupted; no checkpoint was saved", file=sys.stderr)
+    sys.exit(130)
 
 SCRIPT = os.path.basename(__file__)  # this file's name: a copy runs, logs and checkpoints as itself
 PROCGEN_GAMES = (
@@ -813,12 +823,12 @@ def evaluate(checkpoint_path, eval_episodes=10, seed=0, device="cpu"):
     return returns
 
 
-def interrupted(e: KeyboardInterrupt) -> int:
-    """Ctrl-C or SIGTERM: one line naming the last checkpoint train() saved (its `saved`, in the frame the signal stopped)
-    and the command that resumes it; the exit status of the signal, 130 or 143."""
+def interrupted(e: BaseException, why="interrupted") -> int:
+    """Ctrl-C or SIGTERM (or, `why`, another end: a full disk): one line naming the last checkpoint train() saved (its
+    `saved`, in the frame `e` stopped) and the command that resumes it; the signal's exit status, 130 or 143 (else 1)."""
     saved = next((f.f_locals.get("saved") for f, _ in traceback.walk_tb(e.__traceback__) if f.f_code is train.__code__), None)
     print(
-        f"{SCRIPT}: interrupted; "
+        f"{SCRIPT}: {why}; "
         + (
             f"the last checkpoint is {saved[0]} (iteration {saved[1]}); continue with: python {SCRIPT} --resume {saved[0]}"
             if saved
@@ -826,7 +836,7 @@ def interrupted(e: KeyboardInterrupt) -> int:
         ),
         file=sys.stderr,
     )
-    return 128 + (e.args[0] if e.args else signal.SIGINT)
+    return 128 + (e.args[0] if e.args else signal.SIGINT) if isinstance(e, KeyboardInterrupt) else 1
 
 
 @contextlib.contextmanager
@@ -844,7 +854,10 @@ def signals_held():
             signal.raise_signal(s)
 
 
-def raise_interrupt(signum, frame):  # SIGTERM (`kill`, a scheduler's stop) unwinds the run as Ctrl-C does
+def raise_interrupt(signum, frame):  # Ctrl-C, or SIGTERM (`kill`, a scheduler's stop): the run unwinds as from Ctrl-C;
+    first = time.time()  # a second signal within 2 s (a double press) is ignored, a later one ends the process at once
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, lambda signum, frame: None if time.time() - first < 2 else os._exit(128 + signum))
     raise KeyboardInterrupt(signum)
 
 
@@ -863,11 +876,12 @@ def parse_args() -> Args:
 
 
 if __name__ == "__main__":
-    cli_args = parse_args()
-    # the flags on the command line (--no-cuda names cuda): beside --resume, one given at its default value counts too
-    given = {a[2:].split("=")[0].replace("-", "_").removeprefix("no_") for a in sys.argv[1:] if a.startswith("--")}
+    signal.signal(signal.SIGINT, raise_interrupt)  # Ctrl-C, from its first moment to the last
     signal.signal(signal.SIGTERM, raise_interrupt)
     try:
+        cli_args = parse_args()
+        # the flags on the command line (--no-cuda names cuda): beside --resume, one given at its default value counts too
+        given = {a[2:].split("=")[0].replace("-", "_").removeprefix("no_") for a in sys.argv[1:] if a.startswith("--")}
         if cli_args.eval_checkpoint:
             check_eval_flags(cli_args, given)
             returns = evaluate(cli_args.eval_checkpoint, cli_args.eval_episodes, cli_args.seed)
@@ -878,3 +892,7 @@ if __name__ == "__main__":
         sys.exit(f"{SCRIPT}: error: {e}")
     except KeyboardInterrupt as e:
         sys.exit(interrupted(e))
+    except OSError as e:  # the disk filled as TensorBoard wrote (a checkpoint's own write says so itself)
+        if e.errno != errno.ENOSPC:
+            raise
+        sys.exit(interrupted(e, f"error: {e.strerror}, writing the run's logs; free some space"))

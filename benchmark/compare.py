@@ -186,6 +186,9 @@ def compare_tag(groups, tag, edges, alpha):
         if min(len(s) for s in sides) == 0:
             rows.append({"window": w, "sides": sides, "p": np.nan, "note": "no data"})
             continue
+        if not all(np.isfinite(s).all() for s in sides):  # a diverged run's inf: neither a test nor "equal constants"
+            rows.append({"window": w, "sides": sides, "p": np.nan, "note": "holds inf: no test"})
+            continue
         p = welch_p(*sides)
         note = "n=1: no test" if p is None else "no spread: equal constants" if np.isnan(p) else ""
         rows.append({"window": w, "sides": sides, "p": np.nan if p is None else p, "note": note})
@@ -201,8 +204,12 @@ def compare_tag(groups, tag, edges, alpha):
     flagged = [r["window"] + 1 for r in rows if r["differs"]]
     (la, _), (lb, _) = groups
     single = [label for (label, _), s in zip(groups, final["sides"]) if len(s) < 2]
+    infinite = [r["window"] + 1 for r in rows if r["note"] == "holds inf: no test"]
     finals = f"{la} {side_str(final['sides'][0])}, {lb} {side_str(final['sides'][1])}"
-    if single:
+    if infinite:
+        short = f"no test: windows {', '.join(map(str, infinite))} hold inf"
+        verdict = f"{short} (a run diverged); final means {finals}"
+    elif single:
         short = verdict = f"no test: n=1 in {', '.join(single)}"
         verdict += f" (Welch's test needs 2 seeds a side); final means {finals}"
     elif flagged:

@@ -168,6 +168,20 @@ def test_the_verdict_does_not_flip_on_two_seeds_whose_final_means_lie_outside_ea
     assert compare.short_verdict("same") == "same"
 
 
+def test_a_window_holding_inf_is_named_not_called_equal_constants():
+    """Issue 75: a window holding inf (a diverged run) read "no spread: equal constants" and could end "same"; it is now
+    named, and the verdict is no test."""
+    edges = np.linspace(0, 10_000, 11)
+    runs = constant_runs([10.0, 12.0], edges)
+    runs[1]["charts/episodic_return"][1][-2:] = np.inf  # seed 2 diverged in the last two windows
+    res = compare.compare_tag(
+        [("ours", runs), ("ref", constant_runs([10.5, 11.5], edges))], "charts/episodic_return", edges, 0.05
+    )
+    assert [r["note"] for r in res["rows"]][-3:] == ["", "holds inf: no test", "holds inf: no test"]
+    assert res["short"] == "no test: windows 9, 10 hold inf" and res["verdict"].startswith(res["short"] + " (a run diverged)")
+    assert compare.short_verdict(res["verdict"]) == res["short"]
+
+
 def test_one_seed_a_side_gives_no_test_and_no_same(tmp_path):
     code, md = run_compare(tmp_path, group(tmp_path, "ours", [1]), group(tmp_path, "ref", [1]), "--no-plots")
     assert code == 0

@@ -5,6 +5,7 @@ Most tests run against both scripts (they must agree everywhere but the network)
 
 import contextlib
 import dataclasses
+import errno
 import glob
 import importlib
 import math
@@ -1242,6 +1243,76 @@ def test_ctrl_c_and_sigterm_are_one_line_naming_the_checkpoint_and_how_to_resume
     """ppo.py; ppo_shared.py's __main__ is the same text (one signal each in the other scripts' tests)."""
     flags = ["--num-envs", "2", "--num-steps", "16", "--total-timesteps", "10000000"]
     assert_stopped_in_one_line("ppo.py", flags, sig)
+
+
+def fresh_run(flags):
+    """`python ppo.py <flags>` in a fresh interpreter and a session of its own, its Ctrl-C a terminal's."""
+    return subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "ppo.py"), "--no-cuda", *flags],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def test_ctrl_c_while_the_imports_load_is_one_line():
+    """Issue 75: Ctrl-C in the seconds torch takes to import was a KeyboardInterrupt traceback (or numpy's ImportError,
+    when it landed inside numpy's C extension); the imports now hold it until they are done, then it is one line."""
+    proc = fresh_run(["--total-timesteps", "1000"])
+    try:
+        assert processes.wait_for(lambda: "multiarray" in open(f"/proc/{proc.pid}/maps").read(), 60)  # numpy is loading
+        os.killpg(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert (proc.returncode, stderr) == (130, "ppo.py: interrupted; no checkpoint was saved\n")
+
+
+def test_two_ctrl_c_a_millisecond_apart_are_one_line():
+    """Issue 75: a second Ctrl-C 1 ms after the first broke the exit with a traceback (inside interrupted(), or in
+    torch's or threading's shutdown); a second signal within 2 s is now ignored, and the line is the first one's."""
+    proc = fresh_run(["--num-envs", "2", "--num-steps", "16", "--total-timesteps", "10000000", "--save-model"])
+    try:
+        assert processes.wait_for(lambda: glob.glob("runs/*/checkpoint.pt"), 120)
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.001)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    (path,) = glob.glob("runs/*/checkpoint.pt")
+    assert proc.returncode == 130 and stderr.splitlines() == [
+        f"ppo.py: interrupted; the last checkpoint is {path} (iteration "
+        f"{torch.load(path, weights_only=False)['iteration']}); continue with: python ppo.py --resume {path}"
+    ], stderr[-3000:]
+
+
+def test_a_disk_that_fills_as_tensorboard_writes_is_one_line_naming_the_checkpoint(monkeypatch):
+    """Issue 75: a full disk met by TensorBoard's writer (its thread's OSError, raised again at the next add_scalar) was
+    a traceback; now it is one line naming the cause and the checkpoint kept, exit 1."""
+    from tensorboard.summary.writer import record_writer
+
+    real_write, written = record_writer.RecordWriter.write, []
+
+    def write(self, data):  # the disk is full once a checkpoint and ~30 records are written
+        if glob.glob("runs/*/checkpoint.pt") and len(written) > 30:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        written.append(real_write(self, data))
+
+    monkeypatch.setattr(record_writer.RecordWriter, "write", write)
+    flags = ["--no-cuda", "--num-envs", "2", "--num-steps", "16", "--total-timesteps", "3200", "--save-model"]
+    code, _, stderr = run_cli("ppo.py", [*flags, "--save-every", "1"])
+    (path,) = glob.glob("runs/*/checkpoint.pt")
+    done = torch.load(path, weights_only=False)["iteration"]
+    assert (code, stderr.splitlines()) == (
+        1,
+        [
+            "ppo.py: error: No space left on device, writing the run's logs; free some space; the last checkpoint is "
+            f"{path} (iteration {done}); continue with: python ppo.py --resume {path}"
+        ],
+    )
 
 
 # SIGTERM raised right after save_checkpoint's os.replace puts the first checkpoint in place, before train() records it
