@@ -1,4 +1,4 @@
-"""TRPO for continuous-action tasks (MuJoCo), separate actor and critic networks: ppo_continuous_action.py with
+r"""TRPO for continuous-action tasks (MuJoCo), separate actor and critic networks: ppo_continuous_action.py with
 another policy step (Schulman et al. 2015), as "Implementation Matters in Deep Policy Gradients" (Engstrom et al., ICLR
 2020, https://arxiv.org/abs/2005.12729) runs it.
 
