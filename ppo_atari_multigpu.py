@@ -920,7 +920,7 @@ def load_checkpoint(path, args=None, given=None):
             f"checkpoint {path!r} holds non-finite {'weights' if where.startswith('model.') else 'values'} (nan or inf, "
             f"in {where}), which neither train nor evaluate; use an earlier checkpoint of the run"
         )
-    if args is not None and "optimizer" not in ckpt:  # a network's weights alone (benchmark/atari_agent.py's)
+    if args is not None and "optimizer" not in ckpt:  # a network's weights alone (atari_agent.py's)
         raise ConfigError(
             f"checkpoint {path!r} holds the network's weights only: it evaluates "
             "(--eval-checkpoint) but cannot resume; resume from a run's checkpoint.pt"

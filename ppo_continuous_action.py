@@ -34,8 +34,8 @@ rewards' deviation from their mean by their std, the mean kept; or raw, no C9 cl
 released code clips the policy's gradient alone: --grad-clip-scope actor),
 --no-clip-vloss (9), --no-anneal-lr (4), --clip-coef 1e32 (8, its PPO-NoClip); --value-lr: the critic's own rate.
 After each update it logs its Figure 2: the largest ratio new / old over the batch and the exact KL(old || new) of the
-Gaussians over the batch's states (losses/max_ratio, losses/mean_kl, losses/max_kl). benchmark/implementation_matters.sh
-runs its study; the settings of its PPO, PPO-M and PPO-NoClip are there.
+Gaussians over the batch's states (losses/max_ratio, losses/mean_kl, losses/max_kl).
+benchmark/studies/implementation_matters.sh runs its study; the settings of its PPO, PPO-M and PPO-NoClip are there.
 
 To hack: the rollout and the update both call Agent.get_action_and_value, the optimizer holds agent.parameters()
 and update() is CleanRL's loop, so an edit to the network, a head or the loop applies everywhere.
@@ -912,7 +912,7 @@ def load_checkpoint(path, args=None, given=None):
             f"checkpoint {path!r} holds non-finite {'weights' if where.startswith('model.') else 'values'} (nan or inf, "
             f"in {where}), which neither train nor evaluate; use an earlier checkpoint of the run"
         )
-    if args is not None and "optimizer" not in ckpt:  # a network's weights alone (benchmark/atari_agent.py's)
+    if args is not None and "optimizer" not in ckpt:  # a network's weights alone (atari_agent.py's)
         raise ConfigError(
             f"checkpoint {path!r} holds the network's weights only: it evaluates "
             "(--eval-checkpoint) but cannot resume; resume from a run's checkpoint.pt"

@@ -31,7 +31,7 @@ Logged every iteration beside PPO's keys and the paper's Figure 2 (max_ratio, me
 the step reached; 0 without one), kl_bound (delta), backtracks (halvings before the step taken; -1: none taken) and
 surrogate_improvement (0 without a step). The paper's code also resets the envs at each rollout and leaves each
 episode's last step out of the value loss: rollout details, kept here as ppo_continuous_action.py has them.
-benchmark/sb3_trpo.py sets Stable-Baselines3-contrib's TRPO up the same way, beside this file.
+benchmark/peers/sb3_trpo.py sets Stable-Baselines3-contrib's TRPO up the same way, beside this file.
 
 The 13 core implementation details of "The 37 Implementation Details of PPO" (Huang et al., ICLR Blog Track 2022):
   1. vectorized envs (gymnasium SyncVectorEnv), fixed-length rollouts, SAME_STEP autoreset
@@ -976,7 +976,7 @@ def load_checkpoint(path, args=None, given=None):
             f"checkpoint {path!r} holds non-finite {'weights' if where.startswith('model.') else 'values'} (nan or inf, "
             f"in {where}), which neither train nor evaluate; use an earlier checkpoint of the run"
         )
-    if args is not None and "optimizer" not in ckpt:  # a network's weights alone (benchmark/atari_agent.py's)
+    if args is not None and "optimizer" not in ckpt:  # a network's weights alone (atari_agent.py's)
         raise ConfigError(
             f"checkpoint {path!r} holds the network's weights only: it evaluates "
             "(--eval-checkpoint) but cannot resume; resume from a run's checkpoint.pt"

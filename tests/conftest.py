@@ -1,5 +1,16 @@
-"""Shared fixtures: the repo root on sys.path, a scratch working directory, edited copies of a script imported, and
-small test envs."""
+"""Shared fixtures: the repo root on sys.path (the one place: the scripts and the package benchmark import by their
+names from there), a scratch working directory, edited copies of a script imported, small test envs, and the fake
+training script of benchmark/'s tests.
+
+The layout of tests/. Test files: test_<script>.py, one a training script, what differs by script (the μRTS pair in
+test_ppo_multidiscrete.py); test_every_script.py, each promise every script keeps, tested once over the scripts;
+test_contracts.py, what the tools read of the scripts, held to the scripts' text; test_<tool>.py, one a tool of
+benchmark/ (test_run.py, test_report.py, test_compare.py, ..., test_sweeps.py); test_docs.py and test_repo.py, the
+documentation and the repository. Helpers, imported by the test files (no test file imports another's helpers):
+tiny.py (each script's tiny run, the scripts, the marks of an extra), promises.py (the checks of those promises),
+hacks.py (a copy edited the CleanRL way), precision.py (--bf16), networks.py (the CNN and head checks), microrts.py
+(the μRTS pair's), processes.py (a command line run in this process, forked runs, torchrun ranks) and fakes.py (the
+stand-ins the tools' tests run)."""
 
 import importlib.util
 import os
@@ -104,3 +115,24 @@ class CountingEnv(gym.Env):
 
 gym.register("Counting-v0", entry_point=CountingEnv, max_episode_steps=6)
 gym.register("CountingNoTerm-v0", entry_point=CountingEnv, max_episode_steps=6, kwargs={"terminate": False})
+
+
+# ---- the fake training script of benchmark/'s tests (tests/fakes.py) ---------------------------------------------
+
+
+@pytest.fixture
+def fake(tmp_path):
+    path = tmp_path / "fake.py"
+    from fakes import FAKE_SCRIPT  # (fakes imports this module's ROOT)
+
+    path.write_text(FAKE_SCRIPT)
+    return str(path)
+
+
+@pytest.fixture
+def write_tb(fake):
+    """The fake script's event writer, for synthetic logs written by the test itself."""
+    spec = importlib.util.spec_from_file_location("fake", fake)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.write_tb

@@ -12,7 +12,7 @@ the way CleanRL users do must either work or fail loudly.
 
 (a)-(c) take the script's module, Args for a short run, and the name of the policy head attribute of its Agent; (d) the
 module and Args (its run anneals, whatever the script's default). With --compile in the Args (issue 53) they check the
-compiled script, inside traced_by_dynamo (tests/test_compile.py).
+compiled script, inside traced_by_dynamo (tests/test_compile.py). tests/test_every_script.py runs them over the scripts.
 """
 
 import contextlib
@@ -301,39 +301,3 @@ def assert_new_constructor_argument_evaluates_and_resumes(mod, args):
         more = dataclasses.replace(args, resume=out["checkpoint"], total_timesteps=2 * args.total_timesteps)
         resumed = mod.train(more)
         assert resumed["global_step"] > out["global_step"] and hasattr(resumed["agent"], "extra")
-
-
-def copy_safety_tests(mod, args):
-    """The two checks above as pytest tests (assign them to names starting with test_ in a test module)."""
-
-    def test_hack_a_copy_runs_checkpoints_and_resumes_as_itself(tmp_path, capsys):
-        assert_copy_runs_as_itself(mod, args, tmp_path, capsys)
-
-    def test_hack_an_edited_constructor_evaluates_and_resumes():
-        assert_new_constructor_argument_evaluates_and_resumes(mod, args)
-
-    return test_hack_a_copy_runs_checkpoints_and_resumes_as_itself, test_hack_an_edited_constructor_evaluates_and_resumes
-
-
-def hack_safety_tests(mod, args, temperature_args, logits=(0.0, 1.0)):
-    """The four checks above as pytest tests for a script with a Categorical head named `actor`; a test module
-    assigns the returned functions to names starting with test_ (pytest collects them there)."""
-
-    def test_hack_cleanrl_update_trains(tmp_path, monkeypatch):
-        assert_cleanrl_update_trains(mod, args, tmp_path, monkeypatch)
-
-    def test_hack_temperature_changes_what_the_rollout_samples(monkeypatch):
-        assert_temperature_changes_rollout(mod, temperature_args, monkeypatch, logits=logits)
-
-    def test_hack_added_layer_trains(monkeypatch):
-        assert_added_layer_trains(mod, args, monkeypatch)
-
-    def test_hack_every_param_group_anneals(tmp_path):
-        assert_every_param_group_anneals(mod, args, tmp_path)
-
-    return (
-        test_hack_cleanrl_update_trains,
-        test_hack_temperature_changes_what_the_rollout_samples,
-        test_hack_added_layer_trains,
-        test_hack_every_param_group_anneals,
-    )

@@ -20,49 +20,43 @@ HOST_BF16 = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn
 needs_bf16 = pytest.mark.skipif(
     not HOST_BF16,
     reason="this CPU has no bfloat16 kernels (AVX512-BF16 or AMX), so the "
-    "script refuses --bf16 here: test_bf16_without_bf16_kernels_is_refused runs instead",
+    "script refuses --bf16 here: test_every_script.py's test_bf16_without_bf16_kernels_is_refused runs instead",
 )
 
 
-def bf16_tests(mod, args):
-    """Three tests for a script `mod` with bf16 support, on the short run `args` (its fp32 settings, save_model off)."""
+def assert_bf16_trains_close_to_fp32_and_stays_on_policy(mod, args):
+    """`args` (a script's short run: its fp32 settings, save_model off) and the same with --bf16: the first losses
+    agree within the tolerance above, the weights stay fp32, and the rollout and the update score the same policy."""
+    fp32, bf16 = mod.train(dataclasses.replace(args, seed=3)), mod.train(dataclasses.replace(args, seed=3, bf16=True))
+    a, b = fp32["losses"][0], bf16["losses"][0]
+    for k in ("policy_loss", "value_loss", "entropy"):
+        assert b[k] == pytest.approx(a[k], rel=LOSS_RTOL, abs=LOSS_ATOL), k
+    assert any(a[k] != b[k] for k in a), "--bf16 changed nothing: the autocast is not in effect"
+    assert all(p.dtype == torch.float32 for p in bf16["agent"].parameters())  # the weights and Adam stay fp32
+    # PPO and PAAC: old (rollout) and new (update) log-probs come from the same bf16 CNN, only at other batch sizes;
+    # IMPALA keeps no first minibatch (its actors' policy lags the learner's by design), so it has no such check
+    assert ("first_minibatch" not in bf16) == (mod.__name__.startswith("impala")), mod.__name__
+    assert len(bf16.get("first_minibatch", [])) == len(bf16["losses"]) or mod.__name__.startswith("impala")
+    for first in bf16.get("first_minibatch", []):
+        assert first["ratio_max_dev"] < 1e-5 and first.get("clipfrac", 0.0) == 0.0
 
-    @needs_bf16
-    def test_bf16_trains_close_to_fp32_and_stays_on_policy():
-        fp32, bf16 = mod.train(dataclasses.replace(args, seed=3)), mod.train(dataclasses.replace(args, seed=3, bf16=True))
-        a, b = fp32["losses"][0], bf16["losses"][0]
-        for k in ("policy_loss", "value_loss", "entropy"):
-            assert b[k] == pytest.approx(a[k], rel=LOSS_RTOL, abs=LOSS_ATOL), k
-        assert any(a[k] != b[k] for k in a), "--bf16 changed nothing: the autocast is not in effect"
-        assert all(p.dtype == torch.float32 for p in bf16["agent"].parameters())  # the weights and Adam stay fp32
-        # PPO and PAAC: old (rollout) and new (update) log-probs come from the same bf16 CNN, only at other batch sizes;
-        # IMPALA keeps no first minibatch (its actors' policy lags the learner's by design), so it has no such check
-        assert ("first_minibatch" not in bf16) == (mod.__name__.startswith("impala")), mod.__name__
-        assert len(bf16.get("first_minibatch", [])) == len(bf16["losses"]) or mod.__name__.startswith("impala")
-        for first in bf16.get("first_minibatch", []):
-            assert first["ratio_max_dev"] < 1e-5 and first.get("clipfrac", 0.0) == 0.0
 
-    @needs_bf16
-    def test_bf16_checkpoints_load_across_precisions():
-        trained = mod.train(dataclasses.replace(args, save_model=True, bf16=True))
-        ckpt, resume_args = mod.load_checkpoint(trained["checkpoint"])
-        assert resume_args.bf16 and all(v.dtype != torch.bfloat16 for v in ckpt["model"].values())
-        fp32 = mod.train(dataclasses.replace(args, save_model=True))  # an fp32 run goes on in bf16 (a RESUMABLE flag)
-        resumed = mod.train(mod.Args(resume=fp32["checkpoint"], total_timesteps=2 * args.total_timesteps, bf16=True))
-        assert resumed["global_step"] > fp32["global_step"]
-        ckpt, resume_args = mod.load_checkpoint(resumed["checkpoint"])
-        assert resume_args.bf16 and all(v.dtype != torch.bfloat16 for v in ckpt["model"].values())
+def assert_bf16_checkpoints_load_across_precisions(mod, args):
+    """A --bf16 run's checkpoint holds fp32 weights, and an fp32 run goes on in bf16 (--bf16 is a RESUMABLE flag)."""
+    trained = mod.train(dataclasses.replace(args, save_model=True, bf16=True))
+    ckpt, resume_args = mod.load_checkpoint(trained["checkpoint"])
+    assert resume_args.bf16 and all(v.dtype != torch.bfloat16 for v in ckpt["model"].values())
+    fp32 = mod.train(dataclasses.replace(args, save_model=True))
+    resumed = mod.train(mod.Args(resume=fp32["checkpoint"], total_timesteps=2 * args.total_timesteps, bf16=True))
+    assert resumed["global_step"] > fp32["global_step"]
+    ckpt, resume_args = mod.load_checkpoint(resumed["checkpoint"])
+    assert resume_args.bf16 and all(v.dtype != torch.bfloat16 for v in ckpt["model"].values())
 
-    def test_bf16_without_bf16_kernels_is_refused(monkeypatch):
-        """On a CPU without bf16 kernels, the check as it is; on one with them, told there are none."""
-        if HOST_BF16:
-            monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
-        with pytest.raises(mod.ConfigError, match=r"^--bf16 needs bfloat16 kernels .*; run without --bf16$"):
-            mod.check_args(dataclasses.replace(args, bf16=True, cuda=False))
-        mod.check_args(dataclasses.replace(args, cuda=False))  # fp32 still runs there
 
-    return (
-        test_bf16_trains_close_to_fp32_and_stays_on_policy,
-        test_bf16_checkpoints_load_across_precisions,
-        test_bf16_without_bf16_kernels_is_refused,
-    )
+def assert_bf16_without_bf16_kernels_is_refused(mod, args, monkeypatch):
+    """On a CPU without bf16 kernels, the check as it is; on one with them, told there are none."""
+    if HOST_BF16:
+        monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    with pytest.raises(mod.ConfigError, match=r"^--bf16 needs bfloat16 kernels .*; run without --bf16$"):
+        mod.check_args(dataclasses.replace(args, bf16=True, cuda=False))
+    mod.check_args(dataclasses.replace(args, cuda=False))  # fp32 still runs there

@@ -4,7 +4,6 @@ the hack-safe idiom, checkpoints, resume and bad input (numbers refer to the det
 import math
 import multiprocessing
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,40 +13,20 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT, interrupt_at_update, next_second, resume_elsewhere
-from hacks import (
-    assert_added_layer_trains,
-    assert_cleanrl_update_trains,
-    assert_every_param_group_anneals,
-    assert_temperature_changes_rollout,
-    copy_safety_tests,
-)
-from precision import bf16_tests
+from networks import assert_channels_last_is_the_same_math, assert_samples_the_softmax_and_scores_it
 from processes import run_cli
-from test_ppo import (
+from promises import (
+    ANNEAL_CASES,
+    assert_anneals_to_0_at,
     assert_checkpoint_evaluates,
-    assert_command_line_checkpoint_resumes_in_python,
-    assert_envs_of_another_version_refused,
-    assert_foreign_and_corrupt_checkpoints_rejected,
-    assert_memory_checked,
-    assert_nonfinite_stops_and_keeps_the_last_checkpoint,
     assert_rejected_before_training,
     assert_resume_matches_uninterrupted_run,
     assert_resumes_with_fresh_episodes,
-    assert_runs_in_one_second_get_their_own_directories,
-    assert_stopped_in_one_line,
-    assert_unwritable_directory_is_one_line,
     read_scalars,
 )
-from test_ppo_atari import assert_channels_last_is_the_same_math, assert_samples_the_softmax_and_scores_it
+from tiny import tiny
 
 import a2c_paac as paac
-
-
-def tiny(**kw):
-    """Four updates of 2 Breakout envs on 2 workers: fast, but every code path runs."""
-    base = dict(cuda=False, num_envs=2, num_workers=2, num_steps=5, total_timesteps=2 * 5 * 4)
-    base.update(kw)
-    return paac.Args(**base)
 
 
 @pytest.fixture(autouse=True)
@@ -63,7 +42,7 @@ def tiny_run(tmp_path_factory):
     here = os.getcwd()
     os.chdir(tmp_path_factory.mktemp("tiny_run"))
     try:
-        yield paac.train(tiny()), os.getcwd()
+        yield paac.train(tiny(paac)), os.getcwd()
     finally:
         os.chdir(here)
 
@@ -207,7 +186,7 @@ def test_network_feature_sizes_and_init(arch, n_features, hidden):
 def test_a_loss_scale_that_overflows_the_gradient_norm_stops_the_run():
     """Issue 75: --loss-scale 1e20 zeroed every step through the clip and exited 0; now the first update so zeroed stops it."""
     with pytest.raises(paac.ConfigError, match=r"^iteration \d: every gradient of the last step is 0 \(their norm overflowed"):
-        paac.train(tiny(loss_scale=1e20))
+        paac.train(tiny(paac, loss_scale=1e20))
 
 
 def test_init_torch_is_the_released_codes_uniform_fan_in_init():
@@ -226,7 +205,7 @@ def test_init_torch_is_the_released_codes_uniform_fan_in_init():
     orthogonal = paac.make_agent(paac.Args(), None, gym.spaces.Discrete(6))
     assert orthogonal.actor.weight.abs().max() < 0.02 < agent.actor.weight.abs().max()
     with pytest.raises(paac.ConfigError, match="^--init must be orthogonal or torch, got 'xavier'"):
-        paac.train(tiny(init="xavier"))
+        paac.train(tiny(paac, init="xavier"))
 
 
 @pytest.mark.parametrize("arch", ["nips", "nature"])
@@ -246,26 +225,6 @@ def test_get_action_and_value_samples_the_softmax_and_scores_it():
 # ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
 
 
-def test_hack_cleanrl_update_trains(tmp_path, monkeypatch):
-    assert_cleanrl_update_trains(paac, tiny(), tmp_path, monkeypatch)
-
-
-def test_hack_temperature_changes_what_the_rollout_samples(monkeypatch):
-    # Breakout has 4 actions; a tiny learning rate keeps the fixed logits where they are during the run
-    args = tiny(num_envs=8, num_workers=2, total_timesteps=8 * 5 * 40, learning_rate=1e-9)
-    assert_temperature_changes_rollout(paac, args, monkeypatch, logits=(0.0, 1.0, 0.5, -1.0))
-
-
-def test_hack_added_layer_trains(monkeypatch):
-    # at n_e = 2's rate (0.0014) TF RMSProp's first steps on the LayerNorm (lr * g, g ~ 1e-5) are below float32's
-    # resolution at 1.0: train at the paper's 0.0224
-    assert_added_layer_trains(paac, tiny(learning_rate=0.0224), monkeypatch)
-
-
-def test_hack_every_param_group_anneals(tmp_path):
-    assert_every_param_group_anneals(paac, tiny(), tmp_path)
-
-
 # ---- details 2, 7, 9: the training loop -----------------------------------------------------------
 
 
@@ -280,26 +239,14 @@ def test_global_step_learning_rate_and_first_batch_on_policy(tiny_run):
     assert set(out["seconds"]) == {"env", "inference", "update"} and all(v > 0 for v in out["seconds"].values())
 
 
-# --anneal-timesteps of a run of 4 updates x 10 steps, and the update at which the rate reaches 0
-ANNEAL_CASES = [(None, 4), (2 * 5 * 10, 10), (2 * 5 * 2, 2)]
-
-
-def assert_anneals_to_0_at(out, anneal_updates, updates=4):
-    """The rate falls by equal amounts from 0.0014 (n_e = 2) at the first update to 0 at update `anneal_updates`, and
-    stays 0 after it: in the history and in TensorBoard."""
-    expected = np.concatenate([np.linspace(0.0014, 0.0, anneal_updates), np.zeros(updates)])[:updates]
-    np.testing.assert_allclose(out["learning_rate"], expected, rtol=1e-12, atol=1e-15)
-    np.testing.assert_allclose(read_scalars(out["run_dir"], "charts/learning_rate"), expected, rtol=1e-6, atol=1e-12)
-
-
 @pytest.mark.parametrize("anneal_timesteps, anneal_updates", ANNEAL_CASES)
 def test_anneal_timesteps_sets_the_step_where_the_rate_reaches_0(anneal_timesteps, anneal_updates):
-    assert_anneals_to_0_at(paac.train(tiny(anneal_timesteps=anneal_timesteps)), anneal_updates)
+    assert_anneals_to_0_at(paac.train(tiny(paac, anneal_timesteps=anneal_timesteps)), anneal_updates)
 
 
 def test_resume_keeps_anneal_timesteps():
     # the full run's schedule over 10 updates: the first part runs 2, the resumed part the next 2 with a longer budget
-    first = paac.train(tiny(total_timesteps=2 * 5 * 2, anneal_timesteps=2 * 5 * 10, save_model=True))
+    first = paac.train(tiny(paac, total_timesteps=2 * 5 * 2, anneal_timesteps=2 * 5 * 10, save_model=True))
     with pytest.raises(paac.ConfigError, match="--anneal-timesteps cannot change when resuming"):
         paac.train(paac.Args(resume=first["checkpoint"], total_timesteps=2 * 5 * 4, anneal_timesteps=2 * 5 * 20))
     next_second()
@@ -385,7 +332,7 @@ def test_episodic_return_is_raw_score_and_rewards_clipped(monkeypatch):
 
     monkeypatch.setattr(paac.ParallelEnvs, "step", step_times_ten)
     seen = spy_returns(monkeypatch)
-    out = paac.train(tiny(total_timesteps=2 * 5 * 30, seed=2))
+    out = paac.train(tiny(paac, total_timesteps=2 * 5 * 30, seed=2))
     assert torch.cat(seen).abs().max().item() == 1.0  # detail 8: clipped to [-1, 1] for training
     assert out["episodic_return"] and set(out["episodic_return"]) <= {0.0, 10.0, 40.0, 70.0}
     assert 10.0 in out["episodic_return"]
@@ -422,7 +369,7 @@ def test_bootstrap_truncated(monkeypatch, bootstrap):
     monkeypatch.setattr(paac.ParallelEnvs, "step", step_truncating_env0_at_step_3)
     monkeypatch.setattr(paac, "Agent", Recorded)
     monkeypatch.setattr(paac, "nstep_returns", spy)
-    paac.train(tiny(total_timesteps=10, bootstrap_truncated=bootstrap))
+    paac.train(tiny(paac, total_timesteps=10, bootstrap_truncated=bootstrap))
     rewards, final_value = seen[0]
     expected = np.clip(calls[2][0], -1, 1) + (0.99 * final_value if bootstrap else 0.0)
     assert rewards[2, 0].item() == pytest.approx(expected, abs=1e-5)
@@ -436,7 +383,7 @@ def test_bootstrap_truncated(monkeypatch, bootstrap):
 def test_workers_are_processes_and_the_split_does_not_change_the_envs():
     results = []
     for workers in (1, 2):
-        envs = paac.ParallelEnvs(tiny(num_workers=workers, seed=5), "split")
+        envs = paac.ParallelEnvs(tiny(paac, num_workers=workers, seed=5), "split")
         try:
             assert len(envs.procs) == workers and len({p.pid for p in envs.procs} | {os.getpid()}) == workers + 1
             obs = [envs.obs.copy()]
@@ -454,7 +401,7 @@ def test_workers_are_processes_and_the_split_does_not_change_the_envs():
 
 
 def test_a_dead_worker_is_an_error_not_a_hang():
-    envs = paac.ParallelEnvs(tiny(), "dead")
+    envs = paac.ParallelEnvs(tiny(paac), "dead")
     try:
         envs.procs[1].kill()
         envs.procs[1].join()
@@ -551,35 +498,31 @@ def test_preprocessed_observation_and_frame_stack():
 
 def test_resume_matches_uninterrupted_run_and_evaluate(monkeypatch):
     # the same episodes, parameters and RMSProp state; no Breakout game ends in 60 steps
-    args = tiny(total_timesteps=60, save_model=True, save_every=2, anneal_lr=False, learning_rate=0.01)
+    args = tiny(paac, total_timesteps=60, save_model=True, save_every=2, anneal_lr=False, learning_rate=0.01)
     full, resumed = assert_resume_matches_uninterrupted_run(paac, args, monkeypatch, returns=False)
     assert full["learning_rate"] == [0.01] * 6 and resumed["global_step"] == 60  # --no-anneal-lr keeps the rate constant
 
     assert_checkpoint_evaluates(paac, full, episodes=1)  # one Breakout game: a long one
 
 
-def test_a_command_line_checkpoint_resumes_in_python_with_its_games():
-    assert_command_line_checkpoint_resumes_in_python(paac, tiny(total_timesteps=2 * 5))
-
-
 def test_resumes_with_fresh_episodes_when_the_envs_cannot_be_saved(monkeypatch, capsys):
     monkeypatch.setattr(paac.ParallelEnvs, "snapshot", lambda self: None)  # as with a video recorder
     assert_resumes_with_fresh_episodes(
-        paac, tiny(total_timesteps=2 * 5 * 2, save_model=True, save_every=1), capsys, monkeypatch
+        paac, tiny(paac, total_timesteps=2 * 5 * 2, save_model=True, save_every=1), capsys, monkeypatch
     )
 
 
 def test_interrupted_run_keeps_its_last_checkpoint_and_no_worker(monkeypatch):
     interrupt_at_update(paac, monkeypatch, 3)
     with pytest.raises(KeyboardInterrupt):
-        paac.train(tiny(save_model=True, save_every=1))
+        paac.train(tiny(paac, save_model=True, save_every=1))
     assert multiprocessing.active_children() == []  # the workers were closed on the way out
     (ckpt,) = [os.path.join(r, f) for r, _, fs in os.walk("runs") for f in fs if f == "checkpoint.pt"]
     assert torch.load(ckpt, weights_only=False)["iteration"] == 2  # a failed save: test_ppo.py (the same function)
 
 
 def test_capture_video_records_env_0():
-    out = paac.train(tiny(capture_video=True))
+    out = paac.train(tiny(paac, capture_video=True))
     assert os.listdir(f"videos/{out['run_name']}") == ["rl-video-episode-0.mp4"]  # env 0 only
     assert os.path.getsize(f"videos/{out['run_name']}/rl-video-episode-0.mp4") > 1000
 
@@ -587,12 +530,8 @@ def test_capture_video_records_env_0():
 # ---- run identity and resume (issue 24) ------------------------------------------------------------
 
 
-def test_runs_started_in_the_same_second_get_their_own_directories(monkeypatch):
-    assert_runs_in_one_second_get_their_own_directories(paac, tiny(save_model=True, total_timesteps=10), monkeypatch)
-
-
 def test_resume_applies_a_longer_budget_and_resumable_flags_and_refuses_others(tmp_path, monkeypatch):
-    full = paac.train(tiny(save_model=True, total_timesteps=2 * 5 * 2))
+    full = paac.train(tiny(paac, save_model=True, total_timesteps=2 * 5 * 2))
     for kw, flag in [
         ({"num_envs": 4}, "num-envs"),
         ({"learning_rate": 1e-3}, "learning-rate"),
@@ -654,27 +593,13 @@ def test_every_ranges_flag_has_a_bad_value():
 
 @pytest.mark.parametrize("kw, message", BAD_INPUT)
 def test_bad_input_rejected_before_training(kw, message):
-    assert_rejected_before_training(paac, tiny(**kw), message)
+    assert_rejected_before_training(paac, tiny(paac, **kw), message)
 
 
 @pytest.mark.parametrize("flag, package", [("track", "wandb"), ("capture_video", "moviepy")])
 def test_optional_packages_missing_named_before_training(monkeypatch, flag, package):
     monkeypatch.setitem(sys.modules, package, None)  # makes `import <package>` fail
-    assert_rejected_before_training(paac, tiny(**{flag: True}), f"needs {package}.*pip install {package}")
-
-
-def test_foreign_checkpoint_rejected():
-    assert_foreign_and_corrupt_checkpoints_rejected(paac, "ppo_atari.py")
-
-
-def test_envs_saved_by_another_version_refused():
-    assert_envs_of_another_version_refused(
-        paac, paac.train(tiny(save_model=True)), lambda envs, renamed: [renamed] * len(envs)
-    )
-
-
-def test_unwritable_directory_is_one_line(tmp_path):
-    assert_unwritable_directory_is_one_line(paac, tiny(), tmp_path)
+    assert_rejected_before_training(paac, tiny(paac, **{flag: True}), f"needs {package}.*pip install {package}")
 
 
 def test_cli_error_and_help_write_nothing(monkeypatch):
@@ -693,34 +618,5 @@ def test_cli_error_and_help_write_nothing(monkeypatch):
 def test_cuda_falls_back_with_notice(capsys):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present; the fallback path is not taken")
-    out = paac.train(tiny(cuda=True, total_timesteps=10), given={"cuda"})  # named on the command line: said
+    out = paac.train(tiny(paac, cuda=True, total_timesteps=10), given={"cuda"})  # named on the command line: said
     assert "no CUDA device" in capsys.readouterr().err and next(out["agent"].parameters()).device.type == "cpu"
-
-
-(
-    test_bf16_trains_close_to_fp32_and_stays_on_policy,
-    test_bf16_checkpoints_load_across_precisions,
-    test_bf16_without_bf16_kernels_is_refused,
-) = bf16_tests(paac, tiny())
-
-
-def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
-    assert_memory_checked(paac, monkeypatch, paac.Args(num_envs=10**9))
-
-
-def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(monkeypatch):
-    """Issue 51.1 (test_ppo.py's helper)."""
-    assert_nonfinite_stops_and_keeps_the_last_checkpoint(paac, tiny(save_model=True, save_every=1), monkeypatch)
-
-
-def test_sigterm_is_one_line_naming_the_checkpoint_and_how_to_resume():
-    """Issue 51.4 (test_ppo.py's helper; test_ppo.py sends both signals)."""
-    flags = ["--num-envs", "2", "--num-workers", "2", "--num-steps", "5"]
-    assert_stopped_in_one_line("a2c_paac.py", flags + ["--total-timesteps", "10000000"], signal.SIGTERM, forked=False)
-
-
-# issue 71: a copy of the file runs as itself; an Agent built differently (a new constructor argument) evaluates and resumes
-(
-    test_hack_a_copy_runs_checkpoints_and_resumes_as_itself,
-    test_hack_an_edited_constructor_evaluates_and_resumes,
-) = copy_safety_tests(paac, tiny())

@@ -1,4 +1,4 @@
-"""Tests of benchmark/atari_agent.py (issue 50): a run's network alone evaluates as its checkpoint does and cannot be
+"""Tests of benchmark/studies/atari_agent.py (issue 50): a run's network alone evaluates as its checkpoint does and cannot be
 resumed, and the GIF shows the very game --eval-checkpoint's first is."""
 
 import contextlib
@@ -14,13 +14,11 @@ import pytest
 import torch
 from conftest import ROOT
 from PIL import Image
-from test_ppo_atari import tiny
+from tiny import tiny
 
 import ppo_atari
-
-sys.path.insert(0, os.path.join(ROOT, "benchmark"))
-import atari_agent  # noqa: E402
-import run  # noqa: E402
+from benchmark import runs
+from benchmark.studies import atari_agent
 
 SCRIPT = os.path.join(ROOT, "ppo_atari.py")
 SHIPPED = os.path.join(ROOT, "benchmark", "results", "ppo_atari_breakout_10m_2026-11-30", "agent.pt")
@@ -32,7 +30,7 @@ def trained(tmp_path_factory):
     here = os.getcwd()
     os.chdir(tmp_path_factory.mktemp("atari_agent"))
     try:
-        run = ppo_atari.train(tiny(env_id="BreakoutNoFrameskip-v4", save_model=True))
+        run = ppo_atari.train(tiny(ppo_atari, env_id="BreakoutNoFrameskip-v4", save_model=True))
         weights = os.path.abspath("agent.pt")
         with contextlib.redirect_stdout(io.StringIO()) as said:
             atari_agent.main(["weights", run["checkpoint"], weights])
@@ -156,13 +154,15 @@ def test_gif_shows_the_game_eval_checkpoint_plays_first(trained, tmp_path, capsy
 
 
 def test_the_10m_sweep_reports_then_ships_evaluates_and_shows_its_median_seed(tmp_path, monkeypatch):
-    """benchmark/breakout_10m.sh on a tiny budget, two seeds: the report beside the published number (of its own runs:
+    """benchmark/sweeps/breakout_10m.sh on a tiny budget, two seeds: the report beside the published number (of its own runs:
     another experiment's beside them left out), then the median seed's (the lower middle one) network alone, its
     --eval-checkpoint line and its GIF of that line's first game."""
     flags = "--total-timesteps 1024 --num-envs 4 --num-steps 128 --num-minibatches 4 --update-epochs 1"
     monkeypatch.chdir(tmp_path)
     other = dict(env_id="BreakoutNoFrameskip-v4", num_envs=4, num_steps=128, num_minibatches=4, total_timesteps=1024)
-    assert ppo_atari.train(tiny(exp_name="ppo_atari-00000000", **other))["episodic_return"]  # a game ended: reportable
+    assert ppo_atari.train(tiny(ppo_atari, exp_name="ppo_atari-00000000", **other))[
+        "episodic_return"
+    ]  # a game ended: reportable
     out = tmp_path / "out"
     # THREADS=1: run.py would give each run cores // workers threads, and two threads beside the other xdist worker
     # run at half the speed on a 2-core host (oversubscribed: this test took 113 s beside a busy core, 54 s with one)
@@ -176,7 +176,7 @@ def test_the_10m_sweep_reports_then_ships_evaluates_and_shows_its_median_seed(tm
         "THREADS": "1",
     }
     res = subprocess.run(
-        ["bash", os.path.join(ROOT, "benchmark", "breakout_10m.sh")],
+        ["bash", os.path.join(ROOT, "benchmark", "sweeps", "breakout_10m.sh")],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -188,7 +188,7 @@ def test_the_10m_sweep_reports_then_ships_evaluates_and_shows_its_median_seed(tm
     with open(out / "per_seed.csv") as f:
         rows = sorted(csv.DictReader(f), key=lambda row: (float(row["final_return"]), int(row["seed"])))
     assert [row["exp_name"] for row in rows] == [
-        "ppo_atari-" + run.args_hash(["--save-model", "--save-every", "50", *flags.split()])
+        "ppo_atari-" + runs.args_hash(["--save-model", "--save-every", "50", *flags.split()])
     ] * 2
     assert [row["threads"] for row in rows] == ["1", "1"]  # THREADS reached run.py
     median = rows[0]

@@ -1,47 +1,28 @@
-"""Tests of benchmark/compare.py: two groups of synthetic TensorBoard runs, the windows, Welch, Holm and the verdict."""
+"""Tests of benchmark/tools/compare.py: two groups of synthetic TensorBoard runs, the windows, Welch, Holm and the verdict."""
 
 import json
 import os
 import re
-import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from fakes import NOISY_STEPS, NOISY_TAGS, write_noisy_run
 from scipy import stats
-from torch.utils.tensorboard import SummaryWriter
 
-sys.path.insert(0, os.path.join(ROOT, "benchmark"))
-import compare  # noqa: E402
-
-STEPS = np.arange(100, 10_001, 100)  # 100 points a tag, 10 per window of the 10k-step axis
-TAGS = ["charts/episodic_return", "losses/value_loss"]
-
-
-def write_run(path, seed, shift=0.0, tags=TAGS, steps=STEPS, hparams=None):
-    """One seed's run: each tag logs noise around a slow ramp, plus `shift` after 80% of the steps; `hparams` as the
-    scripts log their Args (a markdown table)."""
-    rng = np.random.default_rng(seed)
-    w = SummaryWriter(str(path))
-    if hparams:
-        w.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in hparams.items()))
-    for tag in tags:
-        for s in steps:
-            w.add_scalar(tag, s / 1000 + rng.normal(0, 1) + (shift if s > 8000 else 0.0), int(s))
-    w.close()
-    return str(path)
+from benchmark import cleanrl, cli, curves
+from benchmark.tools import compare
 
 
 def group(tmp_path, label, seeds, **kw):
     return [
-        f"{label}={write_run(tmp_path / label / f's{seeds[0]}', seeds[0], **kw)}",
-        *(write_run(tmp_path / label / f"s{s}", s, **kw) for s in seeds[1:]),
+        f"{label}={write_noisy_run(tmp_path / label / f's{seeds[0]}', seeds[0], **kw)}",
+        *(write_noisy_run(tmp_path / label / f"s{s}", s, **kw) for s in seeds[1:]),
     ]
 
 
 def run_compare(tmp_path, a, b, *extra):
     out = tmp_path / "out"
-    code = compare.main(["--a", *a, "--b", *b, "--out", str(out), "--tags", *TAGS, *extra])
+    code = compare.main(["--a", *a, "--b", *b, "--out", str(out), "--tags", *NOISY_TAGS, *extra])
     return code, (out / "report.md").read_text() if code == 0 else ""
 
 
@@ -61,8 +42,8 @@ def test_two_groups_from_one_distribution_are_the_same_and_the_report_and_plots_
     b = group(tmp_path, "bf16", [100, 101, 102, 103], hparams={"precision": "bf16", "lr": 0.1, "loss_scale": 1})
     code, md = run_compare(tmp_path, a, b)
     assert code == 0
-    assert verdicts(md) == {tag: "same" for tag in TAGS}
-    assert all(not r[6] for tag in TAGS for r in rows(md, tag))
+    assert verdicts(md) == {tag: "same" for tag in NOISY_TAGS}
+    assert all(not r[6] for tag in NOISY_TAGS for r in rows(md, tag))
     assert sorted(os.listdir(tmp_path / "out")) == [
         "charts_episodic_return.png",
         "curves.csv",
@@ -107,8 +88,8 @@ def test_a_shift_in_the_last_windows_is_flagged_there_after_holm_and_p_is_welchs
 
     # window 9 recomputed independently: each seed's mean over its 10 values in (8000, 9000]
     def window9(seed, shift):
-        noise = np.random.default_rng(seed).normal(0, 1, len(STEPS))  # the return tag's draws come first
-        return np.mean([s / 1000 + n + shift for s, n in zip(STEPS, noise) if 8000 < s <= 9000])
+        noise = np.random.default_rng(seed).normal(0, 1, len(NOISY_STEPS))  # the return tag's draws come first
+        return np.mean([s / 1000 + n + shift for s, n in zip(NOISY_STEPS, noise) if 8000 < s <= 9000])
 
     per_seed = [[window9(seed, 0.0) for seed in a], [window9(seed, 5.0) for seed in b]]
     assert float(table[8][4]) == pytest.approx(stats.ttest_ind(*per_seed, equal_var=False).pvalue, rel=5e-3)
@@ -117,12 +98,12 @@ def test_a_shift_in_the_last_windows_is_flagged_there_after_holm_and_p_is_welchs
 
 def test_holm_against_a_hand_computed_example():
     # sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> 0.06 (non-decreasing)
-    assert compare.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
-    adj = compare.holm([np.nan, 0.01, 0.02])  # an untested window is not one of the m tests
+    assert curves.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    adj = curves.holm([np.nan, 0.01, 0.02])  # an untested window is not one of the m tests
     assert np.isnan(adj[0]) and adj[1:] == pytest.approx([0.02, 0.02])
-    assert compare.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    assert curves.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
     # Bonferroni would flag none of these (0.02 x 3 > 0.05); Holm flags the smallest only (0.012 x 3 < 0.05)
-    assert (compare.holm([0.012, 0.04, 0.03]) < 0.05).tolist() == [True, False, False]
+    assert (curves.holm([0.012, 0.04, 0.03]) < 0.05).tolist() == [True, False, False]
 
 
 def test_welch_p_matches_scipy_and_the_formula_and_needs_two_values_a_side():
@@ -131,11 +112,11 @@ def test_welch_p_matches_scipy_and_the_formula_and_needs_two_values_a_side():
     va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
     t = (np.mean(a) - np.mean(b)) / np.sqrt(va + vb)
     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    assert compare.welch_p(a, b) == pytest.approx(2 * stats.t.sf(abs(t), df), rel=1e-9)
-    assert compare.welch_p(a, b) == pytest.approx(stats.ttest_ind(a, b, equal_var=False).pvalue, rel=1e-12)
-    assert compare.welch_p([1.0], b) is None and compare.welch_p(a, [2.0]) is None
-    assert np.isnan(compare.welch_p([3.0, 3.0], [3.0, 3.0]))
-    assert compare.welch_p([3.0, 3.0], [4.0, 4.0]) == 0.0
+    assert curves.welch_p(a, b) == pytest.approx(2 * stats.t.sf(abs(t), df), rel=1e-9)
+    assert curves.welch_p(a, b) == pytest.approx(stats.ttest_ind(a, b, equal_var=False).pvalue, rel=1e-12)
+    assert curves.welch_p([1.0], b) is None and curves.welch_p(a, [2.0]) is None
+    assert np.isnan(curves.welch_p([3.0, 3.0], [3.0, 3.0]))
+    assert curves.welch_p([3.0, 3.0], [4.0, 4.0]) == 0.0
 
 
 def constant_runs(window_values, edges):
@@ -158,14 +139,14 @@ def test_the_verdict_does_not_flip_on_two_seeds_whose_final_means_lie_outside_ea
     assert [r["holm"] for r in res["rows"]] == pytest.approx([1.0] * 10)
     assert res["verdict"] == res["short"] == "same" and res["flagged"] == []
     # a report written under the earlier rule reads the same way; the windows a "differ" names stay
-    assert compare.short_verdict("differ: final means outside each other's seed spread (ours 11 [10, 12] (2), ...)") == "same"
-    assert compare.short_verdict("differ: windows 9, 10 differ (Holm-adjusted p < 0.05); final means ...") == (
+    assert curves.short_verdict("differ: final means outside each other's seed spread (ours 11 [10, 12] (2), ...)") == "same"
+    assert curves.short_verdict("differ: windows 9, 10 differ (Holm-adjusted p < 0.05); final means ...") == (
         "differ: windows 9, 10 differ"
     )
-    assert compare.short_verdict("no test: n=1 in ours (Welch's test needs 2 seeds a side); final means ...") == (
+    assert curves.short_verdict("no test: n=1 in ours (Welch's test needs 2 seeds a side); final means ...") == (
         "no test: n=1 in ours"
     )
-    assert compare.short_verdict("same") == "same"
+    assert curves.short_verdict("same") == "same"
 
 
 def test_a_window_holding_inf_is_named_not_called_equal_constants():
@@ -179,7 +160,7 @@ def test_a_window_holding_inf_is_named_not_called_equal_constants():
     )
     assert [r["note"] for r in res["rows"]][-3:] == ["", "holds inf: no test", "holds inf: no test"]
     assert res["short"] == "no test: windows 9, 10 hold inf" and res["verdict"].startswith(res["short"] + " (a run diverged)")
-    assert compare.short_verdict(res["verdict"]) == res["short"]
+    assert curves.short_verdict(res["verdict"]) == res["short"]
 
 
 def test_one_seed_a_side_gives_no_test_and_no_same(tmp_path):
@@ -194,9 +175,9 @@ def test_one_seed_a_side_gives_no_test_and_no_same(tmp_path):
 
 def test_window_means_put_each_step_in_its_window():
     edges = np.array([0.0, 10.0, 20.0, 30.0])
-    means = compare.window_means([0, 5, 10, 11, 30], [1.0, 3.0, 5.0, 7.0, 9.0], edges)
+    means = curves.window_means([0, 5, 10, 11, 30], [1.0, 3.0, 5.0, 7.0, 9.0], edges)
     assert means[[0, 1, 2]] == pytest.approx([3.0, 7.0, 9.0])  # (0, 10] holds 0, 5, 10
-    assert np.isnan(compare.window_means([5], [1.0], edges)[1:]).all()
+    assert np.isnan(curves.window_means([5], [1.0], edges)[1:]).all()
 
 
 @pytest.mark.parametrize(
@@ -220,10 +201,10 @@ def test_bad_input_is_one_line(tmp_path, capsys, case, message):
     elif case == "no label":
         a = [a[0].split("=", 1)[1]]
     elif case == "tag missing":
-        b = [f"y={write_run(tmp_path / 'partial', 3, tags=TAGS[:1])}"]
+        b = [f"y={write_noisy_run(tmp_path / 'partial', 3, tags=NOISY_TAGS[:1])}"]
     elif case == "one window":
-        b = [f"y={write_run(tmp_path / 'late', 3, steps=np.arange(9100, 10_001, 100))}"]
-        a = [f"x={write_run(tmp_path / 'late2', 4, steps=np.arange(9100, 10_001, 100))}"]
+        b = [f"y={write_noisy_run(tmp_path / 'late', 3, steps=np.arange(9100, 10_001, 100))}"]
+        a = [f"x={write_noisy_run(tmp_path / 'late2', 4, steps=np.arange(9100, 10_001, 100))}"]
     elif case == "same label":
         b = ["x=" + b[0].split("=", 1)[1]]
     elif case == "out unmakeable":  # issue 37.6: a NotADirectoryError traceback
@@ -272,9 +253,10 @@ def test_a_run_that_ends_short_or_groups_of_other_envs_are_named_and_an_unreadab
 
 
 def test_vs_cleanrl_fidelity_keeps_both_logs_skips_finished_pairs_and_compares(tmp_path, capsys):
-    """test_benchmark's fake script plays both sides (logging seed * 100 + i for episode i): identical curves."""
-    import vs_cleanrl
-    from test_benchmark import FAKE_SCRIPT, wrap
+    """tests/fakes.py's fake script plays both sides (logging seed * 100 + i for episode i): identical curves."""
+    from fakes import FAKE_SCRIPT, wrap
+
+    from benchmark.peers import vs_cleanrl
 
     fake, log = tmp_path / "fake.py", tmp_path / "order.txt"
     fake.write_text(FAKE_SCRIPT)
@@ -345,17 +327,17 @@ def test_vs_cleanrl_fidelity_keeps_both_logs_skips_finished_pairs_and_compares(t
 def test_cleanrl_atari_scripts_run_as_main_after_import_ale_py_with_the_checkout_on_the_path(tmp_path):
     import subprocess
 
-    import vs_cleanrl
+    from benchmark.peers import vs_cleanrl
 
     (tmp_path / "ale_py.py").write_text("")  # found only through reference_env's PYTHONPATH (the checkout)
     script = tmp_path / "cleanrl" / "ppo_atari.py"
     script.parent.mkdir()
     script.write_text("import os, sys\nprint(__name__, 'ale_py' in sys.modules, os.path.basename(__file__), sys.argv)\n")
-    cmd = vs_cleanrl.command(str(script), "BreakoutNoFrameskip-v4", 3, 100, import_ale=True)
+    cmd = cleanrl.command(str(script), "BreakoutNoFrameskip-v4", 3, 100, import_ale=True)
     out = subprocess.run(cmd, env=vs_cleanrl.reference_env(str(tmp_path)), capture_output=True, text=True, cwd="/")
     argv = [str(script), "--env-id", "BreakoutNoFrameskip-v4", "--seed", "3", "--total-timesteps", "100"]
     assert out.stdout == f"__main__ True ppo_atari.py {argv}\n"
-    plain = subprocess.run(vs_cleanrl.command(str(script), "CartPole-v1", 3, 100), capture_output=True, text=True)
+    plain = subprocess.run(cleanrl.command(str(script), "CartPole-v1", 3, 100), capture_output=True, text=True)
     assert plain.stdout.startswith("__main__ False ppo_atari.py")  # ours: no runner
 
 
@@ -365,7 +347,7 @@ def test_a_runs_folder_and_experiment_names_select_each_group_as_report_py_does(
     runs = tmp_path / "runs"
     for exp in ("ppo-aaaa1111", "ppo-bbbb2222"):
         for env, seed in (("Env-v0", 1), ("Env-v0", 2), ("Other-v0", 1)):
-            write_run(runs / f"{env}__{exp}__{seed}__1800000000", seed)
+            write_noisy_run(runs / f"{env}__{exp}__{seed}__1800000000", seed)
     label, dirs = compare.parse_group(["a=" + str(runs)], "--a", ["ppo-aaaa1111"], "Env-v0")
     assert label == "a" and sorted(os.path.basename(d) for d in dirs) == [
         "Env-v0__ppo-aaaa1111__1__1800000000",
@@ -378,5 +360,5 @@ def test_a_runs_folder_and_experiment_names_select_each_group_as_report_py_does(
         "--env-id", "Env-v0", "--no-plots",
     )  # fmt: skip
     assert code == 0 and "ppo-aaaa1111" in md and "Other-v0" not in md
-    with pytest.raises(compare.ConfigError, match=r"^--b b: no run of ppo-cccc on Env-v0 under .*runs/summaries"):
+    with pytest.raises(cli.ConfigError, match=r"^--b b: no run of ppo-cccc on Env-v0 under .*runs/summaries"):
         compare.parse_group(["b=" + str(runs)], "--b", ["ppo-cccc"], "Env-v0")

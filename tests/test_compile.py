@@ -19,8 +19,10 @@ import pytest
 import torch
 from conftest import ROOT, import_copy
 from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout, traced_by_dynamo
+from tiny import SCRIPTS as ALL
 
-SCRIPTS = ["ppo", "ppo_shared", "ppo_continuous_action", "ppo_atari", "ppo_atari_envpool"]
+# the scripts with --compile, found by their Args (tests/test_repo.py holds the flag's code to one text in each)
+SCRIPTS = [s.removesuffix(".py") for s in ALL if "\n    compile: bool = False  # " in open(os.path.join(ROOT, s)).read()]
 HEADS = {
     "ppo": "actor",
     "ppo_shared": "actor",
@@ -38,7 +40,12 @@ ENVS = {
 }
 
 
-def tiny(script, **kw):
+def test_every_script_with_compile_has_its_run_here():
+    assert set(HEADS) == set(ENVS) == set(SCRIPTS) and len(SCRIPTS) >= 5
+
+
+def compiled_run(script, **kw):
+    """The module and a small run of it (one size for all five, each on an env of its own)."""
     mod = importlib.import_module(script)
     return mod, mod.Args(**{**SIZES, "env_id": ENVS[script], **kw})
 
@@ -48,7 +55,7 @@ def test_flag_off_compiles_nothing_and_runs_the_code_without_the_flag(script, tm
     """Without --compile: torch.compile is never called, and a fixed-seed run equals, bit for bit, one of a copy with
     the flag's lines taken out (the rollout calls Agent.get_action_and_value, update() its own minibatch_losses). When
     written, such runs also equalled those of the scripts before the flag (aa84c44), bit for bit."""
-    mod, args = tiny(script, seed=5)
+    mod, args = compiled_run(script, seed=5)
     text = open(f"{ROOT}/{script}.py").read()
     plain = re.sub(r"\n    policy_step, losses_step = compiled\(.*\)", "", text)
     plain = plain.replace("policy_step(", "agent.get_action_and_value(")
@@ -81,7 +88,7 @@ def test_ppo_compiled_first_update_equals_eagers_and_checkpoints_cross_the_flag(
     """The real thing on ppo.py (inductor): the first update's losses equal those of the same update run eagerly from
     the same weights, batch and shuffle; rollout and update agree (ratio 1); a compiled run's checkpoint has the plain
     state_dict keys, resumes without --compile and with it again, and evaluates."""
-    mod, args = tiny("ppo", seed=3, save_model=True)
+    mod, args = compiled_run("ppo", seed=3, save_model=True)
     real_update, kept = mod.update, {}
 
     def update_keeping_the_first(agent, optimizer, b, args, *compiled):
@@ -141,7 +148,7 @@ def test_hack_edits_act_when_compiled(script, tmp_path, monkeypatch):
     """tests/hacks.py's (a) and (c) with --compile: CleanRL's update step trains every parameter through the compiled
     losses' backward, and a LayerNorm added in front of the policy head is in the traced graphs, trains, and keeps
     the rollout and the update agreeing (ratio 1)."""
-    mod, args = tiny(script, compile=True, update_epochs=1, total_timesteps=2 * 16)  # one iteration
+    mod, args = compiled_run(script, compile=True, update_epochs=1, total_timesteps=2 * 16)  # one iteration
     with traced_by_dynamo() as graphs:
         assert_cleanrl_update_trains(mod, args, tmp_path, monkeypatch)
     assert len(graphs) >= 2  # the policy step's and the minibatch losses'
@@ -152,7 +159,7 @@ def test_hack_edits_act_when_compiled(script, tmp_path, monkeypatch):
 
 def test_hack_temperature_changes_what_the_compiled_rollout_samples(monkeypatch):
     """hacks.py's (b) with --compile: a temperature in the policy head changes what the compiled rollout samples."""
-    mod, args = tiny("ppo", num_envs=8, num_steps=256, total_timesteps=2048, compile=True, update_epochs=1)
+    mod, args = compiled_run("ppo", num_envs=8, num_steps=256, total_timesteps=2048, compile=True, update_epochs=1)
     with traced_by_dynamo() as graphs:
         assert_temperature_changes_rollout(mod, args, monkeypatch)
     assert graphs
@@ -160,7 +167,7 @@ def test_hack_temperature_changes_what_the_compiled_rollout_samples(monkeypatch)
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_compile_without_a_compiler_or_pythons_headers_is_refused(script, monkeypatch, tmp_path):
-    mod, args = tiny(script, compile=True)
+    mod, args = compiled_run(script, compile=True)
     mod.check_args(args)  # g++ and Python.h are here
     message = (
         r"^--compile needs a working C\+\+ compiler \(\$CXX, or g\+\+\) and Python's headers \(Python.h\), which inductor "

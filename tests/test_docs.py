@@ -16,9 +16,9 @@ import textwrap
 import warnings
 
 import pytest
+from conftest import ROOT
+from tiny import SCRIPTS
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "*.py")))
 PAGES = sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
 BLOCK = re.compile(r"(<!-- docstring of (\S+\.py):[^\n]*-->\n```text\n)(.*?)\n?```\n<!-- end of docstring -->", re.S)
 END = "\n```\n<!-- end of docstring -->"
@@ -192,14 +192,42 @@ INTERNAL = re.compile(r"\b[Ss]eed 00\d\b|\b[Ii]ssues? \d+\b|\bRESUMABLE\b")
 
 
 def what_users_read():
-    """(where, text): README.md, every docs/ page, and each script's docstring and --help (its Args' comments)."""
-    texts = [(os.path.relpath(p, ROOT), read(p)) for p in [os.path.join(ROOT, "README.md"), *PAGES]]
+    """(where, text): README.md, every docs/ page, benchmark/README.md, and each script's docstring and --help (its
+    Args' comments)."""
+    pages = [os.path.join(ROOT, "README.md"), *PAGES, os.path.join(ROOT, "benchmark", "README.md")]
+    texts = [(os.path.relpath(p, ROOT), read(p)) for p in pages]
     for script in SCRIPTS:
         tree = ast.parse(read(os.path.join(ROOT, script)))
         args = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Args")
         lines = read(os.path.join(ROOT, script)).splitlines()[args.lineno - 1 : args.end_lineno]
         texts += [(f"{script} docstring", docstring(script)), (f"{script} --help", "\n".join(lines))]
     return texts
+
+
+def test_the_benchmark_readme_opens_with_its_layout_and_a_row_for_every_file():
+    """benchmark/README.md's table names every file of benchmark/ (a file of a folder named before it in the same cell
+    by its name alone), results/ as one; a file added, moved or renamed without its row fails here."""
+    text = read(os.path.join(ROOT, "benchmark", "README.md"))
+    head = text.split("\n## ", 1)[0]
+    assert "```text\nbenchmark/" in head, "the layout first"
+    table = "\n".join(line for line in head.splitlines() if line.startswith("| `"))
+    named = set(re.findall(r"`([^`]+)`", table))
+    files = []
+    for root, dirs, fs in os.walk(os.path.join(ROOT, "benchmark")):
+        dirs[:] = [d for d in dirs if d not in ("results", "__pycache__")]
+        rel = os.path.relpath(root, os.path.join(ROOT, "benchmark"))
+        files += [os.path.normpath(os.path.join(rel, f)) for f in fs if f not in ("README.md", "__init__.py")]
+    assert len(files) > 30 and "results/" in named
+    assert [f for f in files if f not in named and os.path.basename(f) not in named] == []
+
+
+def test_every_test_the_reliability_page_names_is_a_test():
+    """docs/reliability.md names the test of each promise; a test renamed or gone is a stale name there."""
+    named = set(re.findall(r"`(test_\w+)`", read(os.path.join(ROOT, "docs", "reliability.md"))))
+    defined = set()
+    for path in glob.glob(os.path.join(ROOT, "tests", "test_*.py")):
+        defined |= set(re.findall(r"^def (test_\w+)\(", read(path), re.M))
+    assert len(named) > 20 and named - defined == set()
 
 
 def test_no_internal_numbering_in_what_users_read():

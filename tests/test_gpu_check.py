@@ -1,4 +1,4 @@
-"""Tests of benchmark/gpu_check.py (issue 36): its CPU dry run goes through the same runs the device takes (the
+"""Tests of benchmark/gpu/gpu_check.py (issue 36): its CPU dry run goes through the same runs the device takes (the
 correctness child, torchrun, the speed runs, CleanRL's side, the wheel install, the report), small; the judgement and
 the sync attribution on made-up numbers, since a CPU never fails them; bad input; and gpu_wheels.sh's first check."""
 
@@ -16,10 +16,11 @@ import zipfile
 import pytest
 import torch
 from conftest import ROOT
-from test_benchmark import FAKE_SCRIPT
+from fakes import FAKE_SCRIPT
+from tiny import SCRIPTS
 
-sys.path.insert(0, os.path.join(ROOT, "benchmark"))
-import gpu_check  # noqa: E402
+from benchmark.gpu import gpu_check
+from benchmark.processes import root_on_path, tool
 
 DRY_RUN = ["ppo_continuous_action.py", "ppo_atari_multigpu.py", "ppo_atari_envpool.py"]
 
@@ -57,7 +58,7 @@ import os, sys
 import wandb
 
 shims = os.path.dirname(os.path.abspath(wandb.__file__))
-assert os.path.basename(shims) == "peer_shims", wandb.__file__  # the stand-in, not a real wandb
+assert os.path.basename(shims) == "shims", wandb.__file__  # the stand-in, not a real wandb
 fast = "--compile" in sys.argv and "--cudagraphs" in sys.argv
 steps = int(sys.argv[sys.argv.index("--total-timesteps") + 1])
 wandb.init(project="ppo_continuous_action", config={"batch_size": 2048, "compile": fast})
@@ -91,8 +92,7 @@ def test_dry_run_checks_trains_resumes_evaluates_times_and_reports(tmp_path):
     out = tmp_path / "out"
     # paths relative to the working directory, as the device's command gives them (.gpu/...)
     cmd = [
-        sys.executable,
-        os.path.join(ROOT, "benchmark", "gpu_check.py"),
+        *tool("benchmark.gpu.gpu_check"),
         "--no-cuda",
         "--tiny",
         "--scripts",
@@ -115,7 +115,11 @@ def test_dry_run_checks_trains_resumes_evaluates_times_and_reports(tmp_path):
     # TORCH_COMPILE_DISABLE: ours' --compile run goes through the check's every step but runs eagerly, as inductor's
     # kernels for it take 40 s of CPU from a cold cache (tests/test_compile.py compiles; this tests the check)
     run = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, TMPDIR=str(tmp_path), TORCH_COMPILE_DISABLE="1")
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=root_on_path(dict(os.environ, TMPDIR=str(tmp_path), TORCH_COMPILE_DISABLE="1")),
     )
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads((out / "gpu_check.json").read_text())
@@ -351,13 +355,13 @@ def test_bad_input_is_one_line_and_nothing_runs(tmp_path, monkeypatch, capsys, a
 
 
 def test_every_script_has_settings_for_both_parts():
-    scripts = {os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "*.py"))}
+    scripts = set(SCRIPTS)
     assert scripts <= set(gpu_check.TINY) == set(gpu_check.SPEED_STEPS)
 
 
 def test_gpu_wheels_needs_a_cleanrl_checkout(tmp_path):
     run = subprocess.run(
-        ["bash", os.path.join(ROOT, "benchmark", "gpu_wheels.sh"), str(tmp_path)], capture_output=True, text=True
+        ["bash", os.path.join(ROOT, "benchmark", "gpu", "gpu_wheels.sh"), str(tmp_path)], capture_output=True, text=True
     )
     assert run.returncode == 2 and run.stderr.count("\n") == 1
     assert run.stderr.startswith(f"gpu_wheels.sh: error: give a CleanRL checkout (no cleanrl/ppo.py under '{tmp_path}'")
@@ -366,15 +370,17 @@ def test_gpu_wheels_needs_a_cleanrl_checkout(tmp_path):
 def test_gpu_wheels_reads_a_relative_checkout_and_python_from_where_it_is_run(tmp_path):
     """It changed to the repository's folder first, and then looked for both there."""
     repo, work = tmp_path / "repo", tmp_path / "work"
-    (repo / "benchmark").mkdir(parents=True)
+    (repo / "benchmark" / "gpu").mkdir(parents=True)
     (work / "cl" / "cleanrl").mkdir(parents=True)
-    (repo / "benchmark" / "gpu_wheels.sh").write_text(open(os.path.join(ROOT, "benchmark", "gpu_wheels.sh")).read())
+    (repo / "benchmark" / "gpu" / "gpu_wheels.sh").write_text(
+        open(os.path.join(ROOT, "benchmark", "gpu", "gpu_wheels.sh")).read()
+    )
     os.symlink(os.path.join(ROOT, "requirements"), repo / "requirements")  # the pins it reads
     (work / "cl" / "cleanrl" / "ppo.py").write_text("")
     (work / "python").write_text(f'#!/bin/bash\necho "$PWD $*" > {tmp_path / "called"}\nexit 1\n')  # pip fails at once
     (work / "python").chmod(0o755)
     run = subprocess.run(
-        ["bash", str(repo / "benchmark" / "gpu_wheels.sh"), "cl"],
+        ["bash", str(repo / "benchmark" / "gpu" / "gpu_wheels.sh"), "cl"],
         cwd=work,
         capture_output=True,
         text=True,
@@ -425,7 +431,7 @@ def test_old_envpool_api_gives_envpool_1_2_the_gym_api_of_0_8():
     gym = pytest.importorskip("gym")
     import numpy as np
 
-    sys.path.insert(0, os.path.join(ROOT, "benchmark", "peer_shims"))
+    sys.path.insert(0, os.path.join(ROOT, "benchmark", "peers", "shims"))
     try:
         import old_envpool_api
     finally:
@@ -449,12 +455,12 @@ def test_old_envpool_api_gives_envpool_1_2_the_gym_api_of_0_8():
 
 
 def test_wandb_stand_in_prints_what_is_logged(capfd):
-    sys.path.insert(0, os.path.join(ROOT, "benchmark", "peer_shims"))
+    sys.path.insert(0, os.path.join(ROOT, "benchmark", "peers", "shims"))
     try:
         import wandb
     finally:
         sys.path.pop(0)
-    assert os.path.basename(os.path.dirname(wandb.__file__)) == "peer_shims"
+    assert os.path.basename(os.path.dirname(wandb.__file__)) == "shims"
     wandb.init(project="p", name="n", config={"batch_size": 1024, "lr": torch.tensor(0.5)}, save_code=True)
     wandb.log({"speed": torch.tensor(12.5), "x": "text"}, step=10240)
     lines = [json.loads(line[len(gpu_check.WANDB) :]) for line in capfd.readouterr().out.splitlines()]

@@ -19,33 +19,20 @@ import pytest
 import torch
 import torch.nn as nn
 from conftest import ROOT, next_second, resume_elsewhere
-from hacks import Scale, assert_cleanrl_update_trains, assert_every_param_group_anneals, copy_safety_tests, edited_agent
-from precision import bf16_tests
-from test_ppo import (
-    assert_foreign_and_corrupt_checkpoints_rejected,
-    assert_memory_checked,
-    assert_nonfinite_stops_and_keeps_the_last_checkpoint,
+from hacks import Scale, edited_agent
+from networks import assert_channels_last_is_the_same_math, assert_samples_the_softmax_and_scores_it
+from promises import (
     assert_rejected_before_training,
     assert_resumed_log_reads_once,
-    assert_runs_in_one_second_get_their_own_directories,
-    assert_stopped_in_one_line,
-    assert_unwritable_directory_is_one_line,
     keep_checkpoint,
     read_scalars,
     resume_later,
 )
-from test_ppo_atari import assert_channels_last_is_the_same_math, assert_samples_the_softmax_and_scores_it
+from tiny import tiny
 
 import impala_vtrace as iv
 
 SCRIPT = os.path.join(ROOT, "impala_vtrace.py")
-
-
-def tiny(**kw):
-    """A few updates on Breakout with 2 actors and small unrolls: fast, but every code path runs."""
-    return iv.Args(
-        **{"cuda": False, "num_actors": 2, "batch_size": 4, "unroll_length": 10, "total_timesteps": 10 * 4 * 4, **kw}
-    )
 
 
 # ---- detail 4: V-trace ----------------------------------------------------------------------------
@@ -167,7 +154,7 @@ def test_replay_batches_hold_their_share_of_past_unrolls(monkeypatch):
         return real(agent, optimizer, b, args)
 
     monkeypatch.setattr(iv, "update", recording)
-    out = iv.train(tiny(replay_fraction=0.5, replay_size=3, sync=True, total_timesteps=10 * 2 * 6))
+    out = iv.train(tiny(iv, replay_fraction=0.5, replay_size=3, sync=True, total_timesteps=10 * 2 * 6))
     assert len(batches) == 6 and [b["actions"].shape[1] for b in batches] == [2, 4, 4, 4, 4, 4]
     assert out["global_step"] == 10 * 2 * 6  # the budget counts the envs' new steps alone
 
@@ -189,15 +176,15 @@ def test_replay_batches_hold_their_share_of_past_unrolls(monkeypatch):
 def test_resume_refuses_another_correction_or_replay_and_bad_settings_are_one_line():
     """A run's correction and replay are its experiment: --resume refuses a change of either (the replay is not saved,
     so a resumed run's starts empty); a fraction that leaves no new unroll, or an unknown correction, is refused."""
-    checkpoint = iv.train(tiny(save_model=True, replay_fraction=0.5))["checkpoint"]
+    checkpoint = iv.train(tiny(iv, save_model=True, replay_fraction=0.5))["checkpoint"]
     for flag, value in (("correction", "none"), ("replay_fraction", 0.0)):
-        more = tiny(**{"resume": checkpoint, "total_timesteps": 10 * 4 * 8, "replay_fraction": 0.5, flag: value})
+        more = tiny(iv, **{"resume": checkpoint, "total_timesteps": 10 * 4 * 8, "replay_fraction": 0.5, flag: value})
         with pytest.raises(iv.ConfigError, match=rf"^--{flag.replace('_', '-')} cannot change when resuming"):
             iv.train(more, given={flag, "resume", "total_timesteps"})
     with pytest.raises(iv.ConfigError, match=r"^--replay-fraction 0.9 leaves no new unroll in a batch of 4"):
-        iv.train(tiny(replay_fraction=0.9))
+        iv.train(tiny(iv, replay_fraction=0.9))
     with pytest.raises(iv.ConfigError, match=r"^--correction must be vtrace, one-step, epsilon or none, got 'retrace'"):
-        iv.train(tiny(correction="retrace"))
+        iv.train(tiny(iv, correction="retrace"))
 
 
 @pytest.mark.parametrize("rho_bar", [1.0, 3.0])
@@ -354,7 +341,7 @@ def live_processes(field, value):
 
 
 def test_sync_mode_is_on_policy_and_logs_everything():
-    out = iv.train(tiny(sync=True, unroll_length=20, total_timesteps=20 * 4 * 8))
+    out = iv.train(tiny(iv, sync=True, unroll_length=20, total_timesteps=20 * 4 * 8))
     assert len(out["losses"]) == 8 and out["global_step"] == 640
     assert out["policy_lag"] == [0.0] * 8
     for losses in out["losses"]:  # the learner's log-probs are the actors' own: every ratio is 1
@@ -390,7 +377,7 @@ def test_sync_mode_is_on_policy_and_logs_everything():
 
 def test_async_actors_run_ahead_and_checkpoint_resume_eval(monkeypatch):
     keep_checkpoint(iv, monkeypatch, kept := "update2.pt", key="update")
-    full = iv.train(tiny(total_timesteps=10 * 4 * 5, save_model=True, save_every=2))
+    full = iv.train(tiny(iv, total_timesteps=10 * 4 * 5, save_model=True, save_every=2))
     lags = np.array(full["policy_lag"])
     assert lags.min() >= 0 and lags.max() > 0  # actors kept acting with older weights during updates
     ckpt, _ = iv.load_checkpoint(full["checkpoint"])
@@ -410,7 +397,7 @@ def test_spawned_actors_sample_the_published_weights(monkeypatch):
     # in sync mode every update's ratios are 1 only if the spawned actors see each update's weights
     real = iv.mp.get_context
     monkeypatch.setattr(iv.mp, "get_context", lambda method=None: real("spawn"))
-    out = iv.train(tiny(sync=True, total_timesteps=10 * 4 * 3))
+    out = iv.train(tiny(iv, sync=True, total_timesteps=10 * 4 * 3))
     assert out["policy_lag"] == [0.0] * 3 and all(losses["max_abs_logratio"] < 1e-4 for losses in out["losses"])
     assert live_processes("ppid", os.getpid()) == []
 
@@ -425,7 +412,7 @@ def test_actor_crash_stops_the_run_with_its_error(monkeypatch, capfd):
 
     monkeypatch.setattr(iv, "actor_loop", actor_0_fails)
     with pytest.raises(iv.ActorError, match=r"^actor 0 \(pid \d+\) died \(exit code 1\); the run stops$"):
-        iv.train(tiny(total_timesteps=10 * 4 * 50))  # actor 1 alone would finish these 50 updates
+        iv.train(tiny(iv, total_timesteps=10 * 4 * 50))  # actor 1 alone would finish these 50 updates
     assert live_processes("ppid", os.getpid()) == []  # actor 1 was stopped too
     assert "RuntimeError: injected failure" in capfd.readouterr().err
 
@@ -586,7 +573,7 @@ def test_bootstrap_truncated_adds_the_discounted_final_value(monkeypatch, bootst
     real = iv.make_env
     monkeypatch.setattr(iv, "make_env", lambda *a, **k: gym.wrappers.TimeLimit(real(*a, **k), 7))
     batches = record_batches(monkeypatch)
-    iv.train(tiny(sync=True, bootstrap_truncated=bootstrap, total_timesteps=10 * 4 * 2))
+    iv.train(tiny(iv, sync=True, bootstrap_truncated=bootstrap, total_timesteps=10 * 4 * 2))
     rewards, dones = torch.cat([b["rewards"] for b in batches]), torch.cat([b["dones"] for b in batches])
     assert dones.sum() >= 8  # every 7th step a time-limit end
     off_grid = ~torch.isin(rewards, torch.tensor([-1.0, 0.0, 1.0]))  # a clipped reward plus gamma * V(final obs)
@@ -595,16 +582,12 @@ def test_bootstrap_truncated_adds_the_discounted_final_value(monkeypatch, bootst
 
 
 def test_capture_video_records_actor_0():
-    out = iv.train(tiny(capture_video=True, total_timesteps=10 * 4 * 2))
+    out = iv.train(tiny(iv, capture_video=True, total_timesteps=10 * 4 * 2))
     videos = os.listdir(f"videos/{out['run_name']}")
     assert "rl-video-episode-0.mp4" in videos and os.path.getsize(f"videos/{out['run_name']}/rl-video-episode-0.mp4") > 1000
 
 
 # ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
-
-
-def test_hack_cleanrl_update_trains(tmp_path, monkeypatch):
-    assert_cleanrl_update_trains(iv, tiny(), tmp_path, monkeypatch)
 
 
 def test_hack_temperature_changes_what_the_actors_sample(monkeypatch):
@@ -619,7 +602,7 @@ def test_hack_temperature_changes_what_the_actors_sample(monkeypatch):
         bias=logits,
     )
     batches = record_batches(monkeypatch)
-    out = iv.train(tiny(sync=True, batch_size=8, num_envs_per_actor=4, unroll_length=64, total_timesteps=64 * 8))
+    out = iv.train(tiny(iv, sync=True, batch_size=8, num_envs_per_actor=4, unroll_length=64, total_timesteps=64 * 8))
     actions, logprobs = batches[0]["actions"].reshape(-1), batches[0]["logprobs"].reshape(-1)  # before any update
     edited, unedited = (logits / temperature).log_softmax(-1), logits.log_softmax(-1)
     torch.testing.assert_close(logprobs, edited[actions])  # the behaviour log-probs are the edited policy's
@@ -632,14 +615,10 @@ def test_hack_added_layer_trains(monkeypatch):
     edited_agent(
         iv, monkeypatch, "actor", lambda agent: setattr(agent, "actor", nn.Sequential(nn.LayerNorm(256), agent.actor))
     )
-    out = iv.train(tiny(sync=True))
+    out = iv.train(tiny(iv, sync=True))
     norm = out["agent"].actor[0]
     assert isinstance(norm, nn.LayerNorm) and (norm.weight - 1).abs().max().item() > 0
     assert all(losses["max_abs_logratio"] < 1e-4 for losses in out["losses"])  # the actors sample the same policy
-
-
-def test_hack_every_param_group_anneals(tmp_path):
-    assert_every_param_group_anneals(iv, tiny(), tmp_path)
 
 
 # ---- bad input -----------------------------------------------------------------------------------
@@ -674,11 +653,7 @@ def test_hack_every_param_group_anneals(tmp_path):
     ],
 )
 def test_bad_input_rejected_before_training(kw, message):
-    assert_rejected_before_training(iv, tiny(**kw), message)
-
-
-def test_foreign_checkpoint_rejected():
-    assert_foreign_and_corrupt_checkpoints_rejected(iv, "ppo.py")
+    assert_rejected_before_training(iv, tiny(iv, **kw), message)
 
 
 def test_cli_error_is_one_line_and_writes_nothing():
@@ -693,19 +668,15 @@ def test_cli_error_is_one_line_and_writes_nothing():
 def test_cuda_falls_back_with_notice(capsys):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present; the fallback path is not taken")
-    out = iv.train(tiny(cuda=True, total_timesteps=10 * 4), given={"cuda"})  # named on the command line: said
+    out = iv.train(tiny(iv, cuda=True, total_timesteps=10 * 4), given={"cuda"})  # named on the command line: said
     assert "no CUDA device" in capsys.readouterr().err and next(out["agent"].parameters()).device.type == "cpu"
 
 
 # ---- run identity and resume (issue 24) ------------------------------------------------------------
 
 
-def test_runs_started_in_the_same_second_get_their_own_directories(monkeypatch):
-    assert_runs_in_one_second_get_their_own_directories(iv, tiny(save_model=True, total_timesteps=10 * 4), monkeypatch)
-
-
 def test_resume_applies_a_longer_budget_and_refuses_other_flags():
-    full = iv.train(tiny(save_model=True, total_timesteps=10 * 4 * 2))
+    full = iv.train(tiny(iv, save_model=True, total_timesteps=10 * 4 * 2))
     with pytest.raises(iv.ConfigError, match="--num-envs-per-actor cannot change when resuming"):
         iv.train(iv.Args(resume=full["checkpoint"], num_envs_per_actor=2))
     with pytest.raises(iv.ConfigError, match="--learning-rate cannot change"):
@@ -719,55 +690,15 @@ def test_resume_applies_a_longer_budget_and_refuses_other_flags():
 
 
 def test_resume_from_another_directory_logs_into_the_run(tmp_path, monkeypatch):
-    full = iv.train(tiny(save_model=True, total_timesteps=10 * 4))
+    full = iv.train(tiny(iv, save_model=True, total_timesteps=10 * 4))
     resume_elsewhere(iv, full, tmp_path, monkeypatch, total_timesteps=10 * 4 * 2)
     assert iv.load_checkpoint(str(tmp_path / full["checkpoint"]))[0]["update"] == 2
-
-
-def test_unwritable_directory_is_one_line(tmp_path):
-    assert_unwritable_directory_is_one_line(iv, tiny(), tmp_path)
-
-
-(
-    test_bf16_trains_close_to_fp32_and_stays_on_policy,
-    test_bf16_checkpoints_load_across_precisions,
-    test_bf16_without_bf16_kernels_is_refused,
-) = bf16_tests(iv, tiny(num_actors=1))
-
-
-def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
-    assert_memory_checked(iv, monkeypatch, iv.Args(num_envs_per_actor=10**9), flag="--num-envs-per-actor")
-
-
-def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(monkeypatch):
-    """Issue 51.1 (test_ppo.py's helper)."""
-    assert_nonfinite_stops_and_keeps_the_last_checkpoint(iv, tiny(save_model=True, save_every=1), monkeypatch, key="update")
-
-
-def test_sigterm_is_one_line_naming_the_checkpoint_and_how_to_resume():
-    """Issue 51.4 (test_ppo.py's helper; test_ppo.py sends both signals)."""
-    flags = ["--num-actors", "2", "--batch-size", "2", "--unroll-length", "5"]
-    assert_stopped_in_one_line(
-        "impala_vtrace.py",
-        flags + ["--total-timesteps", "10000000"],
-        signal.SIGTERM,
-        key="update",
-        infix="every actor has been stopped; ",
-        forked=False,
-    )
-
-
-# issue 71: a copy of the file runs as itself; an Agent built differently (a new constructor argument) evaluates and resumes
-(
-    test_hack_a_copy_runs_checkpoints_and_resumes_as_itself,
-    test_hack_an_edited_constructor_evaluates_and_resumes,
-) = copy_safety_tests(iv, tiny())
 
 
 def test_the_closing_time_lines_add_up(capsys):
     """Issue 72: the learner's line adds up (its update time within its total); the actors' env and inference time,
     summed over actors that run beside the learner (so possibly more than its total), on a line of their own."""
-    iv.train(tiny())
+    iv.train(tiny(iv))
     lines = capsys.readouterr().out.splitlines()
     learner = re.fullmatch(r"seconds: update ([\d.]+), total ([\d.]+)", lines[-2])
     assert learner and float(learner[1]) <= float(learner[2])

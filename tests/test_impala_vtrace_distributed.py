@@ -28,13 +28,13 @@ from processes import (
     stop_job,
     wait_for,
 )
-from test_ppo import (
-    assert_foreign_and_corrupt_checkpoints_rejected,
-    assert_memory_checked,
+from promises import (
     assert_nonfinite_weights_refused,
     assert_rejected_before_training,
+    machine_memory,
     read_scalars,
 )
+from tiny import tiny
 
 import impala_vtrace as iv
 import impala_vtrace_distributed as ivd
@@ -42,11 +42,6 @@ import impala_vtrace_distributed as ivd
 SCRIPT = os.path.join(ROOT, "impala_vtrace_distributed.py")
 # what an actor sends per unroll, in the order of the learner's `buffers`
 KEYS = ("obs", "actions", "versions", "rewards", "dones", "logprobs", "episodes", "actor_seconds")
-
-
-def tiny(**kw):
-    """test_impala_vtrace.tiny()'s run, for 2 actor ranks."""
-    return ivd.Args(**{"cuda": False, "batch_size": 4, "unroll_length": 10, "total_timesteps": 10 * 4 * 4, **kw})
 
 
 def test_learner_updates_from_received_unrolls_are_the_single_host_updates(monkeypatch):
@@ -64,7 +59,7 @@ def test_learner_updates_from_received_unrolls_are_the_single_host_updates(monke
     monkeypatch.setattr(ivd, "update", record_update)
 
     def rank_main(rank, world):
-        out = ivd.train(tiny(sync=True, num_envs_per_actor=2, unroll_length=64, total_timesteps=64 * 4 * 3))
+        out = ivd.train(tiny(ivd, sync=True, num_envs_per_actor=2, unroll_length=64, total_timesteps=64 * 4 * 3))
         if rank > 0:
             return [t for dst, t in sent if dst == 0]
         return {
@@ -108,7 +103,7 @@ def test_hack_every_param_group_anneals(tmp_path):
 
     def rank_main(rank, world):
         with recorded_rates() as rates:
-            out = copy.train(tiny(anneal_lr=True))
+            out = copy.train(tiny(ivd, anneal_lr=True))
         return {"rates": rates, "learning_rate": out["learning_rate"]} if rank == 0 else None
 
     learner, _ = run_ranks(rank_main, world=2, timeout=90, method="fork")  # the learner's check: 1 actor feeds it
@@ -121,7 +116,7 @@ def test_hack_a_copy_runs_checkpoints_and_evaluates_as_itself(tmp_path):
     copy = import_copy(open(ivd.__file__).read(), tmp_path / "my_ivd.py")
 
     def rank_main(rank, world):
-        out = copy.train(copy_args(copy, tiny(save_model=True)))
+        out = copy.train(copy_args(copy, tiny(ivd, save_model=True)))
         return {"run_dir": out["run_dir"], "checkpoint": out["checkpoint"]} if rank == 0 else None
 
     learner, _ = run_ranks(rank_main, world=2, timeout=90, method="fork")
@@ -145,7 +140,7 @@ def test_hack_an_edited_constructor_trains_on_every_rank_and_evaluates(monkeypat
     monkeypatch.setattr(ivd, "make_agent", make_agent)
 
     def rank_main(rank, world):
-        out = ivd.train(tiny(save_model=True))
+        out = ivd.train(tiny(ivd, save_model=True))
         return out["checkpoint"] if rank == 0 else None
 
     checkpoint, _ = run_ranks(rank_main, world=2, timeout=90, method="fork")
@@ -227,7 +222,7 @@ torch.optim.RMSprop.step = step
 
 def test_nonfinite_weights_stop_every_rank_in_one_line_and_keep_the_last_checkpoint():
     """Issue 51.1 under torchrun: the learner's check stops it at update 3 in one line, its actor stops with it, and the
-    checkpoint of update 2 stays; --eval-checkpoint refuses it made non-finite (test_ppo.py's helper)."""
+    checkpoint of update 2 stays; --eval-checkpoint refuses it made non-finite (tests/promises.py's check)."""
     run = subprocess.run(
         torchrun(
             "--no-cuda",
@@ -377,11 +372,7 @@ def test_dead_or_stuck_rank_without_an_agent_stops_the_others_with_one_line(worl
 def test_bad_input_rejected_before_anything_starts(monkeypatch, kw, env, message):
     for key, value in {"RANK": "0", **env}.items():
         monkeypatch.setenv(key, value)
-    assert_rejected_before_training(ivd, tiny(**kw), message)
-
-
-def test_foreign_checkpoint_rejected():
-    assert_foreign_and_corrupt_checkpoints_rejected(ivd, "impala_vtrace.py")
+    assert_rejected_before_training(ivd, tiny(ivd, **kw), message)
 
 
 def test_cli_without_torchrun_says_how_to_launch_and_bad_flags_are_one_line_under_torchrun():
@@ -400,8 +391,9 @@ def test_cli_without_torchrun_says_how_to_launch_and_bad_flags_are_one_line_unde
     ]
 
 
-def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
-    assert_memory_checked(ivd, monkeypatch, ivd.Args(num_envs_per_actor=10**9), flag="--num-envs-per-actor")
+def test_the_memory_check_counts_every_rank_on_the_machine(monkeypatch):
+    """(The check itself, in every script: test_every_script.py.)"""
+    machine_memory(monkeypatch, 8e9)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "100")  # torchrun's ranks on this machine: 100 of ~400 MB exceed its 8 GB
     with pytest.raises(ivd.ConfigError, match="needs about 40.5 GB"):
         ivd.check_args(ivd.Args())

@@ -1,4 +1,4 @@
-"""benchmark/implementation_matters.py: seed 004's cells are the paper's released settings, the study goes on from the
+"""benchmark/studies/implementation_matters.py: seed 004's cells are the paper's released settings, the study goes on from the
 runs it stored, and the report reads them."""
 
 import glob
@@ -8,22 +8,20 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import threading
 
 import numpy as np
 import pytest
 import tyro
 from conftest import ROOT
-from test_benchmark import FAKE_SCRIPT, calls, sweep_copy
+from fakes import FAKE_SCRIPT, calls, sweep_copy
 
-sys.path.insert(0, os.path.join(ROOT, "benchmark"))
-import implementation_matters as im  # noqa: E402
+import ppo_continuous_action as pca
+import trpo_continuous_action as trpo
+from benchmark.processes import root_on_path, tool
+from benchmark.studies import implementation_matters as im
 
-import ppo_continuous_action as pca  # noqa: E402
-import trpo_continuous_action as trpo  # noqa: E402
-
-STUDY = os.path.join(ROOT, "benchmark", "implementation_matters.py")
+STUDY = tool("benchmark.studies.implementation_matters")  # run with root_on_path(): from the test's folder
 
 # the released configs (MadryLab/implementation-matters configs/*.py over src/MuJoCo.json), written out by hand; TRPO+'s
 # max_kl_final is not: the released Trainer adds its increments to an attribute its trpo_step does not read
@@ -150,7 +148,7 @@ def parsed(env, flags, script="ppo_continuous_action.py"):
 
 def plan_lines(store, mode="full", *extra):
     res = subprocess.run(
-        [sys.executable, STUDY, "plan", "--mode", mode, "--store", str(store), *extra], capture_output=True, text=True
+        [*STUDY, "plan", "--mode", mode, "--store", str(store), *extra], capture_output=True, text=True, env=root_on_path()
     )
     assert res.returncode == 0, res.stderr
     return [line.split("\t") for line in res.stdout.splitlines()]
@@ -177,7 +175,10 @@ def test_each_cell_runs_the_papers_released_settings(tmp_path):
 
 def test_plan_refuses_an_unknown_cell(tmp_path):
     res = subprocess.run(
-        [sys.executable, STUDY, "plan", "--store", str(tmp_path), "--cells", "PPO", "TRPO-"], capture_output=True, text=True
+        [*STUDY, "plan", "--store", str(tmp_path), "--cells", "PPO", "TRPO-"],
+        capture_output=True,
+        text=True,
+        env=root_on_path(),
     )
     assert res.returncode == 2 and res.stdout == ""
     assert res.stderr.strip().splitlines() == [
@@ -701,9 +702,10 @@ def test_figure1s_reward_scaling_is_split_by_value_clipping_with_the_critics_fit
 
 
 def test_an_empty_store_is_one_line(tmp_path):
-    res = subprocess.run([sys.executable, STUDY, "report", "--store", str(tmp_path)], capture_output=True, text=True)
+    res = subprocess.run([*STUDY, "report", "--store", str(tmp_path)], capture_output=True, text=True, env=root_on_path())
     assert res.returncode == 2 and res.stderr.strip().splitlines() == [
-        f"implementation_matters.py: error: no stored runs in {tmp_path}; run benchmark/implementation_matters.sh first"
+        f"implementation_matters.py: error: no stored runs in {tmp_path}; run "
+        "benchmark/studies/implementation_matters.sh first"
     ]
 
 
@@ -724,7 +726,7 @@ def test_kl_parts_are_tenths_of_each_run_in_iteration_order():
 
 
 def released_run(runs_dir, config, seed, final, iterations=488):
-    """A result file as benchmark/paper_code.py writes it."""
+    """A result file as benchmark/peers/paper_code.py writes it."""
     os.makedirs(runs_dir / "paper_code", exist_ok=True)
     with open(runs_dir / "paper_code" / f"{config}__{seed}.json", "w") as f:
         json.dump(
@@ -1015,10 +1017,10 @@ def study_copy(tmp_path):
     """implementation_matters.sh short, copied with what it runs into tmp_path (sweep_copy), beside the lock's MuJoCo and
     the fake script as ppo_continuous_action.py (logs returns seed * 100 + i, i < STEPS // 10: no training); returns
     (the sweep's command, the copy's benchmark/, its environment)."""
-    bench, env = sweep_copy(tmp_path, "implementation_matters.sh", "implementation_matters.py", "run.py")
+    bench, env = sweep_copy(tmp_path)
     os.symlink(os.path.join(ROOT, "requirements"), tmp_path / "requirements")  # the lock's MuJoCo: the tables' store
     (tmp_path / "ppo_continuous_action.py").write_text(FAKE_SCRIPT)
-    return ["bash", str(bench / "implementation_matters.sh"), "short"], bench, env
+    return ["bash", str(bench / "studies" / "implementation_matters.sh"), "short"], bench, env
 
 
 def test_a_sweep_into_a_store_it_cannot_write_stops_before_any_run(tmp_path):

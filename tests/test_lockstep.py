@@ -1,17 +1,15 @@
-"""benchmark/lockstep.py: the patched copy shuffles and anneals as CleanRL does, and the side-by-side finds the
+"""benchmark/peers/lockstep.py: the patched copy shuffles and anneals as CleanRL does, and the side-by-side finds the
 first iteration that differs."""
 
 import importlib.metadata
 import os
-import sys
 
 import numpy as np
 import pytest
 import torch
 from conftest import ROOT, import_copy
 
-sys.path.insert(0, os.path.join(ROOT, "benchmark"))
-import lockstep  # noqa: E402
+from benchmark.peers import lockstep
 
 SCRIPT = os.path.join(ROOT, "ppo_continuous_action.py")
 TINY = [
@@ -187,7 +185,7 @@ def test_an_env_whose_physics_mujoco_4_changed_is_refused_on_either_side_of_it_b
     assert capsys.readouterr().err == (
         f"lockstep.py: ours runs MuJoCo {ours}, CleanRL's run ran on {other}: MuJoCo 4 changed the physics of Humanoid-v4, "
         "so the two would part by the physics, not the algorithm; run ours on the run's MuJoCo (2.3.3: bash "
-        "scripts/install.sh mujoco-ref, then .venv-mujoco-ref/bin/python benchmark/lockstep.py ...)\n"
+        "scripts/install.sh mujoco-ref, then .venv-mujoco-ref/bin/python -m benchmark.peers.lockstep ...)\n"
     )
     assert lockstep.main(args) == 2  # CleanRL does not log its MuJoCo: without --cleanrl-mujoco it is not known
     assert capsys.readouterr().err.startswith(

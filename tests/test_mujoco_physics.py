@@ -4,7 +4,7 @@ here, not be found by chance. A seeded rollout of each under the installed MuJoC
 that version in mujoco_physics.json, which holds every MuJoCo the lock pins (requirements/mujoco.txt, mujoco-ref.txt).
 
 To store the installed MuJoCo's values (a new version: then see which env changed against the versions stored, and
-write it down in README.md beside the published MuJoCo numbers and in benchmark/lockstep.py's mujoco_check):
+write it down in README.md beside the published MuJoCo numbers and in benchmark/peers/lockstep.py's mujoco_check):
     python tests/test_mujoco_physics.py                      # the default lock's MuJoCo, in .venv
     .venv-mujoco-ref/bin/python tests/test_mujoco_physics.py  # bash scripts/install.sh mujoco-ref: MuJoCo 2.3.3
 """
@@ -74,7 +74,7 @@ def test_a_seeded_rollout_is_the_one_stored_for_the_installed_mujoco(env_id):
 
 
 def test_every_mujoco_the_lock_pins_has_a_stored_rollout():
-    from test_repo import lock_pins
+    from lock import lock_pins
 
     locked = {
         v
@@ -85,10 +85,9 @@ def test_every_mujoco_the_lock_pins_has_a_stored_rollout():
 
 
 def test_lockstep_calls_two_mujocos_other_physics_exactly_where_their_stored_rollouts_differ():
-    """benchmark/lockstep.py refuses an env MuJoCo 4 changed whose two sides ran on either side of 4: the stored rollouts
+    """benchmark/peers/lockstep.py refuses an env MuJoCo 4 changed whose two sides ran on either side of 4: the stored rollouts
     must bear that rule out for every pair of versions (and any version stored next must fit it)."""
-    sys.path.insert(0, os.path.join(HERE, "..", "benchmark"))
-    from lockstep import mujoco_check
+    from benchmark.peers.lockstep import mujoco_check
 
     versions = stored()
     assert len(versions) >= 2

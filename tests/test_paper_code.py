@@ -1,4 +1,4 @@
-"""benchmark/paper_code.py: seed 004's released code on gymnasium's v4 envs, checked here on a stand-in of that code."""
+"""benchmark/peers/paper_code.py: seed 004's released code on gymnasium's v4 envs, checked here on a stand-in of that code."""
 
 import json
 import os
@@ -8,10 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmark"))
-import paper_code  # noqa: E402
-
-SCRIPT = paper_code.__file__
+from benchmark.peers import paper_code
+from benchmark.processes import root_on_path, tool
 
 # A stand-in for the released src/policy_gradients/agent.py, using what the real one uses: gym.make on the params'
 # game, reset() giving the observation, step() a 4-tuple, one train_step per iteration returning its mean reward.
@@ -88,7 +86,11 @@ def test_the_old_api_env_keeps_each_finished_episode_and_drops_an_unfinished_one
 
 def run(tmp_path, *args):
     return subprocess.run(
-        [sys.executable, SCRIPT, "--src", str(tmp_path), *args], capture_output=True, text=True, cwd=tmp_path
+        [*tool("benchmark.peers.paper_code"), "--src", str(tmp_path), *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=root_on_path(),
     )
 
 

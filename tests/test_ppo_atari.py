@@ -3,48 +3,25 @@ game score, checkpoints and bad input. The core PPO math is tested in test_ppo.p
 """
 
 import os
-import signal
 
 import ale_py
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from hacks import copy_safety_tests, hack_safety_tests
-from precision import bf16_tests
-from test_ppo import (
-    PPO_BAD_INPUT,
+from networks import assert_channels_last_is_the_same_math, assert_heads_read_one_trunk_of_scaled_pixels
+from promises import (
+    ATARI_BAD_INPUT,
     assert_cli_error_is_one_line,
-    assert_command_line_checkpoint_resumes_in_python,
     assert_envs_of_another_version_refused,
-    assert_foreign_and_corrupt_checkpoints_rejected,
-    assert_memory_checked,
-    assert_nonfinite_stops_and_keeps_the_last_checkpoint,
     assert_rejected_before_training,
     assert_resume_matches_uninterrupted_run,
     assert_resumes_with_fresh_episodes,
-    assert_stopped_in_one_line,
     read_scalars,
 )
+from tiny import ASTERIX, skip_updates, tiny
 
 import ppo_atari
-
-# Asterix: short random games (~190 agent steps), several lives, no FIRE, and rewards of 50
-ASTERIX = "AsterixNoFrameskip-v4"
-
-
-def tiny(**kw):
-    base = dict(
-        cuda=False, env_id=ASTERIX, num_envs=2, num_steps=32, num_minibatches=2, update_epochs=1, total_timesteps=2 * 32 * 2
-    )
-    base.update(kw)
-    return ppo_atari.Args(**base)
-
-
-def skip_updates(monkeypatch, module):
-    """For tests of the rollout and logging only: the learning phase becomes a no-op (it is the slow part)."""
-    losses = dict(value_loss=0.0, policy_loss=0.0, entropy=0.0, old_approx_kl=0.0, approx_kl=0.0, clipfrac=0.0)
-    monkeypatch.setattr(module, "update", lambda *a: (losses, {"ratio_max_dev": 0.0}))
 
 
 class RawFrames(gym.Wrapper):
@@ -84,66 +61,6 @@ def test_nature_cnn_init_and_pixel_scaling():
     assert_heads_read_one_trunk_of_scaled_pixels(
         agent, torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8), torch.tensor([0, 5])
     )
-
-
-def assert_heads_read_one_trunk_of_scaled_pixels(agent, x, actions):
-    """Details A8-A9 on uint8 frames x: the agent's log-prob, entropy and value are those of its actor and critic on
-    one trunk output, of the frames already scaled to [0, 1]."""
-    _, logprob, entropy, value = agent.get_action_and_value(x, actions)
-    hidden = agent.network(x.float() / 255.0)
-    dist = torch.distributions.Categorical(logits=agent.actor(hidden))
-    torch.testing.assert_close(logprob, dist.log_prob(actions))
-    torch.testing.assert_close(entropy, dist.entropy())
-    torch.testing.assert_close(value, agent.critic(hidden).squeeze(-1))
-    torch.testing.assert_close(agent.get_value(x), value)
-    assert value.shape == (len(x),)
-
-
-def assert_samples_the_softmax_and_scores_it(agent, n, atol):
-    """With the actor's weight zeroed and its bias making four clearly different probabilities, get_action_and_value
-    on n frames draws the actions at the softmax's frequencies (to atol) and scores each draw: its log-prob, the
-    entropy, and (on the first 64) the value get_value gives."""
-    torch.manual_seed(0)
-    with torch.no_grad():
-        agent.actor.weight.zero_()
-        agent.actor.bias.copy_(torch.tensor([0.0, 1.0, 2.0, -1.0]))
-        x = torch.randint(0, 256, (n, 4, 84, 84), dtype=torch.uint8)
-        action, logprob, entropy, value = agent.get_action_and_value(x)
-    dist = torch.distributions.Categorical(logits=agent.actor.bias.detach())
-    np.testing.assert_allclose(torch.bincount(action, minlength=4).numpy() / n, dist.probs.numpy(), atol=atol)
-    torch.testing.assert_close(logprob, dist.log_prob(action), rtol=0, atol=1e-6)
-    torch.testing.assert_close(entropy, dist.entropy().expand(n), rtol=0, atol=1e-6)
-    assert value.shape == (n,)
-    torch.testing.assert_close(value[:64], agent.get_value(x[:64]).detach())
-
-
-def assert_channels_last_is_the_same_math(make_agent, forward, x):
-    """--channels-last changes only the memory layout: same initial parameters, NHWC conv weights, outputs and
-    gradients equal to float rounding, and a checkpoint that loads into a default (NCHW) agent.
-
-    make_agent(channels_last) builds an agent; forward(agent, x) returns a tensor or a tuple of tensors."""
-
-    def outputs(agent):
-        out = forward(agent, x)
-        return torch.cat([o.reshape(-1) for o in (out if isinstance(out, tuple) else (out,))])
-
-    torch.manual_seed(0)
-    plain = make_agent(False)
-    torch.manual_seed(0)
-    nhwc = make_agent(True)
-    for (name, p), q in zip(plain.named_parameters(), nhwc.parameters()):
-        assert torch.equal(p, q), name
-        if p.dim() == 4:
-            assert p.is_contiguous() and q.is_contiguous(memory_format=torch.channels_last), name
-    out_plain, out_nhwc = outputs(plain), outputs(nhwc)
-    torch.testing.assert_close(out_nhwc, out_plain, rtol=1e-5, atol=1e-5)
-    out_plain.square().sum().backward()
-    out_nhwc.square().sum().backward()
-    for (name, p), q in zip(plain.named_parameters(), nhwc.parameters()):
-        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=name)
-    restored = make_agent(False)
-    restored.load_state_dict(nhwc.state_dict())
-    torch.testing.assert_close(outputs(restored), out_nhwc, rtol=1e-5, atol=1e-5)
 
 
 def test_channels_last_is_the_same_math():
@@ -242,7 +159,7 @@ def test_fire_reset_launches_each_ball_in_games_that_wait_for_fire():
 
 
 def test_life_loss_ends_training_episode_but_not_the_game():
-    envs = ppo_atari.make_envs(tiny(env_id="BreakoutNoFrameskip-v4", num_envs=1), "x")
+    envs = ppo_atari.make_envs(tiny(ppo_atari, env_id="BreakoutNoFrameskip-v4", num_envs=1), "x")
     ale = envs.envs[0].unwrapped.ale
     envs.reset(seed=0)
     rng = np.random.default_rng(0)
@@ -279,7 +196,7 @@ def test_logged_return_is_raw_full_game_score(monkeypatch):
 
     monkeypatch.setattr(ale_py.env.AtariEnv, "step", recording_step)
     skip_updates(monkeypatch, ppo_atari)
-    out = ppo_atari.train(tiny(num_envs=1, num_steps=256, num_minibatches=1, total_timesteps=256 * 3))
+    out = ppo_atari.train(tiny(ppo_atari, num_envs=1, num_steps=256, num_minibatches=1, total_timesteps=256 * 3))
     assert len(out["episodic_return"]) >= 2  # several games, each over several lives
     assert sorted(out["episodic_return"]) == sorted(games)
     assert max(games) > 50  # far above any sum of clipped rewards per life
@@ -289,7 +206,7 @@ def test_logged_return_is_raw_full_game_score(monkeypatch):
 
 
 def test_training_logs_all_keys_and_first_minibatch_is_on_policy():
-    out = ppo_atari.train(tiny())
+    out = ppo_atari.train(tiny(ppo_atari))
     assert len(out["first_minibatch"]) == len(out["losses"]) > 0  # one an iteration, all checked below
     for first in out["first_minibatch"]:
         assert first["ratio_max_dev"] < 1e-5 and first["clipfrac"] == 0.0
@@ -316,7 +233,7 @@ def test_reference_defaults():
 
 def test_resume_matches_uninterrupted_run_and_evaluate(monkeypatch):
     # Asterix's games (~190 steps) span the checkpoint at step 2 * 64 of each env and end after it
-    args = tiny(num_steps=64, total_timesteps=2 * 64 * 4, save_model=True, save_every=2)
+    args = tiny(ppo_atari, num_steps=64, total_timesteps=2 * 64 * 4, save_model=True, save_every=2)
     full, resumed = assert_resume_matches_uninterrupted_run(ppo_atari, args, monkeypatch)
     assert resumed["episodic_return"] and resumed["learning_rate"][-1] == 0.0  # the schedule continued to its end
     scores = ppo_atari.evaluate(full["checkpoint"], eval_episodes=1, seed=0)
@@ -324,48 +241,20 @@ def test_resume_matches_uninterrupted_run_and_evaluate(monkeypatch):
     assert len(scores) == 1 and scores[0] % 50 == 0  # whole-game Asterix scores
 
 
-def test_a_command_line_checkpoint_resumes_in_python_with_its_games():
-    assert_command_line_checkpoint_resumes_in_python(ppo_atari, tiny(total_timesteps=2 * 32))
-
-
 def test_resume_without_env_state_continues_with_fresh_games_and_another_versions_envs_refused(monkeypatch, capsys):
-    assert_resumes_with_fresh_episodes(ppo_atari, tiny(save_model=True, save_every=1), capsys, monkeypatch, "get_game")
-    saved = ppo_atari.train(tiny(save_model=True, total_timesteps=2 * 32))
+    assert_resumes_with_fresh_episodes(
+        ppo_atari, tiny(ppo_atari, save_model=True, save_every=1), capsys, monkeypatch, "get_game"
+    )
+    saved = ppo_atari.train(tiny(ppo_atari, save_model=True, total_timesteps=2 * 32))
     assert_envs_of_another_version_refused(ppo_atari, saved, lambda envs, wrapper: wrapper)
-
-
-# the bad input every script on the NoFrameskip-v4 games refuses (test_ppo_atari_lstm.py adds its own to these)
-ATARI_BAD_INPUT = [
-    (dict(env_id="NoSuchGame-v4"), "unknown env id"),
-    (dict(env_id="CartPole-v1"), "not an Atari"),
-    (dict(env_id="ALE/Breakout-v5"), "NoFrameskip-v4"),
-    (dict(total_timesteps=10), "leaves no iteration to run"),
-] + PPO_BAD_INPUT
 
 
 @pytest.mark.parametrize("kw,message", ATARI_BAD_INPUT)
 def test_bad_input_rejected_before_training(kw, message):
-    assert_rejected_before_training(ppo_atari, tiny(**kw), message)
-
-
-def test_foreign_checkpoint_rejected():
-    assert_foreign_and_corrupt_checkpoints_rejected(ppo_atari, "ppo.py")
+    assert_rejected_before_training(ppo_atari, tiny(ppo_atari, **kw), message)
 
 
 # ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
-
-
-(
-    test_hack_cleanrl_update_trains,
-    test_hack_temperature_changes_what_the_rollout_samples,
-    test_hack_added_layer_trains,
-    test_hack_every_param_group_anneals,
-) = hack_safety_tests(
-    ppo_atari,
-    tiny(),
-    tiny(env_id="BreakoutNoFrameskip-v4", num_envs=4, num_steps=128, total_timesteps=512),
-    logits=(0.0, 1.0, 0.0, 0.0),
-)
 
 
 def test_cli_error_is_one_line_without_traceback():
@@ -377,35 +266,6 @@ def test_cli_error_is_one_line_without_traceback():
 
 
 def test_capture_video_records_env_0_games():
-    out = ppo_atari.train(tiny(capture_video=True))
+    out = ppo_atari.train(tiny(ppo_atari, capture_video=True))
     video = f"videos/{out['run_name']}/rl-video-episode-0.mp4"
     assert os.path.getsize(video) > 1000
-
-
-(
-    test_bf16_trains_close_to_fp32_and_stays_on_policy,
-    test_bf16_checkpoints_load_across_precisions,
-    test_bf16_without_bf16_kernels_is_refused,
-) = bf16_tests(ppo_atari, tiny())
-
-
-def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
-    assert_memory_checked(ppo_atari, monkeypatch, ppo_atari.Args(num_envs=10**9))
-
-
-def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(monkeypatch):
-    """Issue 51.1 (test_ppo.py's helper)."""
-    assert_nonfinite_stops_and_keeps_the_last_checkpoint(ppo_atari, tiny(save_model=True, save_every=1), monkeypatch)
-
-
-def test_sigterm_is_one_line_naming_the_checkpoint_and_how_to_resume():
-    """Issue 51.4 (test_ppo.py's helper; test_ppo.py sends both signals)."""
-    flags = ["--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1"]
-    assert_stopped_in_one_line("ppo_atari.py", flags + ["--total-timesteps", "10000000"], signal.SIGTERM)
-
-
-# issue 71: a copy of the file runs as itself; an Agent built differently (a new constructor argument) evaluates and resumes
-(
-    test_hack_a_copy_runs_checkpoints_and_resumes_as_itself,
-    test_hack_an_edited_constructor_evaluates_and_resumes,
-) = copy_safety_tests(ppo_atari, tiny())

@@ -4,39 +4,25 @@ and the PPO math are the ones of ppo_atari.py (tested there and in test_ppo.py).
 """
 
 import os
-import signal
 
 import imageio
 import numpy as np
 import pytest
 import torch
-from hacks import copy_safety_tests, hack_safety_tests
-from precision import bf16_tests
-from test_ppo import (
+from networks import assert_channels_last_is_the_same_math
+from promises import (
     PPO_BAD_INPUT,
     assert_cli_error_is_one_line,
-    assert_foreign_and_corrupt_checkpoints_rejected,
-    assert_memory_checked,
-    assert_nonfinite_stops_and_keeps_the_last_checkpoint,
     assert_rejected_before_training,
     assert_resumes_with_fresh_episodes,
-    assert_stopped_in_one_line,
     read_scalars,
 )
-from test_ppo_atari import assert_channels_last_is_the_same_math, skip_updates
+from tiny import skip_updates, tiny
 
 import ppo_atari_envpool as pool
 
 # Asterix: short random games (~190 agent steps), several lives, and raw rewards of 50
 ASTERIX = "Asterix-v5"
-
-
-def tiny(**kw):
-    base = dict(
-        cuda=False, env_id=ASTERIX, num_envs=4, num_steps=64, num_minibatches=2, update_epochs=1, total_timesteps=4 * 64 * 2
-    )
-    base.update(kw)
-    return pool.Args(**base)
 
 
 def test_reference_defaults_and_v4_equivalent_processing():
@@ -85,7 +71,7 @@ def test_reset_steps_are_trained_on_by_default_as_the_reference_does(monkeypatch
     monkeypatch.setattr(
         pool, "update", lambda agent, optimizer, b, args: sizes.append(len(b["obs"])) or real_update(agent, optimizer, b, args)
     )
-    out = pool.train(tiny(num_steps=2, num_minibatches=1, total_timesteps=4 * 2 * 120))
+    out = pool.train(tiny(pool, num_steps=2, num_minibatches=1, total_timesteps=4 * 2 * 120))
     assert len(out["episodic_return"]) >= 1 and sizes == [4 * 2] * 120  # games ended, and no step left the batch
 
 
@@ -105,7 +91,7 @@ def test_reset_steps_are_masked_out_of_the_update_with_the_flag(monkeypatch):
     monkeypatch.setattr(pool, "compute_gae", spy_gae)
     monkeypatch.setattr(pool, "update", spy_update)
     # short rollouts: reset steps also fall on the first step of a rollout (the done was the last one's)
-    out = pool.train(tiny(num_steps=2, num_minibatches=1, total_timesteps=4 * 2 * 120, mask_reset_steps=True))
+    out = pool.train(tiny(pool, num_steps=2, num_minibatches=1, total_timesteps=4 * 2 * 120, mask_reset_steps=True))
     previous_done, masked, across = torch.zeros(4), 0, 0
     for (rewards, dones, returns), b in zip(seen["gae"], seen["batch"]):
         # a step is a reset step exactly when the step before it (in the same env) ended an episode
@@ -149,7 +135,7 @@ def test_minibatches_partition_the_masked_batch(monkeypatch):
     real_forward = agent.get_action_and_value
     monkeypatch.setattr(agent, "get_action_and_value", lambda x, action=None: seen.append(len(x)) or real_forward(x, action))
     monkeypatch.setattr(pool.torch, "randperm", spy_randperm)
-    losses, first = pool.update(agent, optimizer, b, tiny(update_epochs=2, num_minibatches=4))
+    losses, first = pool.update(agent, optimizer, b, tiny(pool, update_epochs=2, num_minibatches=4))
     assert [len(p) for p in batches] == [n, n] and seen == [64, 64, 64, 61] * 2
     assert first["ratio_max_dev"] < 1e-5 and np.isfinite(list(losses.values())).all()
 
@@ -172,7 +158,7 @@ def test_logged_return_is_raw_full_game_score(monkeypatch):
 
     monkeypatch.setattr(pool, "make_envs", lambda *a: Recorder(real_make(*a)))
     skip_updates(monkeypatch, pool)
-    out = pool.train(tiny(num_envs=2, num_steps=128, total_timesteps=2 * 128 * 3))
+    out = pool.train(tiny(pool, num_envs=2, num_steps=128, total_timesteps=2 * 128 * 3))
     games, score, clipped, clipped_games = [], np.zeros(2), np.zeros(2), []
     for reward, truncated, info in steps:
         assert set(np.unique(reward)) <= {-1.0, 0.0, 1.0}
@@ -192,7 +178,7 @@ def test_logged_return_is_raw_full_game_score(monkeypatch):
 
 def test_capture_video_records_env_0_through_envpools_renderer(monkeypatch):
     skip_updates(monkeypatch, pool)
-    out = pool.train(tiny(num_envs=2, num_steps=128, total_timesteps=2 * 128 * 2, capture_video=True))
+    out = pool.train(tiny(pool, num_envs=2, num_steps=128, total_timesteps=2 * 128 * 2, capture_video=True))
     videos = sorted(os.listdir(f"videos/{out['run_name']}"))
     # game 0 of env 0 ended (~190 steps) and was written then; game 1 (on the schedule) was cut off and written
     # at close, as gymnasium's RecordVideo does
@@ -204,7 +190,7 @@ def test_capture_video_records_env_0_through_envpools_renderer(monkeypatch):
 
 
 def test_resume_and_evaluate(capsys, monkeypatch):
-    args = tiny(num_steps=16, total_timesteps=4 * 16 * 2, save_model=True, save_every=1)
+    args = tiny(pool, num_steps=16, total_timesteps=4 * 16 * 2, save_model=True, save_every=1)
     out, resumed = assert_resumes_with_fresh_episodes(pool, args, capsys, monkeypatch)
     assert resumed["learning_rate"] == [0.0]  # the schedule continued to its end, not restarted
     scores = pool.evaluate(out["checkpoint"], eval_episodes=2, seed=0)
@@ -222,24 +208,10 @@ def test_resume_and_evaluate(capsys, monkeypatch):
     + PPO_BAD_INPUT,
 )
 def test_bad_input_rejected_before_training(kw, message):
-    assert_rejected_before_training(pool, tiny(**kw), message)
-
-
-def test_foreign_checkpoint_rejected():
-    assert_foreign_and_corrupt_checkpoints_rejected(pool, "ppo_atari.py")
+    assert_rejected_before_training(pool, tiny(pool, **kw), message)
 
 
 # ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
-
-
-(
-    test_hack_cleanrl_update_trains,
-    test_hack_temperature_changes_what_the_rollout_samples,
-    test_hack_added_layer_trains,
-    test_hack_every_param_group_anneals,
-) = hack_safety_tests(
-    pool, tiny(), tiny(env_id="Breakout-v5", num_envs=4, num_steps=128, total_timesteps=512), logits=(0.0, 1.0, 0.0, 0.0)
-)
 
 
 def test_cli_error_is_one_line_without_traceback():
@@ -248,32 +220,3 @@ def test_cli_error_is_one_line_without_traceback():
         ["--env-id", "CartPole-v1"],
         ("ppo_atari_envpool.py: error: CartPole-v1 is not an Atari game; ppo_atari_envpool.py needs one, e.g. Breakout-v5"),
     )
-
-
-(
-    test_bf16_trains_close_to_fp32_and_stays_on_policy,
-    test_bf16_checkpoints_load_across_precisions,
-    test_bf16_without_bf16_kernels_is_refused,
-) = bf16_tests(pool, tiny())
-
-
-def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
-    assert_memory_checked(pool, monkeypatch, pool.Args(num_envs=10**9))
-
-
-def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(monkeypatch):
-    """Issue 51.1 (test_ppo.py's helper)."""
-    assert_nonfinite_stops_and_keeps_the_last_checkpoint(pool, tiny(save_model=True, save_every=1), monkeypatch)
-
-
-def test_ctrl_c_is_one_line_naming_the_checkpoint_and_how_to_resume():
-    """Issue 51.4 (test_ppo.py's helper; test_ppo.py sends both signals)."""
-    flags = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1"]
-    assert_stopped_in_one_line("ppo_atari_envpool.py", flags + ["--total-timesteps", "10000000"], signal.SIGINT)
-
-
-# issue 71: a copy of the file runs as itself; an Agent built differently (a new constructor argument) evaluates and resumes
-(
-    test_hack_a_copy_runs_checkpoints_and_resumes_as_itself,
-    test_hack_an_edited_constructor_evaluates_and_resumes,
-) = copy_safety_tests(pool, tiny())

@@ -2,38 +2,23 @@
 wrappers it shares with ppo_atari.py are tested in test_ppo_atari.py; here only that it uses one frame.
 """
 
-import signal
-
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from hacks import copy_safety_tests, hack_safety_tests
-from precision import bf16_tests
-from test_ppo import (
+from networks import assert_channels_last_is_the_same_math
+from promises import (
+    ATARI_BAD_INPUT,
     assert_cli_error_is_one_line,
-    assert_command_line_checkpoint_resumes_in_python,
-    assert_foreign_and_corrupt_checkpoints_rejected,
-    assert_memory_checked,
-    assert_nonfinite_stops_and_keeps_the_last_checkpoint,
     assert_rejected_before_training,
     assert_resume_matches_uninterrupted_run,
     assert_resumes_with_fresh_episodes,
-    assert_stopped_in_one_line,
 )
-from test_ppo_atari import ATARI_BAD_INPUT, assert_channels_last_is_the_same_math
+from tiny import tiny
 
 import ppo_atari_lstm as lstm_mod
 
 ASTERIX = "AsterixNoFrameskip-v4"  # short random games with several lives: episode starts inside a rollout
-
-
-def tiny(**kw):
-    base = dict(
-        cuda=False, env_id=ASTERIX, num_envs=2, num_steps=16, num_minibatches=2, update_epochs=1, total_timesteps=2 * 16 * 3
-    )
-    base.update(kw)
-    return lstm_mod.Args(**base)
 
 
 def test_lstm_init_orthogonal_std_one_zero_bias_and_zero_initial_state():
@@ -199,7 +184,7 @@ def test_rollout_resets_at_episode_starts_and_carries_the_state_across_rollouts(
             update_states.append(tuple(s.clone() for s in b["lstm_state"])) or real_update(agent, opt, b, args)
         ),
     )
-    args = tiny(num_steps=64, total_timesteps=2 * 64 * 3)
+    args = tiny(lstm_mod, num_steps=64, total_timesteps=2 * 64 * 3)
     lstm_mod.train(args)
     T, N = args.num_steps, args.num_envs
     assert len(steps) == 3 * T and len(gae_dones) == 3
@@ -237,7 +222,7 @@ def test_bootstrap_truncated_values_the_final_observation_from_the_state_after_t
     monkeypatch.setattr(lstm_mod, "compute_gae", lambda r, *a: rewards.append(r.clone()) or real_gae(r, *a))
     for bootstrap in (False, True):  # the same rollout (V samples nothing), without and with the bootstrap
         steps.clear(), values.clear()
-        lstm_mod.train(tiny(num_steps=64, total_timesteps=2 * 64, bootstrap_truncated=bootstrap, gamma=0.9))
+        lstm_mod.train(tiny(lstm_mod, num_steps=64, total_timesteps=2 * 64, bootstrap_truncated=bootstrap, gamma=0.9))
     added = (rewards[1] - rewards[0]).nonzero().tolist()
     assert [t for t, _ in added] == [23, 23, 47, 47]  # each env's time limit, and only there
     assert len(values) == 3  # two bootstraps and the rollout's next_value
@@ -247,7 +232,7 @@ def test_bootstrap_truncated_values_the_final_observation_from_the_state_after_t
 
 
 def test_first_minibatch_ratio_exactly_one_thanks_to_state_reconstruction(monkeypatch):
-    out = lstm_mod.train(tiny())
+    out = lstm_mod.train(tiny(lstm_mod))
     assert len(out["first_minibatch"]) == 3
     for first in out["first_minibatch"]:
         assert first["ratio_max_dev"] < 1e-5 and first["clipfrac"] == 0.0 and abs(first["approx_kl"]) < 1e-7
@@ -261,7 +246,7 @@ def test_first_minibatch_ratio_exactly_one_thanks_to_state_reconstruction(monkey
         return real_update(agent, optimizer, b, args)
 
     monkeypatch.setattr(lstm_mod, "update", update_from_zero_state)
-    broken = lstm_mod.train(tiny(total_timesteps=2 * 16 * 2))
+    broken = lstm_mod.train(tiny(lstm_mod, total_timesteps=2 * 16 * 2))
     assert broken["first_minibatch"][0]["ratio_max_dev"] < 1e-5
     assert all(f["ratio_max_dev"] > 1e-4 for f in broken["first_minibatch"][1:])
 
@@ -277,7 +262,7 @@ def test_reference_defaults_and_one_frame():
 
 def test_resume_matches_uninterrupted_run_and_evaluate(monkeypatch):
     # Asterix's games (~190 steps) span the checkpoint at step 2 * 64 of each env; the LSTM states are carried over it
-    args = tiny(num_steps=64, total_timesteps=2 * 64 * 4, save_model=True, save_every=2)
+    args = tiny(lstm_mod, num_steps=64, total_timesteps=2 * 64 * 4, save_model=True, save_every=2)
     full, resumed = assert_resume_matches_uninterrupted_run(lstm_mod, args, monkeypatch)
     assert resumed["episodic_return"] and resumed["learning_rate"][-1] == 0.0  # the schedule continued to its end
     ckpt, _ = lstm_mod.load_checkpoint(full["checkpoint"])
@@ -302,37 +287,16 @@ def test_resume_matches_uninterrupted_run_and_evaluate(monkeypatch):
     ATARI_BAD_INPUT + [(dict(num_envs=6, num_minibatches=4, num_steps=32), "num-envs 6 is not divisible.*whole environments")],
 )
 def test_bad_input_rejected_before_training(kw, message):
-    assert_rejected_before_training(lstm_mod, tiny(**kw), message)
-
-
-def test_foreign_checkpoint_rejected():
-    assert_foreign_and_corrupt_checkpoints_rejected(lstm_mod, "ppo_atari.py")
-
-
-def test_a_command_line_checkpoint_resumes_in_python_with_its_games():
-    assert_command_line_checkpoint_resumes_in_python(lstm_mod, tiny(total_timesteps=2 * 16))
+    assert_rejected_before_training(lstm_mod, tiny(lstm_mod, **kw), message)
 
 
 def test_resume_without_env_state_continues_with_fresh_games(monkeypatch, capsys):
     assert_resumes_with_fresh_episodes(
-        lstm_mod, tiny(total_timesteps=2 * 16 * 2, save_model=True, save_every=1), capsys, monkeypatch, "get_game"
+        lstm_mod, tiny(lstm_mod, total_timesteps=2 * 16 * 2, save_model=True, save_every=1), capsys, monkeypatch, "get_game"
     )
 
 
 # ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
-
-
-(
-    test_hack_cleanrl_update_trains,
-    test_hack_temperature_changes_what_the_rollout_samples,
-    test_hack_added_layer_trains,
-    test_hack_every_param_group_anneals,
-) = hack_safety_tests(
-    lstm_mod,
-    tiny(),
-    tiny(env_id="BreakoutNoFrameskip-v4", num_envs=4, num_steps=128, total_timesteps=512),
-    logits=(0.0, 1.0, 0.0, 0.0),
-)
 
 
 def test_cli_error_is_one_line_without_traceback():
@@ -344,32 +308,3 @@ def test_cli_error_is_one_line_without_traceback():
             "whole environments' sequences"
         ),
     )
-
-
-(
-    test_bf16_trains_close_to_fp32_and_stays_on_policy,
-    test_bf16_checkpoints_load_across_precisions,
-    test_bf16_without_bf16_kernels_is_refused,
-) = bf16_tests(lstm_mod, tiny())
-
-
-def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
-    assert_memory_checked(lstm_mod, monkeypatch, lstm_mod.Args(num_envs=10**9))
-
-
-def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(monkeypatch):
-    """Issue 51.1 (test_ppo.py's helper)."""
-    assert_nonfinite_stops_and_keeps_the_last_checkpoint(lstm_mod, tiny(save_model=True, save_every=1), monkeypatch)
-
-
-def test_sigterm_is_one_line_naming_the_checkpoint_and_how_to_resume():
-    """Issue 51.4 (test_ppo.py's helper; test_ppo.py sends both signals)."""
-    flags = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1"]
-    assert_stopped_in_one_line("ppo_atari_lstm.py", flags + ["--total-timesteps", "10000000"], signal.SIGTERM)
-
-
-# issue 71: a copy of the file runs as itself; an Agent built differently (a new constructor argument) evaluates and resumes
-(
-    test_hack_a_copy_runs_checkpoints_and_resumes_as_itself,
-    test_hack_an_edited_constructor_evaluates_and_resumes,
-) = copy_safety_tests(lstm_mod, tiny())

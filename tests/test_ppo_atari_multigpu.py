@@ -17,12 +17,9 @@ import ale_py
 import gymnasium as gym
 import numpy as np
 import pytest
-import test_ppo_atari
 import torch
 import torch.distributed as dist
 from conftest import ROOT
-from hacks import copy_safety_tests, hack_safety_tests
-from precision import bf16_tests
 from processes import (
     alive,
     assert_process_group_failure_is_one_line,
@@ -37,27 +34,20 @@ from processes import (
     stop_job,
     wait_for,
 )
-from test_ppo import (
+from promises import (
     assert_cli_error_is_one_line,
-    assert_command_line_checkpoint_resumes_in_python,
     assert_envs_of_another_version_refused,
-    assert_memory_checked,
-    assert_nonfinite_stops_and_keeps_the_last_checkpoint,
     assert_resumes_with_fresh_episodes,
     cli_flags,
+    machine_memory,
     read_scalars,
 )
+from tiny import tiny
 
 import ppo_atari
 import ppo_atari_multigpu as mg
 
 SCRIPT = os.path.join(ROOT, "ppo_atari_multigpu.py")
-
-
-def tiny(**kw):
-    """test_ppo_atari's tiny run, as this script's Args."""
-    fields = {k: v for k, v in dataclasses.asdict(test_ppo_atari.tiny()).items() if k in mg.Args.__dataclass_fields__}
-    return dataclasses.replace(mg.Args(**{**fields, "exp_name": mg.Args.exp_name}), **kw)
 
 
 def parameters(agent):
@@ -70,7 +60,7 @@ T, N, EPOCHS, MINIBATCHES = 8, 4, 2, 2
 
 
 def update_args():
-    args = tiny(num_envs=N, num_steps=T, num_minibatches=MINIBATCHES, update_epochs=EPOCHS)
+    args = tiny(mg, num_envs=N, num_steps=T, num_minibatches=MINIBATCHES, update_epochs=EPOCHS)
     args.batch_size, args.minibatch_size = N * T, N * T // MINIBATCHES  # global, as train() sets them
     return args
 
@@ -143,7 +133,7 @@ def test_world_of_one_is_ppo_atari():
     """Without torchrun the script is ppo_atari.py: same episodes, same losses (to the rounding of detail 7's
     two-pass normalisation)."""
     args = dict(num_steps=128, total_timesteps=2 * 128 * 2)
-    ours, theirs = mg.train(tiny(**args)), ppo_atari.train(test_ppo_atari.tiny(**args))
+    ours, theirs = mg.train(tiny(mg, **args)), ppo_atari.train(tiny(ppo_atari, **args))
     assert ours["episodic_return"] == theirs["episodic_return"] and ours["episodic_return"]
     for a, b in zip(ours["losses"], theirs["losses"]):
         np.testing.assert_allclose([a[k] for k in b], list(b.values()), rtol=1e-4, atol=1e-6)
@@ -166,7 +156,7 @@ def train_as_rank(rank, world):
         return obs, reward, terminated, truncated, info
 
     ale_py.env.AtariEnv.step = recording_step
-    out = mg.train(tiny(num_envs=4, num_steps=200, num_minibatches=2, total_timesteps=4 * 200 * 2))
+    out = mg.train(tiny(mg, num_envs=4, num_steps=200, num_minibatches=2, total_timesteps=4 * 200 * 2))
     logged = read_scalars(out["run_dir"], "charts/episodic_return") if rank == 0 else None
     return {
         "games": games,
@@ -199,7 +189,7 @@ def diverge_as_rank(rank, world):
 
     mg.ppo_losses = nan_on_rank_1
     try:
-        mg.train(tiny(save_model=True, save_every=1))
+        mg.train(tiny(mg, save_model=True, save_every=1))
     except mg.ConfigError as e:
         return str(e)
 
@@ -215,21 +205,12 @@ def test_a_nan_on_one_rank_stops_every_rank_at_the_same_iteration():
     assert torch.load(path, weights_only=False)["iteration"] == 1
 
 
-def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(monkeypatch):
-    """Issue 51.1 (test_ppo.py's helper), in a world of one."""
-    assert_nonfinite_stops_and_keeps_the_last_checkpoint(mg, tiny(save_model=True, save_every=1), monkeypatch)
-
-
 def test_resume_without_env_state_continues_with_fresh_games_and_another_versions_envs_refused(monkeypatch, capsys):
-    """In a world of one (test_ppo.py's helpers): envs that cannot be pickled (a video recorder) leave the checkpoint
+    """In a world of one (tests/promises.py's checks): envs that cannot be pickled (a video recorder) leave the checkpoint
     without them, and a resume starts new games; envs another version of the file pickled are refused in one line."""
-    assert_resumes_with_fresh_episodes(mg, tiny(save_model=True, save_every=1), capsys, monkeypatch, "get_game")
-    saved = mg.train(tiny(save_model=True, total_timesteps=2 * 32))
+    assert_resumes_with_fresh_episodes(mg, tiny(mg, save_model=True, save_every=1), capsys, monkeypatch, "get_game")
+    saved = mg.train(tiny(mg, save_model=True, total_timesteps=2 * 32))
     assert_envs_of_another_version_refused(mg, saved, lambda envs, wrapper: [wrapper] * len(envs))  # one pickle an env
-
-
-def test_a_command_line_checkpoint_resumes_in_python_with_its_games():
-    assert_command_line_checkpoint_resumes_in_python(mg, tiny(total_timesteps=2 * 32))
 
 
 # ---- torchrun --------------------------------------------------------------------------------------------------------
@@ -265,7 +246,7 @@ def test_torchrun_trains_checkpoints_and_resumes_exactly_and_the_process_group_i
     The group: CI's abort at the end of a torchrun job (rank 1 "terminate called without an active exception"): the
     first optimizer imports torch.distributed.nn, whose functions' defaults then hold the group, so
     destroy_process_group left it and its gloo threads running into the exit (processes.group_watcher)."""
-    args = tiny(num_steps=128, total_timesteps=2 * 128 * 3, save_model=True, save_every=1)
+    args = tiny(mg, num_steps=128, total_timesteps=2 * 128 * 3, save_model=True, save_every=1)
     run = subprocess.run(torchrun(args, script=driver(SCRIPT, KEEP_ITERATION_2)), capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     progress = [line for line in run.stdout.splitlines() if line.startswith("step ")]
@@ -322,7 +303,7 @@ def test_torchrun_trains_checkpoints_and_resumes_exactly_and_the_process_group_i
 
 
 def test_killing_one_rank_under_torchrun_stops_the_job():
-    args = tiny(num_steps=128, total_timesteps=2 * 128 * 1000, save_model=True, save_every=1)
+    args = tiny(mg, num_steps=128, total_timesteps=2 * 128 * 1000, save_model=True, save_every=1)
     job = subprocess.Popen(torchrun(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     workers = []
     try:
@@ -356,7 +337,7 @@ def test_ctrl_c_under_torchrun_is_one_line_and_keeps_the_checkpoint():
     """Issue 37.2: Ctrl-C in the terminal (SIGINT to torchrun and every rank) printed a KeyboardInterrupt traceback
     from every rank; issue 75: its one line did not name the checkpoint. Rank 0 now names it as ppo_atari.py does
     (torchrun's own traceback after it is torch's launcher's, which a script cannot change)."""
-    args = tiny(num_steps=128, total_timesteps=2 * 128 * 1000, save_model=True, save_every=1)
+    args = tiny(mg, num_steps=128, total_timesteps=2 * 128 * 1000, save_model=True, save_every=1)
     code, stderr, took = stop_job(torchrun(args), lambda job, workers: os.killpg(job.pid, signal.SIGINT))
     assert code != 0 and took < 30 and "KeyboardInterrupt" not in stderr, stderr[-3000:]
     assert_names_the_checkpoint_it_keeps(stderr)
@@ -365,7 +346,7 @@ def test_ctrl_c_under_torchrun_is_one_line_and_keeps_the_checkpoint():
 def test_sigterm_without_torchrun_names_the_checkpoint_and_exits_143():
     """Issue 75: one process without torchrun, stopped by SIGTERM (`kill`, a scheduler), exited 1 without naming its
     checkpoint; now it ends as ppo_atari.py does: the line, exit 143."""
-    args = tiny(num_steps=128, total_timesteps=2 * 128 * 1000, save_model=True, save_every=1)
+    args = tiny(mg, num_steps=128, total_timesteps=2 * 128 * 1000, save_model=True, save_every=1)
     code, stderr, took = stop_job([sys.executable, SCRIPT, *cli_flags(args)], lambda job, workers: job.terminate())
     assert code == 143 and took < 30 and "Traceback" not in stderr, stderr[-3000:]
     assert_names_the_checkpoint_it_keeps(stderr)
@@ -374,7 +355,7 @@ def test_sigterm_without_torchrun_names_the_checkpoint_and_exits_143():
 def test_a_hung_rank_stops_the_other_with_a_one_line_error():
     """Without torchrun to stop it (e.g. on another node), a rank whose peer stops answering gives up after
     --dist-timeout with one line."""
-    args = tiny(num_steps=128, total_timesteps=2 * 128 * 1000, save_model=True, save_every=1, dist_timeout=5)
+    args = tiny(mg, num_steps=128, total_timesteps=2 * 128 * 1000, save_model=True, save_every=1, dist_timeout=5)
     port = free_port()
     ranks = [
         subprocess.Popen(
@@ -436,14 +417,14 @@ def test_bad_input_is_one_line_from_the_first_process_of_each_node(monkeypatch):
         code, _, stderr = run_cli("ppo_atari_multigpu.py", ["--num-envs", "3"], timeout=60)
         assert code == 1 and stderr == ""  # rank 0 says it on this node's output
     with pytest.raises(mg.ConfigError, match="does not split"):  # every rank checks before the process group starts
-        mg.train(tiny(num_envs=2, num_steps=3))  # 1 env x 3 steps per process: not 2 equal minibatch shares
+        mg.train(tiny(mg, num_envs=2, num_steps=3))  # 1 env x 3 steps per process: not 2 equal minibatch shares
     assert not os.path.exists("runs")
 
 
 def test_resuming_on_a_number_of_processes_that_does_not_split_the_envs_says_what_fits(monkeypatch):
     """Issue 37.10: resuming 2 envs on 3 processes said "choose a multiple of 3", which --resume then refused as a
     changed --num-envs."""
-    args = dataclasses.asdict(tiny(num_envs=2))
+    args = dataclasses.asdict(tiny(mg, num_envs=2))
     torch.save({"script": "ppo_atari_multigpu.py", "args": args, "iteration": 1, "optimizer": {}}, "ckpt.pt")
     monkeypatch.setenv("WORLD_SIZE", "3")
     with pytest.raises(mg.ConfigError) as refused:
@@ -465,34 +446,8 @@ def test_a_rank_started_by_hand_that_cannot_start_the_process_group_is_one_line_
 # ---- hack safety in a world of one (issue 19) ------------------------------------------------------------------------
 
 
-(
-    test_hack_cleanrl_update_trains,
-    test_hack_temperature_changes_what_the_rollout_samples,
-    test_hack_added_layer_trains,
-    test_hack_every_param_group_anneals,
-) = hack_safety_tests(
-    mg,
-    tiny(),
-    tiny(env_id="BreakoutNoFrameskip-v4", num_envs=4, num_steps=128, total_timesteps=512),
-    logits=(0.0, 1.0, 0.0, 0.0),
-)
-
-
-(
-    test_bf16_trains_close_to_fp32_and_stays_on_policy,
-    test_bf16_checkpoints_load_across_precisions,
-    test_bf16_without_bf16_kernels_is_refused,
-) = bf16_tests(mg, tiny())  # in a world of one, as the hack-safety tests
-
-
-def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
-    assert_memory_checked(mg, monkeypatch, mg.Args(num_envs=10**9))
+def test_the_memory_check_counts_this_ranks_share_of_the_envs(monkeypatch):
+    """(The check itself, in every script: test_every_script.py.)"""
+    machine_memory(monkeypatch, 8e9)
     monkeypatch.setenv("WORLD_SIZE", "8000")  # one rank a node: this one holds 1 of the 8000 envs (the 8 GB hold 200)
     mg.check_args(mg.Args(num_envs=8000))
-
-
-# issue 71: a copy of the file runs as itself; an Agent built differently (a new constructor argument) evaluates and resumes
-(
-    test_hack_a_copy_runs_checkpoints_and_resumes_as_itself,
-    test_hack_an_edited_constructor_evaluates_and_resumes,
-) = copy_safety_tests(mg, tiny())

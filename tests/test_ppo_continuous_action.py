@@ -4,56 +4,31 @@ statistics, evaluation, resume, hack safety and bad input. The core PPO details 
 import importlib.metadata
 import math
 import os
-import signal
-import sys
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from conftest import ROOT, resume_elsewhere
+from conftest import resume_elsewhere
 from hacks import (
     CRITIC_LR,
     Scale,
-    assert_added_layer_trains,
-    assert_cleanrl_update_trains,
     assert_every_group_annealed,
-    copy_safety_tests,
     edited_agent,
     recorded_rates,
 )
 from processes import run_cli
-from test_ppo import (
+from promises import (
     PPO_BAD_INPUT,
     assert_cli_error_is_one_line,
-    assert_envs_of_another_version_refused,
-    assert_foreign_and_corrupt_checkpoints_rejected,
-    assert_memory_checked,
-    assert_nonfinite_stops_and_keeps_the_last_checkpoint,
     assert_rejected_before_training,
     assert_resume_matches_uninterrupted_run,
     assert_resumes_with_fresh_episodes,
-    assert_runs_in_one_second_get_their_own_directories,
-    assert_stopped_in_one_line,
 )
+from tiny import tiny
 
 import ppo_continuous_action as pca
-
-
-def tiny(**kw):
-    """A few iterations of a small rollout on a real MuJoCo env: fast, but every code path runs."""
-    base = dict(
-        env_id="Hopper-v4",
-        cuda=False,
-        num_envs=2,
-        num_steps=32,
-        num_minibatches=2,
-        update_epochs=2,
-        total_timesteps=2 * 32 * 3,
-    )
-    base.update(kw)
-    return pca.Args(**base)
 
 
 class BoxSpyEnv(gym.Env):
@@ -167,14 +142,14 @@ def test_networks_init_and_state_independent_logstd():
 
 
 def test_logstd_is_learned_and_training_is_on_policy():
-    out = pca.train(tiny())
+    out = pca.train(tiny(pca))
     logstd = out["agent"].actor_logstd.detach()
     assert logstd.shape == (1, 3)
     assert not torch.equal(logstd, torch.zeros(1, 3))  # it has a gradient through the log-prob
     assert len(out["first_minibatch"]) == len(out["losses"]) > 0  # one an iteration, all checked below
     for first in out["first_minibatch"]:  # the rollout's log-probs equal the update's recomputation
         assert first["ratio_max_dev"] < 1e-5 and first["clipfrac"] == 0.0
-    # the wall-time split that benchmark/throughput.py reports
+    # the wall-time split that benchmark/tools/throughput.py reports
     assert set(out["seconds"]) == {"env", "inference", "update"} and all(v > 0 for v in out["seconds"].values())
 
 
@@ -484,7 +459,7 @@ def initial_weights(monkeypatch, **kw):
         return real_update(agent, optimizer, b, args)
 
     monkeypatch.setattr(pca, "update", spy)
-    pca.train(tiny(total_timesteps=64, **kw))
+    pca.train(tiny(pca, total_timesteps=64, **kw))
     return kept[0]
 
 
@@ -505,10 +480,10 @@ def test_no_ortho_init_is_xavier_uniform_with_zero_biases(monkeypatch):
 
 
 def test_max_grad_norm_inf_is_no_clipping(monkeypatch):
-    unclipped = pca.train(tiny(max_grad_norm=math.inf))
-    clipped = pca.train(tiny(max_grad_norm=1e-3))
+    unclipped = pca.train(tiny(pca, max_grad_norm=math.inf))
+    clipped = pca.train(tiny(pca, max_grad_norm=1e-3))
     monkeypatch.setattr(pca.nn.utils, "clip_grad_norm_", lambda params, max_norm: None)
-    without = pca.train(tiny())
+    without = pca.train(tiny(pca))
     assert unclipped["losses"] == without["losses"]
     assert all(torch.equal(p, q) for p, q in zip(unclipped["agent"].parameters(), without["agent"].parameters()))
     assert clipped["losses"][1:] != without["losses"][1:]
@@ -518,7 +493,7 @@ def test_grad_clip_scope_actor_clips_the_actor_alone(monkeypatch):
     """One iteration, so the rollout is the same in every run: with the actor's gradient alone clipped, the critic
     ends where an unclipped run's does and the actor where a jointly clipped run's does not."""
     runs = {
-        name: pca.train(tiny(total_timesteps=2 * 32, max_grad_norm=norm, grad_clip_scope=scope))
+        name: pca.train(tiny(pca, total_timesteps=2 * 32, max_grad_norm=norm, grad_clip_scope=scope))
         for name, norm, scope in (("free", math.inf, "both"), ("both", 1e-3, "both"), ("actor", 1e-3, "actor"))
     }
     critic = {name: list(out["agent"].critic.parameters()) for name, out in runs.items()}
@@ -532,15 +507,15 @@ def test_grad_clip_scope_actor_clips_the_actor_alone(monkeypatch):
         "clip_grad_norm_",
         lambda params, max_norm: clipped.append((params := list(params), clip(params, max_norm), max_norm)),
     )
-    out = pca.train(tiny(total_timesteps=2 * 32, max_grad_norm=1e-3, grad_clip_scope="actor"))
+    out = pca.train(tiny(pca, total_timesteps=2 * 32, max_grad_norm=1e-3, grad_clip_scope="actor"))
     assert {id(p) for p in clipped[0][0]} == {id(p) for n, p in out["agent"].named_parameters() if not n.startswith("critic")}
     assert all(norm > 1e-3 for _, norm, _ in clipped)  # every call had something to clip
     with pytest.raises(pca.ConfigError, match="--grad-clip-scope must be both or actor"):
-        pca.check_args(tiny(grad_clip_scope="critic"))
+        pca.check_args(tiny(pca, grad_clip_scope="critic"))
 
 
 def test_value_lr_is_the_critic_group_and_anneals_with_the_policy():
-    out = pca.train(tiny(learning_rate=3e-4, value_lr=1e-3, total_timesteps=2 * 32 * 5))
+    out = pca.train(tiny(pca, learning_rate=3e-4, value_lr=1e-3, total_timesteps=2 * 32 * 5))
     actor, critic = out["optimizer"].param_groups
     assert {id(p) for p in critic["params"]} == {id(p) for p in out["agent"].critic.parameters()}
     assert {id(p) for p in actor["params"]} == {
@@ -553,12 +528,12 @@ def test_value_lr_is_the_critic_group_and_anneals_with_the_policy():
 def test_the_default_two_groups_train_as_one_optimizer_over_agent_parameters(monkeypatch):
     """The critic's own param group (at --learning-rate by default) changes nothing: bit for bit CleanRL's one
     Adam(agent.parameters())."""
-    grouped = pca.train(tiny())
+    grouped = pca.train(tiny(pca))
     real_adam = torch.optim.Adam
     monkeypatch.setattr(
         pca.torch.optim, "Adam", lambda groups, **kw: real_adam([p for g in groups for p in g["params"]], **kw)
     )
-    single = pca.train(tiny())
+    single = pca.train(tiny(pca))
     assert grouped["losses"] == single["losses"] and len(single["optimizer"].param_groups) == 1
     assert all(torch.equal(p, q) for p, q in zip(grouped["agent"].parameters(), single["agent"].parameters()))
 
@@ -588,7 +563,7 @@ def test_figure2_diagnostics_equal_a_brute_force_computation(monkeypatch):
         return out
 
     monkeypatch.setattr(pca, "update", spy)
-    out = pca.train(tiny(clip_coef=1e32, anneal_lr=False, num_steps=64, total_timesteps=2 * 64 * 2))
+    out = pca.train(tiny(pca, clip_coef=1e32, anneal_lr=False, num_steps=64, total_timesteps=2 * 64 * 2))
     for (old, b, new), losses in zip(before, out["losses"]):
         with torch.no_grad():  # in float64, where the KL's cancellations cost no digits
             obs, actions = b["obs"].double(), b["actions"].double()
@@ -604,10 +579,6 @@ def test_figure2_diagnostics_equal_a_brute_force_computation(monkeypatch):
 # ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
 
 
-def test_hack_cleanrl_update_trains(tmp_path, monkeypatch):
-    assert_cleanrl_update_trains(pca, tiny(), tmp_path, monkeypatch)
-
-
 def test_hack_temperature_changes_what_the_rollout_samples(monkeypatch):
     """The Gaussian variant of tests/hacks.py's Categorical check: with the mean head fixed to a constant, scaling
     the mean by 1 / temperature moves the mean of the actions the rollout samples; the first ratio stays 1."""
@@ -619,7 +590,7 @@ def test_hack_temperature_changes_what_the_rollout_samples(monkeypatch):
         lambda agent: setattr(agent, "actor_mean", nn.Sequential(agent.actor_mean, Scale(1 / temperature))),
         bias=bias,
     )
-    out = pca.train(tiny(num_envs=8, num_steps=256, total_timesteps=2048))  # one rollout, all from the edited head
+    out = pca.train(tiny(pca, num_envs=8, num_steps=256, total_timesteps=2048))  # one rollout, all from the edited head
     actions = torch.cat(sampled)
     assert actions.shape == (2048, 3), "the rollout did not sample through Agent.get_action_and_value"
     tol = 4 / math.sqrt(len(actions))  # std 1 per component
@@ -627,14 +598,10 @@ def test_hack_temperature_changes_what_the_rollout_samples(monkeypatch):
     assert all(f["ratio_max_dev"] < 1e-5 for f in out["first_minibatch"])
 
 
-def test_hack_added_layer_trains(monkeypatch):
-    assert_added_layer_trains(pca, tiny(), monkeypatch, head="actor_mean")
-
-
 def test_hack_every_param_group_anneals():
     # tests/hacks.py's check (d) with no edit: the critic has a param group of its own here, at --value-lr
     with recorded_rates() as rates:
-        out = pca.train(tiny(value_lr=CRITIC_LR))
+        out = pca.train(tiny(pca, value_lr=CRITIC_LR))
     assert_every_group_annealed(rates, out["learning_rate"])
 
 
@@ -642,7 +609,7 @@ def test_hack_every_param_group_anneals():
 
 
 def test_checkpoint_round_trip_evaluates_with_the_frozen_statistics():
-    out = pca.train(tiny(save_model=True))
+    out = pca.train(tiny(pca, save_model=True))
     ckpt, _ = pca.load_checkpoint(out["checkpoint"])
     assert all(np.array_equal(a, b) for a, b in zip(ckpt["obs_rms"], out["obs_rms"]))
     assert ckpt["obs_rms"][2] == pytest.approx(1e-4 + 2 + 2 * 32 * 3) and ckpt["ret_rms"][2] == pytest.approx(
@@ -662,7 +629,7 @@ def test_checkpoint_round_trip_evaluates_with_the_frozen_statistics():
 def test_resume_matches_uninterrupted_run(monkeypatch):
     # Hopper's episodes end early and at random: the checkpoint falls mid-episode, after resets
     full, resumed = assert_resume_matches_uninterrupted_run(
-        pca, tiny(total_timesteps=2 * 32 * 5, save_model=True, save_every=2), monkeypatch
+        pca, tiny(pca, total_timesteps=2 * 32 * 5, save_model=True, save_every=2), monkeypatch
     )
     assert len(resumed["episodic_return"]) < len(full["episodic_return"])  # games ended before the checkpoint too
     for k in ("obs_rms", "ret_rms"):
@@ -672,7 +639,7 @@ def test_resume_matches_uninterrupted_run(monkeypatch):
 
 def test_resume_without_env_state_continues_with_fresh_episodes(monkeypatch, capsys):
     full, resumed = assert_resumes_with_fresh_episodes(
-        pca, tiny(save_model=True, save_every=1, total_timesteps=128), capsys, monkeypatch, unsaveable="get_physics"
+        pca, tiny(pca, save_model=True, save_every=1, total_timesteps=128), capsys, monkeypatch, unsaveable="get_physics"
     )
     # the statistics went on from the checkpoint's, plus the first observations of the 2 fresh episodes
     assert resumed["obs_rms"][2] == pytest.approx(full["obs_rms"][2] + 2)
@@ -680,18 +647,17 @@ def test_resume_without_env_state_continues_with_fresh_episodes(monkeypatch, cap
 
 @pytest.mark.parametrize("env_id", ["HalfCheetah-v5", "Walker2d-v4"])
 def test_mujoco_v4_and_v5_ids_train(env_id):
-    out = pca.train(tiny(env_id=env_id, num_envs=1, total_timesteps=64, num_steps=64))
+    out = pca.train(tiny(pca, env_id=env_id, num_envs=1, total_timesteps=64, num_steps=64))
     assert out["global_step"] == 64 and np.isfinite(out["losses"][0]["value_loss"])
     assert out["obs_rms"][0].shape == (17,) and out["agent"].actor_logstd.shape == (1, 6)
 
 
 def test_the_hyperparameters_text_ends_with_the_installed_mujoco():
-    """Issue 38: MuJoCo's version decides some envs' physics. A row after the Args, where benchmark/run.py's
+    """Issue 38: MuJoCo's version decides some envs' physics. A row after the Args, where benchmark/runs.py's
     read_run finds it for the run summaries, report.py, compare.py and lockstep.py."""
-    sys.path.insert(0, os.path.join(ROOT, "benchmark"))
-    from run import read_run
+    from benchmark.runs import read_run
 
-    out = pca.train(tiny(num_envs=1, num_steps=32, total_timesteps=32))
+    out = pca.train(tiny(pca, num_envs=1, num_steps=32, total_timesteps=32))
     hparams = read_run(out["run_dir"])["hparams"]
     assert list(hparams)[-1] == "mujoco" and hparams["mujoco"] == importlib.metadata.version("mujoco")
     assert (hparams["env_id"], hparams["num_steps"]) == ("Hopper-v4", "32")  # the Args' rows before it, as they were
@@ -700,12 +666,8 @@ def test_the_hyperparameters_text_ends_with_the_installed_mujoco():
 # ---- run identity and resume (issue 24) ------------------------------------------------------------
 
 
-def test_runs_started_in_the_same_second_get_their_own_directories(monkeypatch):
-    assert_runs_in_one_second_get_their_own_directories(pca, tiny(save_model=True, total_timesteps=64), monkeypatch, n=2)
-
-
 def test_resume_applies_a_longer_budget_and_refuses_other_flags(tmp_path, monkeypatch):
-    full = pca.train(tiny(save_model=True, total_timesteps=64))
+    full = pca.train(tiny(pca, save_model=True, total_timesteps=64))
     with pytest.raises(pca.ConfigError, match="--gymnasium-normalization cannot change when resuming"):
         pca.train(pca.Args(resume=full["checkpoint"], gymnasium_normalization=True))
     with pytest.raises(pca.ConfigError, match="--clip-obs cannot change"):
@@ -732,7 +694,7 @@ def test_resume_applies_a_longer_budget_and_refuses_other_flags(tmp_path, monkey
     + PPO_BAD_INPUT,
 )
 def test_bad_input_rejected_before_training(kw, message):
-    assert_rejected_before_training(pca, tiny(**kw), message)
+    assert_rejected_before_training(pca, tiny(pca, **kw), message)
 
 
 BAD_VALUES = [
@@ -745,13 +707,13 @@ BAD_VALUES = [
 
 @pytest.mark.parametrize("name, value", BAD_VALUES)
 def test_every_numeric_flag_is_range_checked(name, value):
-    assert_rejected_before_training(pca, tiny(**{name: value}), f"--{name.replace('_', '-')} must be a finite number")
+    assert_rejected_before_training(pca, tiny(pca, **{name: value}), f"--{name.replace('_', '-')} must be a finite number")
 
 
 def test_a_clip_of_inf_is_accepted_where_it_means_no_clip():
     for name in pca.OFF_AT_INF:  # and only there (learning_rate above)
-        pca.check_args(tiny(**{name: math.inf}))
-    pca.check_args(tiny(ent_coef=-0.01, clip_coef=1e32))  # PPO-NoClip's settings
+        pca.check_args(tiny(pca, **{name: math.inf}))
+    pca.check_args(tiny(pca, ent_coef=-0.01, clip_coef=1e32))  # PPO-NoClip's settings
 
 
 def test_missing_mujoco_or_renderer_is_a_config_error(monkeypatch):
@@ -762,7 +724,7 @@ def test_missing_mujoco_or_renderer_is_a_config_error(monkeypatch):
 
     monkeypatch.setattr(pca.gym, "make", make)
     with pytest.raises(pca.ConfigError, match=r"Hopper-v4 could not be created .*pip install 'gymnasium\[mujoco\]'"):
-        pca.train(tiny())
+        pca.train(tiny(pca))
 
     def make_without_opengl(env_id, **kw):
         env = real_make(env_id, **kw)
@@ -774,16 +736,8 @@ def test_missing_mujoco_or_renderer_is_a_config_error(monkeypatch):
 
     monkeypatch.setattr(pca.gym, "make", make_without_opengl)
     with pytest.raises(pca.ConfigError, match="cannot create or render Hopper-v4 .*OpenGL.*MUJOCO_GL=egl"):
-        pca.train(tiny(capture_video=True))
+        pca.train(tiny(pca, capture_video=True))
     assert not os.path.exists("runs")
-
-
-def test_foreign_checkpoint_rejected():
-    assert_foreign_and_corrupt_checkpoints_rejected(pca, "ppo.py")
-
-
-def test_envs_saved_by_another_version_refused():
-    assert_envs_of_another_version_refused(pca, pca.train(tiny(save_model=True)), lambda envs, renamed: renamed)
 
 
 def test_cli_error_is_one_line_without_traceback():
@@ -801,10 +755,6 @@ def test_cli_help_writes_nothing():
     assert os.listdir(".") == []
 
 
-def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
-    assert_memory_checked(pca, monkeypatch, pca.Args(num_envs=10**9))
-
-
 def test_an_env_that_cannot_be_made_is_not_blamed_on_a_display():
     """Issue 37.10: HalfCheetah-v3 (mujoco-py, moved out of gymnasium) was refused with "without a display:
     MUJOCO_GL=egl", a fix for rendering, which it did not do."""
@@ -812,17 +762,6 @@ def test_an_env_that_cannot_be_made_is_not_blamed_on_a_display():
         pca.check_args(pca.Args(env_id="HalfCheetah-v3"))
     assert str(refused.value).startswith("cannot create or render HalfCheetah-v3 (")
     assert str(refused.value).endswith("); use another version of the id (MuJoCo: -v4, -v5)")
-
-
-def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(monkeypatch):
-    """Issue 51.1 (test_ppo.py's helper)."""
-    assert_nonfinite_stops_and_keeps_the_last_checkpoint(pca, tiny(save_model=True, save_every=1), monkeypatch)
-
-
-def test_ctrl_c_is_one_line_naming_the_checkpoint_and_how_to_resume():
-    """Issue 51.4 (test_ppo.py's helper; test_ppo.py sends both signals)."""
-    flags = ["--env-id", "Hopper-v4", "--num-envs", "2", "--num-steps", "32"]
-    assert_stopped_in_one_line("ppo_continuous_action.py", flags + ["--total-timesteps", "10000000"], signal.SIGINT)
 
 
 def test_a_choice_tyro_cannot_parse_is_one_line():
@@ -834,13 +773,6 @@ def test_a_choice_tyro_cannot_parse_is_one_line():
             [flag, "bogus"],
             f"ppo_continuous_action.py: error: invalid choice 'bogus' for argument '{flag}'. Expected one of {choices}.",
         )
-
-
-# issue 71: a copy of the file runs as itself; an Agent built differently (a new constructor argument) evaluates and resumes
-(
-    test_hack_a_copy_runs_checkpoints_and_resumes_as_itself,
-    test_hack_an_edited_constructor_evaluates_and_resumes,
-) = copy_safety_tests(pca, tiny())
 
 
 def test_a_run_on_the_published_v4_envs_is_quiet_and_writes_no_mujoco_log():

@@ -13,7 +13,6 @@ import contextlib
 import importlib
 import importlib.util
 import os
-import signal
 import sys
 
 import numpy as np
@@ -34,29 +33,17 @@ from hacks import (
     assert_new_constructor_argument_evaluates_and_resumes,
     edited_agent,
 )
+from microrts import NVEC, OBS, FixedLogits, needs_microrts
 from processes import run_cli
-from test_ppo import (
+from promises import (
     PPO_BAD_INPUT,
     assert_checkpoint_evaluates,
-    assert_foreign_and_corrupt_checkpoints_rejected,
-    assert_memory_checked,
     assert_nonfinite_stops_and_keeps_the_last_checkpoint,
     assert_rejected_before_training,
     assert_resumes_with_fresh_episodes,
-    assert_stopped_in_one_line,
     read_scalars,
 )
-
-_microrts_missing = pytest.mark.skipif(
-    importlib.util.find_spec("gym_microrts020") is None or importlib.util.find_spec("jpype") is None,
-    reason="gym-microrts 0.2.0 not installed (bash scripts/install_extras.sh microrts)",
-)
-
-
-def needs_microrts(test):
-    """Runs the test in a forked child (pytest-forked): the JVM it starts cannot be stopped and restarted
-    in one process, and a test worker hosting one crashes when a later test creates procgen envs."""
-    return _microrts_missing(pytest.mark.forked(test))
+from tiny import microrts_missing, tiny
 
 
 @contextlib.contextmanager
@@ -70,21 +57,9 @@ def separately(monkeypatch, folder):
         yield m
 
 
-NVEC = [100, 6, 4, 4, 4, 4, 7, 100]  # source cell, action type, 4 directions, unit type, attack target cell
-OBS = (10, 10, 27)  # the 10x10 map's 27 feature planes: hp 5, resources 5, owner 3, unit type 8, current action 6
-
-
 @pytest.fixture(params=["ppo_multidiscrete", "ppo_multidiscrete_mask"])
 def mod(request):
     return importlib.import_module(request.param)
-
-
-def tiny(mod, **kw):
-    base = dict(
-        cuda=False, num_envs=2, num_steps=16, num_minibatches=2, update_epochs=2, total_timesteps=2 * 16 * 2, max_steps=20
-    )
-    base.update(kw)
-    return mod.Args(**base)
 
 
 def act(mod, agent, x, action=None):
@@ -92,17 +67,6 @@ def act(mod, agent, x, action=None):
     if mod.__name__.endswith("_mask"):
         return agent.get_action_and_value(x, torch.ones(len(x), sum(NVEC), dtype=torch.bool), action)
     return agent.get_action_and_value(x, action)
-
-
-class FixedLogits(nn.Module):
-    """A policy head that ignores its input and returns `logits` (a parameter, to read its gradient)."""
-
-    def __init__(self, logits):
-        super().__init__()
-        self.logits = nn.Parameter(logits)
-
-    def forward(self, hidden):
-        return self.logits
 
 
 # ---- detail M1: independent action components, one Categorical each ------------------------------
@@ -191,7 +155,7 @@ def test_training_end_to_end_evaluates_resumes_with_fresh_episodes_and_stops_at_
     mod, tmp_path, capfd, monkeypatch
 ):
     """Real runs, sharing one JVM: a run end to end, what it logs, and its checkpoint evaluated; a run resumed from its
-    first checkpoint; a run whose weights go non-finite (issue 51.1, test_ppo.py's helper)."""
+    first checkpoint; a run whose weights go non-finite (issue 51.1, tests/promises.py's check)."""
     with separately(monkeypatch, tmp_path / "end_to_end"):
         out = mod.train(tiny(mod, total_timesteps=2 * 16 * 3, save_model=True))
         assert_trained_end_to_end(out)
@@ -366,7 +330,7 @@ def test_missing_microrts_is_a_config_error(mod, monkeypatch):
         mod.check_args(tiny(mod))
 
 
-@_microrts_missing
+@microrts_missing
 def test_missing_java_is_a_config_error(mod, monkeypatch):
     import jpype
 
@@ -376,10 +340,6 @@ def test_missing_java_is_a_config_error(mod, monkeypatch):
     monkeypatch.setattr(jpype, "getDefaultJVMPath", no_jvm)
     with pytest.raises(mod.ConfigError, match="needs a Java runtime and none was found"):
         mod.check_args(tiny(mod))
-
-
-def test_foreign_checkpoint_rejected(mod):
-    assert_foreign_and_corrupt_checkpoints_rejected(mod, "ppo_procgen.py")
 
 
 def test_cli_errors_are_one_line_and_write_nothing():
@@ -436,16 +396,3 @@ def assert_temperature_changes_what_the_rollout_samples(mod, monkeypatch):
     tol = 4 / np.sqrt(len(actions))
     assert (freq - edited).abs().max() < tol and (freq - unedited).abs().max() > 2 * tol, (freq, edited, unedited)
     assert all(f["ratio_max_dev"] < 1e-5 for f in out["first_minibatch"])
-
-
-@_microrts_missing
-def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(mod, monkeypatch):
-    assert_memory_checked(mod, monkeypatch, mod.Args(num_envs=10**9))
-
-
-@needs_microrts
-def test_ctrl_c_and_sigterm_are_one_line_naming_the_checkpoint_and_how_to_resume(mod):
-    """Issue 51.4 (test_ppo.py's helper): the JVM takes both signals as it starts (then its shutdown left a traceback of
-    JVMNotRunning); one signal a script."""
-    flags = ["--num-envs", "2", "--num-steps", "16", "--max-steps", "20", "--total-timesteps", "10000000"]
-    assert_stopped_in_one_line(f"{mod.__name__}.py", flags, signal.SIGTERM if "mask" in mod.__name__ else signal.SIGINT)

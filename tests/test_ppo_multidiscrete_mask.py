@@ -5,7 +5,8 @@ checkpoints, bad input, hack safety) is tested in test_ppo_multidiscrete.py, aga
 
 import numpy as np
 import torch
-from test_ppo_multidiscrete import NVEC, OBS, FixedLogits, needs_microrts, tiny
+from microrts import NVEC, OBS, FixedLogits, needs_microrts
+from tiny import tiny
 
 import ppo_multidiscrete as unmasked
 import ppo_multidiscrete_mask as mod

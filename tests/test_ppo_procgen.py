@@ -5,54 +5,26 @@ The tests marked `needs_procgen` run the real games; they are skipped only when 
 not installed at all (an installed but broken Procgen fails them).
 """
 
-import importlib.util
 import os
-import signal
 import sys
 
 import numpy as np
 import pytest
 import torch
-from hacks import (
-    assert_added_layer_trains,
-    assert_cleanrl_update_trains,
-    assert_every_param_group_anneals,
-    assert_temperature_changes_rollout,
-    copy_safety_tests,
-)
-from precision import bf16_tests
+from networks import assert_channels_last_is_the_same_math, assert_heads_read_one_trunk_of_scaled_pixels
 from processes import run_cli
-from test_ppo import (
+from promises import (
     PPO_BAD_INPUT,
     assert_checkpoint_evaluates,
-    assert_envs_of_another_version_refused,
-    assert_foreign_and_corrupt_checkpoints_rejected,
-    assert_memory_checked,
-    assert_nonfinite_stops_and_keeps_the_last_checkpoint,
     assert_rejected_before_training,
     assert_resume_matches_uninterrupted_run,
-    assert_stopped_in_one_line,
     keep_checkpoint,
     read_scalars,
     resume_later,
 )
-from test_ppo_atari import assert_channels_last_is_the_same_math, assert_heads_read_one_trunk_of_scaled_pixels
+from tiny import needs_procgen, tiny
 
 import ppo_procgen as mod
-
-needs_procgen = pytest.mark.skipif(
-    importlib.util.find_spec("procgen") is None,
-    reason="procgen not installed (bash scripts/install_extras.sh procgen)"
-    if sys.version_info < (3, 13)
-    else "procgen-mirror has no wheel for Python 3.13: Procgen runs on Python 3.11 and 3.12",
-)
-
-
-def tiny(**kw):
-    base = dict(cuda=False, num_envs=2, num_steps=16, num_minibatches=2, update_epochs=1, total_timesteps=2 * 16 * 2)
-    base.update(kw)
-    return mod.Args(**base)
-
 
 # ---- detail P1: the IMPALA CNN -------------------------------------------------------------------
 
@@ -159,20 +131,20 @@ def test_reward_scaling_and_raw_scores(norm_reward):
 
 @needs_procgen
 def test_procgen_env_steps_and_resets_in_place():
-    envs = mod.make_envs(tiny(env_id="starpilot"), "x")
+    envs = mod.make_envs(tiny(mod, env_id="starpilot"), "x")
     obs, _ = envs.reset()
     assert obs.shape == (2, 3, 64, 64) and obs.dtype == np.uint8 and envs.single_action_space.n == 15
     assert envs.single_observation_space.shape == obs.shape[1:]
     obs2, reward, done, trunc, _ = envs.step(np.array([0, 1]))
     assert obs2.shape == obs.shape and reward.shape == (2,) and done.dtype == bool and not trunc.any()
-    a, b = mod.make_envs(tiny(seed=5), "x"), mod.make_envs(tiny(seed=5), "x")
+    a, b = mod.make_envs(tiny(mod, seed=5), "x"), mod.make_envs(tiny(mod, seed=5), "x")
     assert np.array_equal(a.reset()[0], b.reset()[0])  # the seed fixes the levels
-    assert not np.array_equal(a.reset()[0], mod.make_envs(tiny(seed=6), "x").reset()[0])
+    assert not np.array_equal(a.reset()[0], mod.make_envs(tiny(mod, seed=6), "x").reset()[0])
 
 
 @needs_procgen
 def test_training_end_to_end_logs_and_keeps_lr_constant():
-    out = mod.train(tiny(total_timesteps=2 * 16 * 3))
+    out = mod.train(tiny(mod, total_timesteps=2 * 16 * 3))
     assert out["global_step"] == 96 and len(out["losses"]) == 3
     assert out["learning_rate"] == [5e-4] * 3  # detail 4: not annealed for procgen
     assert out["optimizer"].defaults["eps"] == 1e-5
@@ -196,7 +168,7 @@ def test_training_end_to_end_logs_and_keeps_lr_constant():
 
 @needs_procgen
 def test_logged_returns_are_raw_game_scores():
-    out = mod.train(tiny(env_id="bossfight", num_steps=64, total_timesteps=2 * 64 * 2))
+    out = mod.train(tiny(mod, env_id="bossfight", num_steps=64, total_timesteps=2 * 64 * 2))
     assert len(out["episodic_return"]) >= 2 and all(length > 0 for length in out["episodic_length"])
     np.testing.assert_allclose(read_scalars(out["run_dir"], "charts/episodic_return"), out["episodic_return"])
 
@@ -205,7 +177,7 @@ def test_logged_returns_are_raw_game_scores():
 def test_resume_matches_uninterrupted_run(monkeypatch):
     # the games' states were restored, not restarted; no starpilot game ends in 64 steps
     full, resumed = assert_resume_matches_uninterrupted_run(
-        mod, tiny(num_steps=8, total_timesteps=2 * 8 * 4, save_model=True, save_every=2), monkeypatch, returns=False
+        mod, tiny(mod, num_steps=8, total_timesteps=2 * 8 * 4, save_model=True, save_every=2), monkeypatch, returns=False
     )
     assert resumed["run_dir"] == full["run_dir"]
 
@@ -213,7 +185,7 @@ def test_resume_matches_uninterrupted_run(monkeypatch):
 @needs_procgen
 def test_resume_continues_the_scores_and_reward_statistics(monkeypatch):
     keep_checkpoint(mod, monkeypatch, kept := "iteration1.pt", at=1)
-    args = tiny(env_id="dodgeball", num_steps=48, total_timesteps=2 * 48 * 2, save_model=True, save_every=1)
+    args = tiny(mod, env_id="dodgeball", num_steps=48, total_timesteps=2 * 48 * 2, save_model=True, save_every=1)
     full = mod.train(args)
     assert mod.load_checkpoint(kept)[0]["envs"]["count"] == pytest.approx(1e-4 + 2 * 48)  # the running moments are saved
     resumed = resume_later(mod, kept)
@@ -226,12 +198,12 @@ def test_resume_continues_the_scores_and_reward_statistics(monkeypatch):
 
 @needs_procgen
 def test_evaluate_checkpoint():
-    assert_checkpoint_evaluates(mod, mod.train(tiny(env_id="bossfight", save_model=True)))
+    assert_checkpoint_evaluates(mod, mod.train(tiny(mod, env_id="bossfight", save_model=True)))
 
 
 @needs_procgen
 def test_capture_video_records_env_0_games():
-    out = mod.train(tiny(env_id="bossfight", num_steps=32, capture_video=True))
+    out = mod.train(tiny(mod, env_id="bossfight", num_steps=32, capture_video=True))
     assert os.path.getsize(f"videos/{out['run_name']}/00000.mp4") > 1000
 
 
@@ -253,7 +225,7 @@ def test_capture_video_records_env_0_games():
     + PPO_BAD_INPUT,
 )
 def test_bad_input_rejected_before_training(kw, message):
-    assert_rejected_before_training(mod, tiny(**kw), message)
+    assert_rejected_before_training(mod, tiny(mod, **kw), message)
 
 
 @pytest.mark.parametrize(
@@ -262,17 +234,7 @@ def test_bad_input_rejected_before_training(kw, message):
 def test_missing_packages_are_config_errors(monkeypatch, package, message):
     monkeypatch.setitem(sys.modules, package, None)  # makes `import <package>` fail
     with pytest.raises(mod.ConfigError, match=message):
-        mod.check_args(tiny(capture_video=True))
-
-
-def test_foreign_checkpoint_rejected():
-    assert_foreign_and_corrupt_checkpoints_rejected(mod, "ppo_atari.py")
-
-
-def test_envs_saved_by_another_version_refused():  # an older version kept other statistics beside the games
-    assert_envs_of_another_version_refused(
-        mod, mod.train(tiny(save_model=True)), lambda envs, renamed: {k: v for k, v in envs.items() if k != "R"}, pickled=False
-    )
+        mod.check_args(tiny(mod, capture_video=True))
 
 
 def test_cli_error_is_one_line_and_writes_nothing():
@@ -285,56 +247,3 @@ def test_cli_error_is_one_line_and_writes_nothing():
 
 
 # ---- hack safety: the edits a researcher makes to a copy must work (issue 19) -----------------------
-
-
-@needs_procgen
-def test_hack_cleanrl_update_trains(tmp_path, monkeypatch):
-    assert_cleanrl_update_trains(mod, tiny(), tmp_path, monkeypatch)
-
-
-@needs_procgen
-def test_hack_temperature_changes_what_the_rollout_samples(monkeypatch):
-    args = tiny(num_envs=4, num_steps=128, num_minibatches=1, total_timesteps=512)
-    assert_temperature_changes_rollout(mod, args, monkeypatch, logits=(0.0, 1.0) + (0.0,) * 13)
-
-
-@needs_procgen
-def test_hack_added_layer_trains(monkeypatch):
-    assert_added_layer_trains(mod, tiny(), monkeypatch)
-
-
-@needs_procgen
-def test_hack_every_param_group_anneals(tmp_path):  # --anneal-lr is off for Procgen by default; on for this run
-    assert_every_param_group_anneals(mod, tiny(), tmp_path)
-
-
-(
-    test_bf16_trains_close_to_fp32_and_stays_on_policy,
-    test_bf16_checkpoints_load_across_precisions,
-    test_bf16_without_bf16_kernels_is_refused,
-) = map(needs_procgen, bf16_tests(mod, tiny()))
-
-
-@needs_procgen
-def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(monkeypatch):
-    assert_memory_checked(mod, monkeypatch, mod.Args(num_envs=10**9))
-
-
-@needs_procgen
-def test_nonfinite_weights_stop_the_run_and_keep_the_last_checkpoint(monkeypatch):
-    """Issue 51.1 (test_ppo.py's helper)."""
-    assert_nonfinite_stops_and_keeps_the_last_checkpoint(mod, tiny(save_model=True, save_every=1), monkeypatch)
-
-
-@needs_procgen
-def test_ctrl_c_is_one_line_naming_the_checkpoint_and_how_to_resume():
-    """Issue 51.4 (test_ppo.py's helper; test_ppo.py sends both signals)."""
-    flags = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1"]
-    assert_stopped_in_one_line("ppo_procgen.py", flags + ["--total-timesteps", "10000000"], signal.SIGINT)
-
-
-# issue 71: a copy of the file runs as itself; an Agent built differently (a new constructor argument) evaluates and resumes
-(
-    test_hack_a_copy_runs_checkpoints_and_resumes_as_itself,
-    test_hack_an_edited_constructor_evaluates_and_resumes,
-) = copy_safety_tests(mod, tiny())

@@ -1,5 +1,6 @@
 """Repository-level promises: the README's quick start and .ci/run agree, scripts stand alone."""
 
+import ast
 import dataclasses
 import glob
 import importlib
@@ -11,6 +12,8 @@ import sys
 
 import pytest
 from conftest import ROOT
+from lock import lock_pins
+from tiny import SCRIPTS
 
 
 def readme_commands():
@@ -28,7 +31,7 @@ def test_quick_start_has_two_commands_and_ci_runs_the_second_verbatim():
 
 
 def test_scripts_import_nothing_from_the_project():
-    scripts = [os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "*.py"))]
+    scripts = [s.removesuffix(".py") for s in SCRIPTS]
     assert "ppo" in scripts
     pattern = re.compile(r"^\s*(from|import)\s+(" + "|".join(scripts + ["tests", "benchmark"]) + r")\b", re.M)
     for name in scripts:
@@ -39,7 +42,7 @@ def test_importing_every_script_prints_and_writes_nothing():
     """`import <script>` as a user's code would, every script in one fresh interpreter (each start imports torch and the
     rest again, 3-4 s of CPU): nothing printed on either stream, no file written. A NUL and the name written before each
     import says whose output is whose. The scripts' own tests run their command lines in-process (processes.run_cli)."""
-    names = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "*.py")))
+    names = [s.removesuffix(".py") for s in SCRIPTS]
     code = (
         "import importlib, sys\nfor name in sys.argv[1:]:\n    print(f'\\0{name}', flush=True)\n"
         "    print(f'\\0{name}', file=sys.stderr, flush=True)\n    importlib.import_module(name)\n"
@@ -55,22 +58,6 @@ def test_importing_every_script_prints_and_writes_nothing():
     silent = "".join(f"\0{name}\n" for name in names)
     assert (res.stdout, res.stderr) == (silent, silent)  # the text after a name is what its import printed
     assert os.listdir(".") == []  # no runs/, no videos/
-
-
-def lock_pins(path):
-    """{normalised name: [(version, marker or None)]} of a hash-pinned requirements file, every pin checked
-    to carry at least one hash."""
-    text = open(path).read().replace("\\\n", " ")
-    pins = {}
-    for line in text.splitlines():
-        line = line.split(" #", 1)[0].strip()
-        if not line or line.startswith("#"):
-            continue
-        m = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)\s*(?:;\s*(.*?))?\s*(--hash=.*)?$", line)
-        assert m and m[4], f"{os.path.basename(path)}: not a hash-pinned line: {line[:80]}"
-        name = re.sub(r"[-_.]+", "-", m[1]).lower()
-        pins.setdefault(name, []).append((m[2], m[3]))
-    return pins
 
 
 def test_lock_pins_every_dependency_of_pyproject_within_its_range():
@@ -308,7 +295,7 @@ def changed_lines(a, b):
 def test_script_sizes_and_sibling_diffs(capsys):
     sizes = {s: len(open(os.path.join(ROOT, s)).read().splitlines()) for s in LINE_CEILINGS}
     diffs = {(a, b): changed_lines(a, b) for a, b, _, _ in SIBLINGS}
-    assert set(sizes) == {os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "*.py"))}  # every script listed
+    assert set(sizes) == set(SCRIPTS)  # every script listed
     with capsys.disabled():  # printed so that the next change sees where it stands against the issue's targets
         print("\nlines (target): " + ", ".join(f"{s} {n} ({LINE_TARGETS.get(s, 450)})" for s, n in sizes.items()))
         print("sibling diffs (target): " + ", ".join(f"{a} -> {b} {diffs[a, b]} ({t})" for a, b, t, _ in SIBLINGS))
@@ -346,7 +333,7 @@ def test_run_and_checkpoint_functions_are_the_same_text_in_every_script(function
     """One copy's tests (test_ppo.py: unique dirs, atomic and full-disk saves, refused checkpoints) hold for all."""
     found = {
         os.path.basename(p): re.search(rf"^def {function}\(.*?(?=^\S)", open(p).read(), re.S | re.M)
-        for p in glob.glob(os.path.join(ROOT, "*.py"))
+        for p in (os.path.join(ROOT, s) for s in SCRIPTS)
     }
     texts = {s: m.group(0) for s, m in found.items() if m}
     assert len(texts) >= 11 and {s for s, t in texts.items() if t != texts["ppo.py"]} == differ
@@ -363,7 +350,7 @@ def test_run_and_checkpoint_functions_are_the_same_text_in_every_script(function
 def test_compile_is_written_once_in_the_same_text_where_a_script_has_it(pattern):
     """Issue 53: --compile in the four scripts it names and in ppo_shared.py; its check, compiled() and the minibatch
     losses it compiles the same text in each (tests/test_compile.py checks them in the four)."""
-    texts = {os.path.basename(p): open(p).read() for p in glob.glob(os.path.join(ROOT, "*.py"))}
+    texts = {s: open(os.path.join(ROOT, s)).read() for s in SCRIPTS}
     have = {s for s, t in texts.items() if "\n    compile: bool = False  # " in t}
     assert have == {"ppo.py", "ppo_shared.py", "ppo_continuous_action.py", "ppo_atari.py", "ppo_atari_envpool.py"}
     found = {s: re.search(pattern, texts[s], re.S | re.M).group(0) for s in have}
@@ -399,7 +386,7 @@ def top_level_names(source):
     return names
 
 
-@pytest.mark.parametrize("script", sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "*.py"))))
+@pytest.mark.parametrize("script", SCRIPTS)
 def test_the_algorithm_comes_first_and_the_plumbing_below_one_banner(script):
     source = open(os.path.join(ROOT, script)).read()
     lines = source.splitlines()
@@ -430,9 +417,6 @@ def test_the_tree_is_formatted_and_lint_clean_by_ruff(tmp_path):
     config = ["--config", os.path.join(ROOT, "pyproject.toml")]
     for command in (["format", "--check"], ["check", "--no-cache"]):
         assert subprocess.run(ruff + command + config + [str(bad)], capture_output=True).returncode == 1
-
-
-SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "*.py")))
 
 
 @pytest.mark.parametrize("exp_name", ["../../../escaped", "a/b", "x" * 300], ids=["dotdot", "slash", "300 chars"])
@@ -466,7 +450,7 @@ def test_a_resume_removes_the_tmp_that_a_killed_save_left(script, tmp_path):
 
 
 def test_a_refused_exp_name_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
-    from test_ppo import assert_cli_error_is_one_line
+    from promises import assert_cli_error_is_one_line
 
     os.makedirs("a/b/c")
     monkeypatch.chdir("a/b/c")
@@ -557,9 +541,12 @@ def test_install_of_mujoco_ref_on_a_python_after_3_11_is_one_line_and_makes_no_v
 
 @pytest.mark.parametrize(
     "script, package, install",
-    [(s, "ale_py", "atari") for s in ("ppo_atari.py", "ppo_atari_lstm.py", "ppo_atari_multigpu.py", "a2c_paac.py")]
-    + [(s, "ale_py", "atari") for s in ("impala_vtrace.py", "impala_vtrace_distributed.py")]
-    + [("ppo_atari_envpool.py", "envpool", "envpool")],
+    [
+        (s, package, install)
+        for s in SCRIPTS
+        for package, install in (("ale_py", "atari"), ("envpool", "envpool"))  # the extras a script imports at its top
+        if re.search(rf"^ +import {package}\b", open(os.path.join(ROOT, s)).read(), re.M)
+    ],
 )
 def test_a_missing_extra_is_one_line_naming_its_install(script, package, install, monkeypatch):
     """Issue 72: `python ppo_atari.py ...` after the core install was a ModuleNotFoundError traceback; now the script
@@ -580,3 +567,68 @@ def test_a_missing_extra_is_one_line_naming_its_install(script, package, install
     )
     with pytest.raises(ModuleNotFoundError):  # imported, not run: the error is the import's own
         runpy.run_path(os.path.join(ROOT, script), run_name="imported")
+
+
+# ---- benchmark/ and tests/: one way of importing, folders by kind --------------------------------------------------
+
+# a command of benchmark/ imports the shared modules (benchmark/*.py), never another command, but where it runs that
+# command's work as its own: (importer, imported, why)
+COMMAND_IMPORTS = {
+    ("benchmark/peers/vs_cleanrl.py", "benchmark.tools.compare"): "--fidelity ends in compare.py's comparison",
+    ("benchmark/peers/sb3_trpo.py", "benchmark.peers.sb3_a2c"): "its sibling's logging and command line",
+}
+# the code of other implementations, run in their environments as files (PYTHONPATH: theirs): outside the package
+OTHERS = "benchmark/peers/shims/"
+
+
+def imports_of(path):
+    """(line, the module) of every import in a file; `from a import b` as a.b where a.b is a module of benchmark."""
+    found = []
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            for a in node.names:
+                dotted = f"{node.module}.{a.name}"
+                package = os.path.join(ROOT, *node.module.split("."))
+                found.append((node.lineno, dotted if os.path.isfile(os.path.join(package, f"{a.name}.py")) else node.module))
+    return found
+
+
+def test_benchmark_is_one_package_that_imports_one_way():
+    """Every module of benchmark/ imports the others and the scripts by their names from the repository's top (a
+    command runs as `python -m benchmark.tools.run`); none puts a folder of ours on sys.path; every folder of Python is
+    a package; the shared modules import no command, and a command no other (COMMAND_IMPORTS aside)."""
+    files = sorted(
+        os.path.relpath(p, ROOT)
+        for p in glob.glob(os.path.join(ROOT, "benchmark", "**", "*.py"), recursive=True)
+        if not os.path.relpath(p, ROOT).startswith((OTHERS, "benchmark/results/"))
+    )
+    assert {os.path.dirname(f) for f in files} == {
+        "benchmark",
+        *(f"benchmark/{d}" for d in ("tools", "peers", "gpu", "studies")),
+    }
+    assert all(os.path.isfile(os.path.join(ROOT, os.path.dirname(f), "__init__.py")) for f in files)
+    ours = {f.removesuffix(".py").replace("/", ".") for f in files}
+    bare = {os.path.basename(f).removesuffix(".py") for f in files} - {"__init__"}
+    for f in files:
+        text = open(os.path.join(ROOT, f)).read()
+        if f != "benchmark/peers/paper_code.py":  # it puts the paper's own checkout on sys.path, as that code expects
+            assert "sys.path.insert" not in text and "sys.path.append" not in text, f
+        for line, module in imports_of(os.path.join(ROOT, f)):
+            assert module.split(".")[0] not in bare, f"{f}:{line}: import {module}: by its name from the top, benchmark...."
+            if module in ours and module.count(".") == 2:  # a command: benchmark.<folder>.<name>
+                assert os.path.dirname(f) != "benchmark", f"{f}:{line}: a shared module imports the command {module}"
+                assert (f, module) in COMMAND_IMPORTS, f"{f}:{line}: a command imports the command {module}"
+
+
+def test_no_test_file_imports_another_but_to_run_its_siblings_tests():
+    """The helpers are modules of their own (tests/conftest.py lists them); test_trpo_continuous_action.py runs
+    ppo_continuous_action.py's tests on its sibling (as_trpo), the one test file another imports."""
+    imported = {
+        (os.path.basename(p), module)
+        for p in glob.glob(os.path.join(ROOT, "tests", "*.py"))
+        for _, module in imports_of(p)
+        if module.split(".")[0].startswith("test_")
+    }
+    assert imported == {("test_trpo_continuous_action.py", "test_ppo_continuous_action")}

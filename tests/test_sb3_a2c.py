@@ -1,6 +1,6 @@
-"""Tests of benchmark/sb3_a2c.py: SB3's A2C is configured as its docstring says (one update of it equals one of
+"""Tests of benchmark/peers/sb3_a2c.py: SB3's A2C is configured as its docstring says (one update of it equals one of
 a2c_paac.py from the same weights and rollout), its learning rate follows ours, it logs the whole game's raw score
-under our tags, and benchmark/run.py drives it as one of our scripts."""
+under our tags, and benchmark/tools/run.py drives it as one of our scripts."""
 
 import dataclasses
 import json
@@ -15,31 +15,26 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from test_a2c_paac import ANNEAL_CASES, assert_anneals_to_0_at
-from test_ppo import (
+from promises import (
+    ANNEAL_CASES,
+    assert_anneals_to_0_at,
     assert_rejected_before_training,
     assert_resumed_log_reads_once,
     keep_checkpoint,
     read_scalars,
     resume_later,
 )
-from test_ppo_atari import ASTERIX
+from stable_baselines3.common.policies import ActorCriticCnnPolicy
+from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
+from stable_baselines3.common.torch_layers import NatureCNN
+from tiny import ASTERIX, tiny
 
-sys.path.insert(0, os.path.join(ROOT, "benchmark"))
-import run  # noqa: E402
-import sb3_a2c as sb3  # noqa: E402
-from stable_baselines3.common.policies import ActorCriticCnnPolicy  # noqa: E402
-from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike  # noqa: E402
-from stable_baselines3.common.torch_layers import NatureCNN  # noqa: E402
-
-import a2c_paac as paac  # noqa: E402
+import a2c_paac as paac
+from benchmark import runs
+from benchmark.peers import sb3_a2c as sb3
+from benchmark.tools import run
 
 RELEASED = dict(loss_scale=5.0, vf_coef=0.25, max_grad_norm=3.0, ent_coef=0.02)  # the authors' released settings
-
-
-def tiny(**kw):
-    """Four updates of 2 Breakout envs x 5 steps."""
-    return sb3.Args(**{**dict(cuda=False, num_envs=2, num_steps=5, total_timesteps=2 * 5 * 4), **kw})
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +42,7 @@ def tiny_run(tmp_path_factory):
     here = os.getcwd()
     os.chdir(tmp_path_factory.mktemp("tiny_run"))
     try:
-        yield sb3.train(tiny(**RELEASED)), os.getcwd()
+        yield sb3.train(tiny(sb3, **RELEASED)), os.getcwd()
     finally:
         os.chdir(here)
 
@@ -86,7 +81,7 @@ def test_built_model_is_configured_as_the_docstring_says(tiny_run):
 
 
 def test_nature_arch_is_sb3s_nature_cnn_with_ours_shapes():
-    args = tiny(arch="nature", batch_size=10, num_iterations=4, learning_rate=0.0014)
+    args = tiny(sb3, arch="nature", batch_size=10, num_iterations=4, learning_rate=0.0014)
     envs = sb3.make_envs(args)
     try:
         policy = sb3.make_model(args, envs).policy
@@ -118,7 +113,7 @@ def copy_layers(policy, agent, arch):
 def test_one_update_equals_a2c_paac_update(arch, settings):
     """One rollout and update of SB3's A2C, then ours (n-step returns, losses, clip, TF RMSProp) from the same weights
     on the same rollout: the same returns, log-probs, losses and new weights."""
-    args = tiny(arch=arch, total_timesteps=10, batch_size=10, num_iterations=1, learning_rate=0.0224, **settings)
+    args = tiny(sb3, arch=arch, total_timesteps=10, batch_size=10, num_iterations=1, learning_rate=0.0224, **settings)
     envs = sb3.make_envs(args)
     try:
         model = sb3.make_model(args, envs)
@@ -157,7 +152,7 @@ def test_one_update_equals_a2c_paac_update(arch, settings):
 
 @pytest.mark.parametrize("anneal_timesteps, anneal_updates", ANNEAL_CASES)
 def test_learning_rate_follows_a2c_paac_schedule(anneal_timesteps, anneal_updates):
-    assert_anneals_to_0_at(sb3.train(tiny(anneal_timesteps=anneal_timesteps)), anneal_updates)
+    assert_anneals_to_0_at(sb3.train(tiny(sb3, anneal_timesteps=anneal_timesteps)), anneal_updates)
 
 
 @pytest.mark.parametrize("atari_wrapper", ["paac", "sb3"])
@@ -173,7 +168,7 @@ def test_logged_return_is_the_whole_games_raw_score(monkeypatch, atari_wrapper):
         return obs, reward, terminated, truncated, info
 
     monkeypatch.setattr(ale_py.env.AtariEnv, "step", tally)
-    out = sb3.train(tiny(env_id=ASTERIX, num_steps=25, total_timesteps=2 * 25 * 24, atari_wrapper=atari_wrapper))
+    out = sb3.train(tiny(sb3, env_id=ASTERIX, num_steps=25, total_timesteps=2 * 25 * 24, atari_wrapper=atari_wrapper))
     assert len(games) >= 3 and sorted(out["episodic_return"]) == sorted(r for r, _ in games)
     assert max(r for r, _ in games) > 50  # Asterix scores 50 a reward: far above a sum of clipped rewards
     assert sorted(read_scalars(out["run_dir"], "charts/episodic_return")) == sorted(out["episodic_return"])
@@ -184,7 +179,7 @@ def test_logged_return_is_the_whole_games_raw_score(monkeypatch, atari_wrapper):
 
 @pytest.mark.parametrize("atari_wrapper, life_loss_ends", [("paac", False), ("sb3", True)])
 def test_life_loss_ends_a_training_episode_only_with_sb3s_wrapper(atari_wrapper, life_loss_ends):
-    envs = sb3.make_envs(tiny(env_id=ASTERIX, num_envs=1, atari_wrapper=atari_wrapper))
+    envs = sb3.make_envs(tiny(sb3, env_id=ASTERIX, num_envs=1, atari_wrapper=atari_wrapper))
     envs.seed(0)
     envs.reset()
     ale, dones, rng = envs.venv.envs[0].unwrapped.ale, [], np.random.default_rng(0)
@@ -214,7 +209,7 @@ def test_tiny_run_writes_our_tags_and_run_py_reads_it(tiny_run):
         values = read_scalars(tb, tag)
         assert values is not None and len(values) == 4 and np.all(np.isfinite(values)), tag
     assert 1.35 < read_scalars(tb, "losses/entropy")[0] <= np.log(4)  # H, not SB3's -H: near uniform over 4 actions
-    data = run.read_run(tb)
+    data = runs.read_run(tb)
     assert data["last_step"] == 40 and data["hparams"]["total_timesteps"] == "40"
     assert data["hparams"]["loss_scale"] == "5.0" and data["hparams"]["atari_wrapper"] == "paac"
 
@@ -222,7 +217,7 @@ def test_tiny_run_writes_our_tags_and_run_py_reads_it(tiny_run):
 def test_run_py_drives_it_unmodified(capsys):
     argv = [
         "--script",
-        os.path.join(ROOT, "benchmark", "sb3_a2c.py"),
+        os.path.join(ROOT, "benchmark", "peers", "sb3_a2c.py"),
         "--env-ids",
         ASTERIX,
         "--seeds",
@@ -250,7 +245,7 @@ def test_resume_matches_uninterrupted_run(monkeypatch, tmp_path):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     os.mkdir(tmp_path / "tmp")
     keep_checkpoint(sb3, monkeypatch, kept := "update20.pt", at=20)
-    full = sb3.train(tiny(total_timesteps=2 * 5 * 50, save_model=True, save_every=10, **RELEASED))
+    full = sb3.train(tiny(sb3, total_timesteps=2 * 5 * 50, save_model=True, save_every=10, **RELEASED))
     resumed = resume_later(sb3, kept)
     assert resumed["global_step"] == 500 and resumed["run_dir"] == full["run_dir"]
     assert resumed["losses"] == full["losses"][20:] and resumed["learning_rate"] == full["learning_rate"][20:]
@@ -274,7 +269,7 @@ def test_resume_restores_the_observation_in_the_layout_a_step_gives():
     """The checkpoint holds the last observation as a C-order copy; restored, it is again VecTransposeImage's NCHW view
     of NHWC frames, as every step's is. The convolutions pick their kernel by the input's layout, and on an AVX2-only
     CPU (AMD EPYC) the two kernels differ in the last bits: a C-order first step broke the exact resume there."""
-    run = sb3.train(tiny(save_model=True, **RELEASED))
+    run = sb3.train(tiny(sb3, save_model=True, **RELEASED))
     ckpt, args = sb3.load_checkpoint(run["checkpoint"], sb3.Args())
     stepped = run["model"]._last_obs
     assert not stepped.flags["C_CONTIGUOUS"] and ckpt["last_obs"].flags["C_CONTIGUOUS"]  # what made the two differ
@@ -288,9 +283,9 @@ def test_resume_restores_the_observation_in_the_layout_a_step_gives():
 
 
 def test_bad_input_is_one_line_naming_this_script(monkeypatch):
-    assert_rejected_before_training(sb3, tiny(env_id="ALE/Breakout-v5"), "; sb3_a2c.py needs a NoFrameskip-v4 id")
-    assert_rejected_before_training(sb3, tiny(anneal_timesteps=0), "anneal-timesteps must be a finite number >= 1")
+    assert_rejected_before_training(sb3, tiny(sb3, env_id="ALE/Breakout-v5"), "; sb3_a2c.py needs a NoFrameskip-v4 id")
+    assert_rejected_before_training(sb3, tiny(sb3, anneal_timesteps=0), "anneal-timesteps must be a finite number >= 1")
     monkeypatch.setattr(sys, "argv", ["sb3_a2c.py", "--ent-coef", "-1", "--no-cuda"])
     with pytest.raises(SystemExit) as e:
-        runpy.run_path(os.path.join(ROOT, "benchmark", "sb3_a2c.py"), run_name="__main__")
+        runpy.run_path(os.path.join(ROOT, "benchmark", "peers", "sb3_a2c.py"), run_name="__main__")
     assert e.value.code == "sb3_a2c.py: error: --ent-coef must be a finite number >= 0, got -1.0"

@@ -1,4 +1,4 @@
-"""Tests of benchmark/sb3_trpo.py: SB3-contrib's TRPO is configured as its docstring says (its first update equals one
+"""Tests of benchmark/peers/sb3_trpo.py: SB3-contrib's TRPO is configured as its docstring says (its first update equals one
 of trpo_continuous_action.py's from the same weights and rollout), it follows ours' KL schedule, logs our tags, and
 refuses in one line what it cannot run."""
 
@@ -14,22 +14,12 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from test_ppo import assert_rejected_before_training, read_scalars
+from promises import assert_rejected_before_training, read_scalars
+from tiny import tiny
 
-sys.path.insert(0, os.path.join(ROOT, "benchmark"))
-import sb3_trpo as sb3  # noqa: E402
-
-import trpo_continuous_action as trpo  # noqa: E402
-
-
-def tiny(**kw):
-    """Three updates of one Hopper env x 64 steps."""
-    return sb3.Args(
-        **{
-            **dict(env_id="Hopper-v4", cuda=False, num_steps=64, num_minibatches=2, update_epochs=2, total_timesteps=64 * 3),
-            **kw,
-        }
-    )
+import trpo_continuous_action as trpo
+from benchmark.peers import sb3_trpo as sb3
+from benchmark.processes import root_on_path, tool
 
 
 def test_flags_are_ours_and_four_defaults_are_what_sb3_runs():
@@ -72,6 +62,7 @@ def test_first_update_equals_ours_on_the_same_rollout(ortho_init, cg_from_0, mon
     up to 1.8e-5 in a step of 0.08 (measured, 2e-4 of it): 5e-5. Started at 0 (randn_like patched to zeros, which only
     its CG calls) they differ by float32 rounding (2.4e-7 measured): 2e-6. The critic: 1e-4 relative."""
     args = tiny(
+        sb3,
         num_steps=256,
         total_timesteps=256,
         num_minibatches=1,
@@ -143,6 +134,7 @@ def test_kl_test_is_the_direction_its_line_search_measures(kl_test):
     KL(old || new) of ours and the paper's code: the logged KL of the step taken times A equals that direction's exact
     Gaussian KL between the policies before and after the update on the batch's states, and not the other's."""
     args = tiny(
+        sb3,
         num_steps=256,
         total_timesteps=256,
         num_minibatches=1,
@@ -172,7 +164,7 @@ def test_kl_test_is_the_direction_its_line_search_measures(kl_test):
 
 def test_kl_schedule_and_our_tags(monkeypatch, tmp_path):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # SB3's default logger made an SB3-<time> folder there
-    out = sb3.train(tiny(max_kl=0.07, max_kl_final=0.01))
+    out = sb3.train(tiny(sb3, max_kl=0.07, max_kl_final=0.01))
     assert not [name for name in os.listdir(tmp_path) if name.startswith("SB3-")]
     bounds = [losses["kl_bound"] for losses in out["losses"]]
     assert bounds == pytest.approx([0.07 - 0.06 * k / 3 for k in (1, 2, 3)], rel=1e-12)
@@ -204,23 +196,24 @@ def test_what_sb3_cannot_run_is_refused_in_one_line(name):
     value = value if value is not None else not dataclasses.asdict(sb3.Args())[name]
     assert_rejected_before_training(
         sb3,
-        tiny(**{name: value}),
+        tiny(sb3, **{name: value}),
         rf"^--{name.replace('_', '-')} .*: SB3-contrib's TRPO .*"
         rf"sb3_trpo.py runs .* only$",
     )
 
 
 def test_our_checks_name_this_script(monkeypatch):
-    assert_rejected_before_training(sb3, tiny(env_id="CartPole-v1"), "; sb3_trpo.py handles Box only")
+    assert_rejected_before_training(sb3, tiny(sb3, env_id="CartPole-v1"), "; sb3_trpo.py handles Box only")
     monkeypatch.setattr(sys, "argv", ["sb3_trpo.py", "--max-kl", "-1", "--no-cuda"])
     with pytest.raises(SystemExit) as e:
-        runpy.run_path(os.path.join(ROOT, "benchmark", "sb3_trpo.py"), run_name="__main__")
+        runpy.run_path(os.path.join(ROOT, "benchmark", "peers", "sb3_trpo.py"), run_name="__main__")
     assert e.value.code == "sb3_trpo.py: error: --max-kl must be a finite number > 0, got -1.0"
     # run afresh: gym, which SB3 imports, printed its 4-line notice before that line
     res = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmark", "sb3_trpo.py"), "--max-kl", "-1", "--no-cuda"],
+        [*tool("benchmark.peers.sb3_trpo"), "--max-kl", "-1", "--no-cuda"],
         capture_output=True,
         text=True,
+        env=root_on_path(),
     )
     assert (res.returncode, res.stdout, res.stderr) == (1, "", f"{e.value.code}\n")
     assert math.isinf(sb3.Args().max_grad_norm)

@@ -1,4 +1,4 @@
-"""Tests of benchmark/summary.py: the README's figure, one panel per script, is drawn from the stored curves.csv files
+"""Tests of benchmark/tools/summary.py: the README's figure, one panel per script, is drawn from the stored curves.csv files
 (--all: every one of them); compare.py writes curves.csv, and a report's tables rebuild it; a malformed file is refused
 in one line; the README shows the figure."""
 
@@ -7,19 +7,17 @@ import glob
 import os
 import re
 import shutil
-import sys
 
 import numpy as np
 import pytest
 from conftest import ROOT
+from fakes import NOISY_STEPS, NOISY_TAGS, write_noisy_run
 from PIL import Image
-from test_compare import STEPS, TAGS, write_run
 
-sys.path.insert(0, os.path.join(ROOT, "benchmark"))
-import compare  # noqa: E402
-import summary  # noqa: E402
+from benchmark import curves
+from benchmark.runs import RESULTS
+from benchmark.tools import compare, summary
 
-RESULTS = os.path.join(ROOT, "benchmark", "results")
 STORED = sorted(glob.glob(os.path.join(RESULTS, "**", "curves.csv"), recursive=True))
 
 
@@ -119,7 +117,7 @@ def test_all_draws_every_stored_comparison_one_panel_each(tmp_path, capsys):
 
 def named_group(tmp_path, label, exp_name, seeds, **kw):
     """LABEL=DIR ... of runs named as the scripts name them: <env id>__<exp name>__<seed>__<time>."""
-    dirs = [write_run(tmp_path / label / f"Walker2d-v4__{exp_name}__{seed}__17", seed, **kw) for seed in seeds]
+    dirs = [write_noisy_run(tmp_path / label / f"Walker2d-v4__{exp_name}__{seed}__17", seed, **kw) for seed in seeds]
     return [f"{label}={dirs[0]}", *dirs[1:]]
 
 
@@ -132,7 +130,7 @@ def test_compare_writes_curves_csv_and_its_report_rebuilds_it(tmp_path):
     a = named_group(tmp_path, "ours", "ppo_continuous_action-1a2b3c4d", [1, 2, 3])
     b = named_group(tmp_path, "cleanrl", "ppo_continuous_action", [5, 6], shift=5.0)
     out = tmp_path / "out"
-    assert compare.main(["--a", *a, "--b", *b, "--out", str(out), "--tags", *TAGS, "--no-plots"]) == 0
+    assert compare.main(["--a", *a, "--b", *b, "--out", str(out), "--tags", *NOISY_TAGS, "--no-plots"]) == 0
     verdicts = dict(re.findall(r"^\| (charts/\S+|losses/\S+) \| (.+) \|$", (out / "report.md").read_text(), re.M))
     live = [r for r in read_rows(out / "curves.csv") if r["tag"] == "charts/episodic_return"]
     assert [(r["window"], r["group"]) for r in live] == [(str(w), g) for w in range(1, 11) for g in ("ours", "cleanrl")]
@@ -140,7 +138,11 @@ def test_compare_writes_curves_csv_and_its_report_rebuilds_it(tmp_path):
 
     # each seed's mean over its 10 returns in each window, recomputed from the draws write_run made
     def seed_means(seed, shift):
-        values = STEPS / 1000 + np.random.default_rng(seed).normal(0, 1, len(STEPS)) + np.where(STEPS > 8000, shift, 0)
+        values = (
+            NOISY_STEPS / 1000
+            + np.random.default_rng(seed).normal(0, 1, len(NOISY_STEPS))
+            + np.where(NOISY_STEPS > 8000, shift, 0)
+        )
         return values.reshape(10, 10).mean(1)
 
     expected = {
@@ -157,7 +159,7 @@ def test_compare_writes_curves_csv_and_its_report_rebuilds_it(tmp_path):
 
     # the report's tables (four digits, no per-seed values) give the same rows
     rebuilt = summary.curves_from_report(str(out))
-    assert len(rebuilt) == len(read_rows(out / "curves.csv")) == 2 * 10 * len(TAGS)
+    assert len(rebuilt) == len(read_rows(out / "curves.csv")) == 2 * 10 * len(NOISY_TAGS)
     for old, new in zip(read_rows(out / "curves.csv"), rebuilt):
         assert {k: str(new[k]) for k in old if k not in ("mean", "min", "max", "per_seed")} == {
             k: v for k, v in old.items() if k not in ("mean", "min", "max", "per_seed")
@@ -201,7 +203,7 @@ def test_a_malformed_curves_csv_is_refused_in_one_line(tmp_path, capsys, case, m
     bad = tmp_path / "results" / "pair" / "curves.csv"
     bad.parent.mkdir(parents=True)
     shutil.copy(os.path.join(RESULTS, "bf16_breakout_short", "curves.csv"), tmp_path / "results" / "curves.csv")
-    columns = [c for c in compare.CURVE_COLUMNS if not (case == "no max column" and c == "max")]
+    columns = [c for c in curves.CURVE_COLUMNS if not (case == "no max column" and c == "max")]
     if case == "not a CSV":
         bad.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
     else:
@@ -213,7 +215,7 @@ def test_a_malformed_curves_csv_is_refused_in_one_line(tmp_path, capsys, case, m
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"summary.py: error: {os.path.relpath(bad)}")
     assert message in err and err.endswith(
-        "write it with benchmark/compare.py, or rebuild it from its report with --from-report\n"
+        "write it with benchmark/tools/compare.py, or rebuild it from its report with --from-report\n"
     )
     assert not (tmp_path / "results" / "summary.png").exists()
 
@@ -221,7 +223,7 @@ def test_a_malformed_curves_csv_is_refused_in_one_line(tmp_path, capsys, case, m
 def test_nothing_to_draw_or_no_report_is_one_line(tmp_path, capsys):
     assert summary.main(["--results", str(tmp_path), "--all"]) == 2
     assert capsys.readouterr().err == (
-        f"summary.py: error: no curves.csv under {tmp_path}; run benchmark/compare.py, or give --from-report DIR\n"
+        f"summary.py: error: no curves.csv under {tmp_path}; run benchmark/tools/compare.py, or give --from-report DIR\n"
     )
     assert summary.main(["--results", str(tmp_path)]) == 2
     assert capsys.readouterr().err == (
