@@ -75,6 +75,30 @@ def test_the_impala_corrections_sweep_runs_every_cell_then_compares_and_reports(
     assert not os.path.exists(os.path.join(ROOT, "benchmark", "results", "impala_corrections_pong_100"))
 
 
+def test_the_paac_actors_sweep_runs_every_n_e_then_compares_each_with_32_and_reports(tmp_path, fake):
+    """Issue 73's grid end to end on a tiny budget, with the fake script as a2c_paac.py: each n_e runs once per seed at
+    the released settings with the paper's rate rule left to the script (no --learning-rate), each other n_e is compared
+    with n_e = 32, and the report has every n_e; a bad NES stops it before any run."""
+    bench, env = sweep_copy(tmp_path)
+    shutil.copy(fake, tmp_path / "a2c_paac.py")
+    sweep = ["bash", str(bench / "sweeps" / "paac_actors.sh")]
+    settings = {"STEPS": "100", "SEEDS": "1", "SAVE_EVERY": "1", "TAGS": "charts/episodic_return", "NES": "16 32 64"}
+    res = subprocess.run(sweep, capture_output=True, text=True, env={**env, **settings, "NES": "16 x"})
+    assert (res.returncode, res.stderr) == (
+        2,
+        "paac_actors.sh: error: NES='16 x' must be whole numbers from 1 (e.g. NES=\"16 32\")\n",
+    )
+    assert not os.path.exists("runs")
+    res = subprocess.run(sweep, capture_output=True, text=True, env={**env, **settings})
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    args = [json.load(open(p))["args"] for p in glob.glob("runs/summaries/*.json")]
+    assert sorted(a[a.index("--num-envs") + 1] for a in args) == ["16", "32", "64"]
+    assert all("--loss-scale" in a and "--init" in a and "--learning-rate" not in a for a in args)
+    out = tmp_path / "results" / "paac_actors_pong_100"
+    assert sorted(os.listdir(out)) == ["ne32_vs_ne16", "ne32_vs_ne64", "report"]
+    assert all((out / d / "report.md").exists() for d in os.listdir(out))
+
+
 def test_a_paired_sweep_compares_only_finished_runs_and_names_the_others(tmp_path):
     extra = ["--total-timesteps", "64", "--max-kl", "0.1"]
     for seed, ok in ((1, True), (2, False)):  # seed 3: refused, so never run (no summary)
