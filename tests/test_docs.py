@@ -192,9 +192,10 @@ INTERNAL = re.compile(r"\b[Ss]eed 00\d\b|\b[Ii]ssues? \d+\b|\bRESUMABLE\b")
 
 
 def what_users_read():
-    """(where, text): README.md, every docs/ page, benchmark/README.md, and each script's docstring and --help (its
-    Args' comments)."""
+    """(where, text): README.md, every docs/ page, benchmark/README.md, the published numbers' sources (which every
+    report quotes), and each script's docstring and --help (its Args' comments)."""
     pages = [os.path.join(ROOT, "README.md"), *PAGES, os.path.join(ROOT, "benchmark", "README.md")]
+    pages.append(os.path.join(ROOT, "benchmark", "reference_results.csv"))
     texts = [(os.path.relpath(p, ROOT), read(p)) for p in pages]
     for script in SCRIPTS:
         tree = ast.parse(read(os.path.join(ROOT, script)))
