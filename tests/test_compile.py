@@ -1,4 +1,5 @@
-"""--compile (issue 53) in ppo.py, ppo_continuous_action.py, ppo_atari.py, ppo_atari_envpool.py and ppo_shared.py:
+"""--compile (issue 53) in ppo.py, ppo_continuous_action.py, ppo_atari.py, ppo_atari_envpool.py, ppo_procgen.py and
+ppo_shared.py:
 torch.compile of the rollout's policy step and the update's minibatch losses, checked on the CPU.
 
 Inductor builds C++ kernels, slow on 2 cores (38-110 s a script cold on a busy 2-core host, ~5 s from its cache in
@@ -29,6 +30,7 @@ HEADS = {
     "ppo_continuous_action": "actor_mean",
     "ppo_atari": "actor",
     "ppo_atari_envpool": "actor",
+    "ppo_procgen": "actor",
 }
 SIZES = dict(cuda=False, num_envs=2, num_steps=16, num_minibatches=2, update_epochs=2, total_timesteps=2 * 16 * 2)
 ENVS = {
@@ -37,6 +39,7 @@ ENVS = {
     "ppo_continuous_action": "Hopper-v4",
     "ppo_atari": "AsterixNoFrameskip-v4",
     "ppo_atari_envpool": "Asterix-v5",
+    "ppo_procgen": "starpilot",
 }
 
 
