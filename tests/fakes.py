@@ -137,6 +137,11 @@ def wrap(path, fake, log, side, sleep):
     path.write_text(f"LOG, SIDE, SLEEP, FAKE = {str(log)!r}, {side!r}, {sleep}, {fake!r}\n" + WRAPPER)
 
 
+def vs_argv(tmp_path, steps):
+    """vs_cleanrl.py's command line on the stand-in checkout in `tmp_path`: ppo.py, seeds 1 and 2, `steps` steps."""
+    return ["--cleanrl-dir", str(tmp_path / "checkout"), "--scripts", "ppo.py", "--seeds", "1", "2", "--steps", str(steps)]
+
+
 def sweep_copy(tmp_path):
     """benchmark/'s code (its folders and modules, not its results) copied into tmp_path/benchmark: a sweep run from
     there takes tmp_path for the repository (the fake scripts put there run as ours) and writes under tmp_path alone,

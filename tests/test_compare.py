@@ -254,7 +254,7 @@ def test_a_run_that_ends_short_or_groups_of_other_envs_are_named_and_an_unreadab
 
 def test_vs_cleanrl_fidelity_keeps_both_logs_skips_finished_pairs_and_compares(tmp_path, capsys):
     """tests/fakes.py's fake script plays both sides (logging seed * 100 + i for episode i): identical curves."""
-    from fakes import FAKE_SCRIPT, wrap
+    from fakes import FAKE_SCRIPT, vs_argv, wrap
 
     from benchmark.peers import vs_cleanrl
 
@@ -265,15 +265,7 @@ def test_vs_cleanrl_fidelity_keeps_both_logs_skips_finished_pairs_and_compares(t
     work, results = tmp_path / "work" / "ppo_CartPole-v1_1500", tmp_path / "results" / "vs_cleanrl_ppo_CartPole-v1_1500"
     argv = [
         "--fidelity",
-        "--cleanrl-dir",
-        str(tmp_path / "checkout"),
-        "--scripts",
-        "ppo.py",
-        "--seeds",
-        "1",
-        "2",
-        "--steps",
-        "1500",
+        *vs_argv(tmp_path, 1500),
         "--work-dir",
         str(tmp_path / "work"),
         "--out",

@@ -163,20 +163,17 @@ def actors_line(stdout):
     return ast.literal_eval(line.split(": ", 1)[1])
 
 
+# a learner and its actors on a short budget, saving: the flags of the torchrun runs below
+SMALL_RUN = ("--no-cuda", "--batch-size", "4", "--unroll-length", "10", "--total-timesteps", "800", "--save-model")
+
+
 def test_torchrun_learner_and_two_actors_log_both_checkpoint_and_resume_with_one():
     """And the process group is gone before the exit on every rank, as in test_ppo_atari_multigpu.py's test of the
     name: torch.distributed.nn held the learner's group past its destroy_process_group, and the actors never called it.
     The resumed run is 2 updates: past the one it starts from, and each logged once."""
     run = subprocess.run(
         torchrun(
-            "--no-cuda",
-            "--batch-size",
-            "4",
-            "--unroll-length",
-            "10",
-            "--total-timesteps",
-            "800",
-            "--save-model",
+            *SMALL_RUN,
             "--save-every",
             "10",
             nproc=3,
@@ -225,14 +222,7 @@ def test_nonfinite_weights_stop_every_rank_in_one_line_and_keep_the_last_checkpo
     checkpoint of update 2 stays; --eval-checkpoint refuses it made non-finite (tests/promises.py's check)."""
     run = subprocess.run(
         torchrun(
-            "--no-cuda",
-            "--batch-size",
-            "4",
-            "--unroll-length",
-            "10",
-            "--total-timesteps",
-            "800",
-            "--save-model",
+            *SMALL_RUN,
             "--save-every",
             "1",
             script=processes.driver(SCRIPT, NAN_AT_THE_THIRD_UPDATE),

@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 import pytest
-from fakes import wrap
+from fakes import vs_argv, wrap
 
 from benchmark import cleanrl
 
@@ -24,15 +24,7 @@ def test_vs_cleanrl_runs_both_in_turn_and_reports_walls_returns_and_ratios(fake,
     wrap(tmp_path / "checkout" / "cleanrl" / "ppo.py", fake, log, "ref", 2.0)
     out = tmp_path / "vs.md"
     argv = [
-        "--cleanrl-dir",
-        str(tmp_path / "checkout"),
-        "--scripts",
-        "ppo.py",
-        "--seeds",
-        "1",
-        "2",
-        "--steps",
-        "1500",
+        *vs_argv(tmp_path, 1500),
         "--reference-threads",
         "2",
         "--out",
@@ -73,15 +65,7 @@ def test_vs_cleanrl_runs_the_reference_under_its_own_python(fake, tmp_path, caps
     python.write_text(f'#!/bin/sh\necho "$1" >> {used}\nexec {sys.executable} "$@"\n')
     python.chmod(0o755)
     argv = [
-        "--cleanrl-dir",
-        str(tmp_path / "checkout"),
-        "--scripts",
-        "ppo.py",
-        "--seeds",
-        "1",
-        "2",
-        "--steps",
-        "200",
+        *vs_argv(tmp_path, 200),
         "--cleanrl-python",
         str(python),
         "--out",
