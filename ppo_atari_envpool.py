@@ -388,10 +388,8 @@ def train(args: Args, given=None):
         rollout = []  # the agent's (action, logprob, value) of each step, stacked into [T, N] tensors after it
         for step in range(T):
             global_step += N
-            obs[step], valid[step] = (
-                next_obs,
-                (dones[step - 1] == 0) | (not args.mask_reset_steps),
-            )  # dones[-1]: last rollout's
+            obs[step] = next_obs
+            valid[step] = (dones[step - 1] == 0) | (not args.mask_reset_steps)  # dones[-1]: last rollout's
             t0 = time.perf_counter()
             with torch.inference_mode():
                 action, logprob, _, value = policy_step(torch.as_tensor(next_obs, device=device))

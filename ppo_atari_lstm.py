@@ -28,8 +28,11 @@ To hack: the rollout and the update both call Agent.get_action_and_value, the op
 and update() is CleanRL's loop, so an edit to the network, a head or the loop applies everywhere.
 Deliberate choices (reference behaviour stays the default): --bootstrap-truncated (off); --torch-threads 0 (one per
 core); --channels-last (on, same math, faster CPU convolutions); --resume continues the same games and LSTM states
-(the emulators' state is saved beside their wrappers); the LSTM runs once per stretch of steps without an episode
-start (the reference: once per step), the same recursion in fewer calls.
+(the emulators' state is saved beside their wrappers); --compile (off: torch.compile of the rollout's policy step and
+the update's minibatch losses, CUDA graphs on a GPU; the CNN, heads and losses compile, the LSTM's stretches run
+eagerly between them: dynamo traces neither nn.LSTM nor the stretches' cuts, which depend on the episode starts);
+the LSTM runs once per stretch of steps without an episode start (the reference: once per step), the same recursion
+in fewer calls.
 """
 
 import contextlib
@@ -42,8 +45,11 @@ import os
 import pickle
 import random
 import re
+import shutil
 import signal
+import subprocess
 import sys
+import sysconfig
 import threading
 import time
 import traceback
@@ -85,6 +91,7 @@ class Args:
     torch_deterministic: bool = True  # if toggled, sets `torch.backends.cudnn.deterministic=True`
     cuda: bool = True  # use CUDA when available (else the CPU; a notice when --cuda is given by name)
     torch_threads: int = 0  # torch intra-op threads (0: torch's default, one per core: the CNN update scales)
+    compile: bool = False  # torch.compile the policy step and minibatch losses (CUDA graphs on CUDA); no faster on a CPU
     channels_last: bool = True  # the CNN in channels-last (NHWC) memory: same math, oneDNN's ~1.5x faster CPU convolutions
     bf16: bool = False  # the CNN's forward passes under bfloat16 autocast (experimental; heads, losses, Adam stay fp32)
     track: bool = False  # log to Weights & Biases (imports wandb only when set)
@@ -325,7 +332,18 @@ def ratio_stats(logratio, clip_coef):
     return (-logratio).mean(), ((ratio - 1) - logratio).mean(), ((ratio - 1).abs() > clip_coef).float().mean()
 
 
-def update(agent, optimizer, b, args):
+def minibatch_losses(agent, b, mb, args):
+    """What ppo_losses returns for minibatch `mb` (indices into batch `b`): the forward pass the optimizer step
+    differentiates. With --compile, update() is handed it compiled (compiled(): an edit here is compiled too)."""
+    state = tuple(s[:, mb[: len(mb) // args.num_steps]] for s in b["lstm_state"])  # L5: the rollout's, of mb's step-0 envs
+    _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(b["obs"][mb], state, b["starts"][mb], b["actions"][mb])
+    mb_advantages = b["advantages"][mb]
+    if args.norm_adv:  # detail 7
+        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+    return ppo_losses(newlogprob, b["logprobs"][mb], mb_advantages, newvalue, b["values"][mb], b["returns"][mb], entropy, args)
+
+
+def update(agent, optimizer, b, args, minibatch_losses=minibatch_losses):
     """update_epochs passes over batch `b` (a dict of flat tensors) in minibatches. Returns the last minibatch's
     losses (clipfrac: the mean over minibatches) and the first minibatch's ratio/clipfrac/approx_kl, which must
     be exactly 1/0/0 as nothing has changed yet."""
@@ -335,15 +353,7 @@ def update(agent, optimizer, b, args):
         # group's whole sequences in time order (flat time-major indices), replayed from the rollout's first state (L5)
         for envs in torch.randperm(args.num_envs, device=b["obs"].device).view(args.num_minibatches, -1):
             mb = (torch.arange(args.num_steps, device=envs.device)[:, None] * args.num_envs + envs).view(-1)
-            _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
-                b["obs"][mb], tuple(s[:, envs] for s in b["lstm_state"]), b["starts"][mb], b["actions"][mb]
-            )
-            mb_advantages = b["advantages"][mb]
-            if args.norm_adv:  # detail 7
-                mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
-            loss, pg_loss, v_loss, entropy_loss, logratio = ppo_losses(
-                newlogprob, b["logprobs"][mb], mb_advantages, newvalue, b["values"][mb], b["returns"][mb], entropy, args
-            )
+            loss, pg_loss, v_loss, entropy_loss, logratio = minibatch_losses(agent, b, mb, args)
             logratios.append(logratio.detach())
 
             optimizer.zero_grad()
@@ -393,6 +403,7 @@ def train(args: Args, given=None):
     agent = make_agent(args, envs.single_observation_space, envs.single_action_space).to(device)
     # detail 3: eps 1e-5; fused: the same Adam in one kernel per step, on CPU and CUDA
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+    policy_step, losses_step = compiled(agent.get_action_and_value, args, device), compiled(minibatch_losses, args, device)
 
     T, N = args.num_steps, args.num_envs
     # what the envs return is stored in numpy (cheap per-step writes), what the agent returns in torch
@@ -432,7 +443,7 @@ def train(args: Args, given=None):
             obs[step], starts[step] = next_obs, dones[step - 1]  # step 0: the last rollout's last dones
             t0 = time.perf_counter()
             with torch.inference_mode():
-                action, logprob, _, value, lstm_state = agent.get_action_and_value(
+                action, logprob, _, value, lstm_state = policy_step(
                     torch.as_tensor(next_obs, device=device), lstm_state, torch.as_tensor(starts[step], device=device)
                 )
             rollout.append((action, logprob, value))
@@ -485,7 +496,7 @@ def train(args: Args, given=None):
             "starts": torch.as_tensor(starts, device=device).reshape(-1),
             "lstm_state": rollout_state,
         }
-        losses, first = update(agent, optimizer, b, args)
+        losses, first = update(agent, optimizer, b, args, losses_step) if args.compile else update(agent, optimizer, b, args)
         seconds["update"] += time.perf_counter() - t0
         y_pred, y_true = b["values"].cpu().numpy(), b["returns"].cpu().numpy()
         losses["explained_variance"] = np.nan if np.var(y_true) == 0 else 1 - np.var(y_true - y_pred) / np.var(y_true)
@@ -542,7 +553,7 @@ RANGES = [
 ]
 # the flags that may change beside --resume: the budget, and how the run is saved or placed
 RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "track"}
-RESUMABLE |= {"channels_last", "bf16"}
+RESUMABLE |= {"compile", "channels_last", "bf16"}
 
 
 def check_args(args: Args, ckpt=None) -> None:
@@ -585,6 +596,15 @@ def check_args(args: Args, ckpt=None) -> None:
     for flag, package in (("capture_video", "moviepy"), ("track", "wandb")):
         if getattr(args, flag) and importlib.util.find_spec(package) is None:
             raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
+    if args.compile and not (
+        shutil.which(cxx := os.environ.get("CXX", "g++"))  # inductor's default compiler, and one that runs
+        and subprocess.run([cxx, "--version"], capture_output=True).returncode == 0
+        and os.path.exists(os.path.join(sysconfig.get_path("include"), "Python.h"))
+    ):
+        raise ConfigError(
+            "--compile needs a working C++ compiler ($CXX, or g++) and Python's headers (Python.h), which inductor "
+            "builds its kernels with: install them (e.g. apt install g++ python3-dev) or run without --compile"
+        )
     if args.bf16 and not (
         torch.cuda.is_bf16_supported()
         if args.cuda and torch.cuda.is_available()
@@ -637,6 +657,19 @@ class Unpickler(pickle.Unpickler):
         elif package in ("gymnasium", "ale_py") and isinstance(found := super().find_class(module, name), type):
             return found
         raise pickle.UnpicklingError(f"{module}.{name} is no part of a saved game (refused: it could run code as it loads)")
+
+
+def compiled(fn, args, device):
+    """`fn`, or with --compile `fn` through torch.compile: traced at its first call from the code as it is then (an edited
+    Agent or loss too) into inductor's kernels, on CUDA in mode reduce-overhead: CUDA graphs, whose next replay
+    overwrites their outputs, so these are copied out. The update compiles the forward pass (and so its backward); the
+    optimizer step stays eager, as dynamo leaves fused Adam (one kernel) untraced, and GAE stays in numpy: its T-step
+    loop compiles unrolled (141 s for T = 128 on 2 busy CPU cores) and ran no faster."""
+    if not args.compile:
+        return fn
+    torch._inductor.config.fallback_random = True  # sample with torch's generator, as eager does: a seed's same actions
+    fast = torch.compile(fn, mode="reduce-overhead" if device.type == "cuda" else None)
+    return lambda *a: torch.utils._pytree.tree_map(torch.clone, fast(*a))  # the LSTM state is a tuple in the tuple
 
 
 def progress(iteration, iterations, global_step, steps_per_iteration, sps, returns, every=10, note=""):

@@ -480,6 +480,7 @@ def train(args: Args, given=None):
         eps=1e-5,
         fused=True,
     )
+    policy_step = agent.get_action_and_value  # the rollout's policy step, uncompiled: TRPO has no --compile
 
     T, N = args.num_steps, args.num_envs
     # what the envs return is stored in numpy (cheap per-step writes), what the agent returns in torch
@@ -504,7 +505,8 @@ def train(args: Args, given=None):
             next_obs, _ = envs.reset(seed=args.seed)
         start_iteration, global_step = restore(ckpt, agent, optimizer, device)
 
-    saved, stuck = (args.resume, ckpt["iteration"]) if ckpt else None, 0  # check_finite's checkpoint, T4's no-step streak
+    saved = (args.resume, ckpt["iteration"]) if ckpt else None  # the last finite checkpoint (check_finite)
+    stuck = 0  # T4's no-step streak: iterations in a row whose line search took no step
     gc.freeze()  # the ~300k objects made so far (mostly torch's) are never garbage: full collections skip them
     start_time, start_step = time.time(), global_step
     for iteration in range(start_iteration, args.num_iterations + 1):
@@ -526,9 +528,7 @@ def train(args: Args, given=None):
             obs[step] = next_obs
             t0 = time.perf_counter()
             with torch.inference_mode():
-                action, logprob, _, value = agent.get_action_and_value(
-                    torch.as_tensor(next_obs, dtype=torch.float32, device=device)
-                )
+                action, logprob, _, value = policy_step(torch.as_tensor(next_obs, dtype=torch.float32, device=device))
             rollout.append((action, logprob, value))
             t1 = time.perf_counter()
             next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())

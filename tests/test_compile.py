@@ -1,15 +1,16 @@
-"""--compile (issue 53) in ppo.py, ppo_continuous_action.py, ppo_atari.py, ppo_atari_envpool.py, ppo_procgen.py and
-ppo_shared.py:
-torch.compile of the rollout's policy step and the update's minibatch losses, checked on the CPU.
+"""--compile in every PPO script (ppo.py, ppo_shared.py, ppo_continuous_action.py, the four ppo_atari*, ppo_procgen.py and
+the μRTS pair): torch.compile of the rollout's policy step and the update's minibatch losses, checked on the CPU.
 
 Inductor builds C++ kernels, slow on 2 cores (38-110 s a script cold on a busy 2-core host, ~5 s from its cache in
 /tmp/torchinductor_<user>), so it runs here once, on ppo.py: its first update against eager's, its checkpoints across
-the flag, evaluation. The hack checks run in all five with the graphs dynamo traces (what decides whether an edit is
+the flag, evaluation; and on ppo_atari_multigpu.py's update by two gloo ranks (37 s cold), D2's all-reduces in its graph.
+The hack checks run in all of them with the graphs dynamo traces (what decides whether an edit is
 compiled) executed as traced (hacks.traced_by_dynamo). With the flag off a script compiles nothing and runs what it ran
 before the flag.
 """
 
 import dataclasses
+import functools
 import importlib
 import math
 import os
@@ -20,7 +21,9 @@ import pytest
 import torch
 from conftest import ROOT, import_copy
 from hacks import assert_added_layer_trains, assert_cleanrl_update_trains, assert_temperature_changes_rollout, traced_by_dynamo
+from processes import run_ranks
 from tiny import SCRIPTS as ALL
+from tiny import microrts_missing
 
 # the scripts with --compile, found by their Args (tests/test_repo.py holds the flag's code to one text in each)
 SCRIPTS = [s.removesuffix(".py") for s in ALL if "\n    compile: bool = False  # " in open(os.path.join(ROOT, s)).read()]
@@ -30,7 +33,11 @@ HEADS = {
     "ppo_continuous_action": "actor_mean",
     "ppo_atari": "actor",
     "ppo_atari_envpool": "actor",
+    "ppo_atari_multigpu": "actor",  # in a world of one (no torchrun); two gloo ranks below
+    "ppo_atari_lstm": "actor",
     "ppo_procgen": "actor",
+    "ppo_multidiscrete": "actor",
+    "ppo_multidiscrete_mask": "actor",
 }
 SIZES = dict(cuda=False, num_envs=2, num_steps=16, num_minibatches=2, update_epochs=2, total_timesteps=2 * 16 * 2)
 ENVS = {
@@ -39,8 +46,14 @@ ENVS = {
     "ppo_continuous_action": "Hopper-v4",
     "ppo_atari": "AsterixNoFrameskip-v4",
     "ppo_atari_envpool": "Asterix-v5",
+    "ppo_atari_multigpu": "AsterixNoFrameskip-v4",
+    "ppo_atari_lstm": "AsterixNoFrameskip-v4",
     "ppo_procgen": "starpilot",
+    "ppo_multidiscrete": "MicrortsMining-v1",
+    "ppo_multidiscrete_mask": "MicrortsMining-v1",
 }
+# a μRTS run starts the JVM, which a process cannot start twice: its tests run in forked children (tests/microrts.py)
+RUNS = [pytest.param(s, marks=[pytest.mark.forked, microrts_missing]) if "multidiscrete" in s else s for s in SCRIPTS]
 
 
 def test_every_script_with_compile_has_its_run_here():
@@ -53,7 +66,7 @@ def compiled_run(script, **kw):
     return mod, mod.Args(**{**SIZES, "env_id": ENVS[script], **kw})
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", RUNS)
 def test_flag_off_compiles_nothing_and_runs_the_code_without_the_flag(script, tmp_path, monkeypatch):
     """Without --compile: torch.compile is never called, and a fixed-seed run equals, bit for bit, one of a copy with
     the flag's lines taken out (the rollout calls Agent.get_action_and_value, update() its own minibatch_losses). When
@@ -146,7 +159,7 @@ def test_ppo_compiled_first_update_equals_eagers_and_checkpoints_cross_the_flag(
     assert len(returns) == 2 and all(r >= 1 for r in returns)
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", RUNS)
 def test_hack_edits_act_when_compiled(script, tmp_path, monkeypatch):
     """tests/hacks.py's (a) and (c) with --compile: CleanRL's update step trains every parameter through the compiled
     losses' backward, and a LayerNorm added in front of the policy head is in the traced graphs, trains, and keeps
@@ -168,7 +181,7 @@ def test_hack_temperature_changes_what_the_compiled_rollout_samples(monkeypatch)
     assert graphs
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", RUNS)
 def test_compile_without_a_compiler_or_pythons_headers_is_refused(script, monkeypatch, tmp_path):
     mod, args = compiled_run(script, compile=True)
     mod.check_args(args)  # g++ and Python.h are here
@@ -187,6 +200,80 @@ def test_compile_without_a_compiler_or_pythons_headers_is_refused(script, monkey
     monkeypatch.setattr(mod.sysconfig, "get_path", lambda name: str(tmp_path))  # no Python.h there
     with pytest.raises(mod.ConfigError, match=message):
         mod.check_args(args)
+
+
+def multigpu_update_as_rank(rank, world, compile):
+    """One update() of ppo_atari_multigpu.py as this rank (of 2, gloo), on its envs' share of one fixed batch, from rank
+    0's weights (D2's broadcast), its minibatch losses compiled (inductor) or not; the parameters after it, and the frames
+    dynamo compiled and the graph breaks it met."""
+    torch._inductor.config.compile_threads = 1  # a forked rank builds its kernels itself, not in the parent's workers
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    torch.distributed.init_process_group("gloo")
+    mod, args = compiled_run("ppo_atari_multigpu", num_envs=4, num_steps=8, compile=compile)
+    args.batch_size, args.minibatch_size = 32, 16  # global, as train() sets them
+    torch.manual_seed(10 + rank)  # each rank builds another agent: rank 0's reaches both (D2)
+    agent = mod.Agent(4, 9, channels_last=True)
+    mod.data_parallel(agent)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5, fused=True)
+    g = torch.Generator().manual_seed(0)
+    b = {
+        "obs": torch.randint(0, 256, (8, 4, 4, 84, 84), generator=g, dtype=torch.uint8),
+        "actions": torch.randint(0, 9, (8, 4), generator=g),
+        **{k: torch.randn(8, 4, generator=g) for k in ("logprobs", "values", "advantages", "returns")},
+    }
+    b = {k: v[:, 2 * rank : 2 * rank + 2].flatten(0, 1) for k, v in b.items()}  # [T, N]: this rank's 2 envs
+    torch.manual_seed(1)
+    mod.update(agent, optimizer, b, args, mod.compiled(mod.minibatch_losses, args, torch.device("cpu")))  # or itself
+    counters = torch._dynamo.utils.counters
+    return {n: p.detach() for n, p in agent.named_parameters()}, counters["frames"]["ok"], dict(counters["graph_break"])
+
+
+def test_multigpu_compiled_losses_keep_two_ranks_making_one_update():
+    """ppo_atari_multigpu.py --compile on two gloo ranks, through inductor: dynamo traces D2's all-reduces of the
+    advantages' mean and std into the minibatch losses' one graph (no graph break), the compiled backward's gradients
+    reach the parameters' averaging hooks (D2 wraps no DistributedDataParallel: its hooks sit on the parameters, outside
+    every graph), and the ranks stay identical and make the eager ranks' update (tests/test_ppo_atari_multigpu.py: the
+    eager ranks make the update of one process with all the envs) to rounding."""
+    eager = run_ranks(functools.partial(multigpu_update_as_rank, compile=False), method="fork")
+    ranks = run_ranks(functools.partial(multigpu_update_as_rank, compile=True), method="fork", timeout=600)
+    for (after, frames, breaks), (eager_after, _, _) in zip(ranks, eager, strict=True):
+        assert frames == 1 and breaks == {}  # minibatch_losses compiled whole, its all-reduces in its graph
+        torch.testing.assert_close(after, eager_after, rtol=RTOL, atol=ATOL)
+    assert all(torch.equal(p, ranks[1][0][k]) for k, p in ranks[0][0].items())  # the ranks stay identical
+
+
+def test_lstm_compiles_around_its_recursion_and_not_again_for_each_minibatchs_episode_starts():
+    """ppo_atari_lstm.py --compile: dynamo traces neither nn.LSTM (torch._dynamo.config.allow_rnn is off) nor the cuts of
+    its stretches (nonzero, then .tolist(): they depend on the episode starts), so the LSTM's stretches run eagerly
+    between the compiled CNN and the compiled heads and losses. Minibatches with 0 to 7 episode starts trace no new
+    graph after the first three (the cuts' count 0, 1, then a dynamic size; dynamo leaves the stretch loop's frame to
+    eager), and the compiled losses are eager's, bit for bit, with the graphs run as traced."""
+    mod, args = compiled_run("ppo_atari_lstm", num_envs=4, compile=True)
+    T, N = args.num_steps, args.num_envs
+    torch.manual_seed(0)
+    agent = mod.Agent(1, 9)
+    b = {
+        "obs": torch.randint(0, 256, (T * N, 1, 84, 84), dtype=torch.uint8),
+        "actions": torch.randint(0, 9, (T * N,)),
+        **{k: torch.randn(T * N) for k in ("logprobs", "values", "advantages", "returns")},
+        "lstm_state": tuple(torch.randn(1, N, 128) for _ in range(2)),
+    }
+    mb = (torch.arange(T)[:, None] * N + torch.tensor([3, 1])).view(-1)  # envs 3 and 1's sequences, as update() makes
+    traced = []
+    with traced_by_dynamo() as graphs:
+        losses = mod.compiled(mod.minibatch_losses, args, torch.device("cpu"))
+        for k in range(8):
+            starts = torch.zeros(T, N)
+            starts[1 : k + 1, 3] = 1  # env 3 begins an episode at steps 1..k: k + 1 stretches
+            b["starts"] = starts.view(-1)
+            compiled, eager = losses(agent, b, mb, args), mod.minibatch_losses(agent, b, mb, args)
+            assert all(torch.equal(x, y) for x, y in zip(compiled, eager, strict=True)), k
+            compiled[0].backward()
+            traced.append(len(graphs))
+    assert len(set(traced[2:])) == 1, traced
+    assert any("conv2d" in g for g in graphs) and any("log_softmax" in g for g in graphs)
+    assert not any("lstm(" in g for g in graphs)
 
 
 @pytest.mark.skipif(

@@ -183,9 +183,9 @@ def test_dry_run_checks_trains_resumes_evaluates_times_and_reports(tmp_path):
 
 def test_a_script_without_compile_gets_a_row_that_says_so():
     assert gpu_check.Check.has_flag(None, "ppo_continuous_action.py", "compile")
-    assert not gpu_check.Check.has_flag(None, "ppo_atari_lstm.py", "compile")
-    assert gpu_check.peer_lines("ppo_atari_lstm.py", {"compile": {"not_run": "ppo_atari_lstm.py has no --compile"}}) == [
-        "| ppo_atari_lstm.py | ours --compile | not run: ppo_atari_lstm.py has no --compile | — | — | — | — | 0 |"
+    assert not gpu_check.Check.has_flag(None, "a2c_paac.py", "compile")
+    assert gpu_check.peer_lines("a2c_paac.py", {"compile": {"not_run": "a2c_paac.py has no --compile"}}) == [
+        "| a2c_paac.py | ours --compile | not run: a2c_paac.py has no --compile | — | — | — | — | 0 |"
     ]
 
 
