@@ -4,6 +4,7 @@ under our tags, and benchmark/tools/run.py drives it as one of our scripts."""
 
 import dataclasses
 import json
+import math
 import operator
 import os
 import runpy
@@ -148,6 +149,28 @@ def test_one_update_equals_a2c_paac_update(arch, settings):
     for theirs_p, ours_p in zip(model.policy.parameters(), agent.parameters(), strict=True):
         torch.testing.assert_close(theirs_p.detach(), ours_p.detach(), rtol=1e-4, atol=1e-6)
     assert max((p.detach() - q).abs().max().item() for p, q in zip(agent.parameters(), before)) > 1e-4  # it moved
+
+
+def test_init_torch_keeps_every_layers_own_init_as_a2c_paac_does():
+    """--init torch (the PAAC authors' init, which Pong learned with): SB3's ortho_init off, so that every weight and bias
+    is PyTorch's uniform within +-1/sqrt(fan-in), as a2c_paac.py's --init torch; the orthogonal default is not."""
+    args = tiny(sb3, init="torch", total_timesteps=10, batch_size=10, num_iterations=1, learning_rate=0.0014)
+    envs = sb3.make_envs(args)
+    try:
+        torch.manual_seed(0)
+        policy = sb3.make_model(args, envs).policy
+        torch.manual_seed(0)
+        orthogonal = sb3.make_model(dataclasses.replace(args, init="orthogonal"), envs).policy
+    finally:
+        envs.close()
+    layers = [m for m in policy.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    ours = [m for m in paac.Agent(4, "nips", init="torch").modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    assert [m.weight.shape for m in layers] == [m.weight.shape for m in ours]
+    for m in layers:  # uniform within the bound, the weights filling it (orthogonal weights of std 0.01 or 1 do neither)
+        bound = 1 / math.sqrt(m.weight[0].numel())
+        assert bound >= m.weight.abs().max() > 0.8 * bound and bound >= m.bias.abs().max() > 0
+    assert policy.action_net.weight.std() > 10 * orthogonal.action_net.weight.std()  # the head 0.01 only when orthogonal
+    assert not orthogonal.action_net.bias.any()
 
 
 @pytest.mark.parametrize("anneal_timesteps, anneal_updates", ANNEAL_CASES)

@@ -24,9 +24,10 @@ How SB3 is configured, detail by detail of a2c_paac.py, and where it still diffe
      normalize_advantage=False (SB3's default, ours has none). --loss-scale, which SB3 lacks, is a hook on every
      parameter multiplying its gradient before SB3 clips the global norm: the gradient of ours, clip included
   5. CnnPolicy: one trunk shared by a softmax policy head and a linear value head, orthogonal init (gain sqrt 2,
-     policy 0.01, value 1, zero biases), pixels / 255; net_arch=[] (no layers between trunk and heads). --arch
-     nature is SB3's NatureCNN; SB3 has no nips trunk, so NipsCNN below is ours (conv16 8x8/4, conv32 4x4/2,
-     fc256) in SB3's features-extractor API: the only network code here that is not SB3's
+     policy 0.01, value 1, zero biases; --init torch is ortho_init=False, every layer's own PyTorch init, as ours),
+     pixels / 255; net_arch=[] (no layers between trunk and heads). --arch nature is SB3's NatureCNN; SB3 has no nips
+     trunk, so NipsCNN below is ours (conv16 8x8/4, conv32 4x4/2, fc256) in SB3's features-extractor API: the only
+     network code here that is not SB3's
   6. RMSpropTFLike(alpha=--rmsprop-decay, eps=--rmsprop-eps), SB3's TensorFlow-form RMSProp: mean square from 1,
      epsilon inside the root, the same update as ours (A2C's own default is torch's RMSprop with eps 1e-5)
   7. max_grad_norm: SB3 clips the global gradient norm as ours (its default 0.5 set to ours)
@@ -97,6 +98,7 @@ class Args:
     env_id: str = "BreakoutNoFrameskip-v4"  # the id of the environment (an ALE NoFrameskip-v4 game)
     total_timesteps: int = 115_000_000  # total environment steps (4 frames each); paper: N_max = 1.15e8
     arch: Literal["nips", "nature"] = "nips"  # the network: nips (conv16-conv32-fc256) or nature (SB3's NatureCNN)
+    init: Literal["orthogonal", "torch"] = "orthogonal"  # SB3's orthogonal init, or torch: ortho_init=False (the authors')
     learning_rate: Optional[float] = None  # the learning rate of RMSProp (default: the paper's 0.0007 * num_envs)
     num_envs: int = 32  # n_e, the number of parallel environments
     num_steps: int = 5  # t_max, the number of steps to run in each environment per update
@@ -179,6 +181,7 @@ def make_model(args, envs, device="cpu"):
     policy_kwargs = dict(
         features_extractor_class={"nips": NipsCNN, "nature": NatureCNN}[args.arch],
         net_arch=[],
+        ortho_init=args.init == "orthogonal",
         optimizer_class=RMSpropTFLike,
         optimizer_kwargs=dict(alpha=args.rmsprop_decay, eps=args.rmsprop_eps, weight_decay=0),
     )
