@@ -222,6 +222,30 @@ def test_the_benchmark_readme_opens_with_its_layout_and_a_row_for_every_file():
     assert [f for f in files if f not in named and os.path.basename(f) not in named] == []
 
 
+def test_the_sibling_diff_table_says_what_diff_shows(tmp_path):
+    """docs/hacking.md's table: each sibling against its parent, the lines only one has (`diff`) above and below the
+    banner."""
+    page = open(os.path.join(ROOT, "docs/hacking.md")).read()
+    rows = re.findall(r"^\| `(\S+)` → `(\S+)` \| (\d+) \| (\d+) \|", page, re.M)
+    assert len(rows) >= 11
+
+    def halves(script):  # the file up to its banner line, and from it
+        lines = open(os.path.join(ROOT, script)).read().splitlines(keepends=True)
+        cut = next(i for i, line in enumerate(lines) if line.startswith("# ---- Below: input checks,"))
+        for name, part in (("above", lines[: cut + 1]), ("below", lines[cut:])):
+            (tmp_path / f"{script}.{name}").write_text("".join(part))
+        return [str(tmp_path / f"{script}.{name}") for name in ("above", "below")]
+
+    for parent, sibling, above, below in rows:
+        changed = [
+            sum(
+                line[:1] in "<>" for line in subprocess.run(["diff", a, b], capture_output=True, text=True).stdout.splitlines()
+            )
+            for a, b in zip(halves(parent), halves(sibling))
+        ]
+        assert changed == [int(above), int(below)], (parent, sibling)
+
+
 def test_every_test_the_reliability_page_names_is_a_test():
     """docs/reliability.md names the test of each promise; a test renamed or gone is a stale name there."""
     named = set(re.findall(r"`(test_\w+)`", read(os.path.join(ROOT, "docs", "reliability.md"))))
