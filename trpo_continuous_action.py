@@ -64,7 +64,9 @@ its released code), --max-grad-norm (11), --clip-vloss (9), --anneal-lr (4); --v
 To hack: the rollout, the surrogate and the line search call Agent.get_action_and_value, the Fisher and the KL
 Agent.get_mean_and_logstd; the policy is every parameter but the critic's, the optimizer holds agent.parameters() and
 the critic's loop is CleanRL's, so an edit to the network, a head or the loop applies everywhere.
-Deliberate choices (reference behaviour stays the default): --bootstrap-truncated (off); --torch-threads 1.
+Deliberate choices (reference behaviour stays the default): --bootstrap-truncated (off); --torch-threads 1; --compile
+(off: torch.compile of the rollout's policy step and the critic's minibatch losses, CUDA graphs on a GPU; the policy's
+natural-gradient step, T2-T4, stays eager).
 --gymnasium-normalization: the rules of gymnasium's per-env wrappers (CleanRL's v4 runs): terminal observations enter
 the statistics; the running return restarts only at a termination, before the reward. The statistics are saved in the
 checkpoint and frozen in evaluation (the reference's evaluation starts fresh ones and scores far below its training).
@@ -82,8 +84,11 @@ import os
 import pickle
 import random
 import re
+import shutil
 import signal
+import subprocess
 import sys
+import sysconfig
 import threading
 import time
 import traceback
@@ -115,6 +120,7 @@ class Args:
     torch_deterministic: bool = True  # if toggled, sets `torch.backends.cudnn.deterministic=True`
     cuda: bool = True  # use CUDA when available (else the CPU; a notice when --cuda is given by name)
     torch_threads: int = 1  # torch intra-op threads (0: torch's default); 1 is fastest for small networks
+    compile: bool = False  # torch.compile the policy step and minibatch losses (CUDA graphs on CUDA); no faster on a CPU
     track: bool = False  # log to Weights & Biases (imports wandb only when set)
     wandb_project_name: str = "ppo-reference"  # the Weights & Biases project
     wandb_entity: Optional[str] = None  # the Weights & Biases entity (team)
@@ -339,6 +345,13 @@ def ratio_stats(logratio, clip_coef):
     return (-logratio).mean(), ((ratio - 1) - logratio).mean(), ((ratio - 1).abs() > clip_coef).float().mean()
 
 
+def minibatch_losses(agent, b, mb, args):
+    """The critic's (loss, v_loss) for minibatch `mb` (indices into batch `b`): the forward pass the optimizer step
+    differentiates. With --compile, update() is handed it compiled (compiled(): an edit here is compiled too)."""
+    v_loss = value_loss(agent.get_value(b["obs"][mb]), b["values"][mb], b["returns"][mb], args)
+    return v_loss * args.vf_coef, v_loss  # detail 10: the critic's loss alone (T5)
+
+
 def flat_grad(y, params, **kw):
     """The gradient of the scalar y with respect to params, as one vector."""
     return torch.cat([g.reshape(-1) for g in torch.autograd.grad(y, params, **kw)])
@@ -427,15 +440,14 @@ def trpo_step(agent, b, args, max_kl):
     }, first
 
 
-def update(agent, optimizer, b, args, max_kl):
+def update(agent, optimizer, b, args, max_kl, minibatch_losses=minibatch_losses):
     """The policy's TRPO step (trpo_step), then update_epochs passes of the critic over batch `b` (a dict of flat
     tensors) in minibatches. Returns the step's losses with the last minibatch's value loss, and trpo_step's `first`."""
     losses, first = trpo_step(agent, b, args, max_kl)
     for epoch in range(args.update_epochs):
         # detail 6: a new shuffle each epoch, split into disjoint minibatches that cover the batch
         for mb in torch.randperm(args.batch_size, device=b["obs"].device).view(-1, args.minibatch_size):
-            v_loss = value_loss(agent.get_value(b["obs"][mb]), b["values"][mb], b["returns"][mb], args)
-            loss = v_loss * args.vf_coef  # detail 10: the critic's loss alone (T5)
+            loss, v_loss = minibatch_losses(agent, b, mb, args)
 
             optimizer.zero_grad()
             loss.backward()
@@ -480,7 +492,8 @@ def train(args: Args, given=None):
         eps=1e-5,
         fused=True,
     )
-    policy_step = agent.get_action_and_value  # the rollout's policy step, uncompiled: TRPO has no --compile
+    # compiled: the rollout's policy step and the critic's minibatch losses; trpo_step (T2-T4) runs eagerly
+    policy_step, losses_step = compiled(agent.get_action_and_value, args, device), compiled(minibatch_losses, args, device)
 
     T, N = args.num_steps, args.num_envs
     # what the envs return is stored in numpy (cheap per-step writes), what the agent returns in torch
@@ -573,7 +586,11 @@ def train(args: Args, given=None):
         }
         with torch.no_grad():  # cloned: the logstd is a view of the parameter that the update changes in place
             old_policy = [x.clone() for x in agent.get_mean_and_logstd(b["obs"])]
-        losses, first = update(agent, optimizer, b, args, max_kl)
+        losses, first = (
+            update(agent, optimizer, b, args, max_kl, losses_step)
+            if args.compile
+            else update(agent, optimizer, b, args, max_kl)
+        )
         with (
             torch.no_grad()
         ):  # the Implementation Matters paper's Figure 2: how far this update moved the policy on the batch's states
@@ -652,6 +669,7 @@ RANGES = [
 OFF_AT_INF = {"max_grad_norm", "clip_obs", "clip_reward"}
 # the flags that may change beside --resume: the budget, and how the run is saved or placed
 RESUMABLE = {"resume", "total_timesteps", "save_model", "save_every", "cuda", "torch_threads", "track"}
+RESUMABLE |= {"compile"}
 
 
 def quiet_mujoco():
@@ -710,6 +728,15 @@ def check_args(args: Args, ckpt=None) -> None:
     for flag, package in (("capture_video", "moviepy"), ("track", "wandb")):
         if getattr(args, flag) and importlib.util.find_spec(package) is None:
             raise ConfigError(f"--{flag.replace('_', '-')} needs {package}, which is not installed: pip install {package}")
+    if args.compile and not (
+        shutil.which(cxx := os.environ.get("CXX", "g++"))  # inductor's default compiler, and one that runs
+        and subprocess.run([cxx, "--version"], capture_output=True).returncode == 0
+        and os.path.exists(os.path.join(sysconfig.get_path("include"), "Python.h"))
+    ):
+        raise ConfigError(
+            "--compile needs a working C++ compiler ($CXX, or g++) and Python's headers (Python.h), which inductor "
+            "builds its kernels with: install them (e.g. apt install g++ python3-dev) or run without --compile"
+        )
     try:
         probe = gym.make(args.env_id, **({"render_mode": "rgb_array"} if args.capture_video else {}))
         if args.capture_video:  # MuJoCo renders through OpenGL (MUJOCO_GL=egl gives it one without a display)
@@ -769,6 +796,19 @@ class Unpickler(pickle.Unpickler):
         elif package in ("gymnasium", "ale_py") and isinstance(found := super().find_class(module, name), type):
             return found
         raise pickle.UnpicklingError(f"{module}.{name} is no part of a saved game (refused: it could run code as it loads)")
+
+
+def compiled(fn, args, device):
+    """`fn`, or with --compile `fn` through torch.compile: traced at its first call from the code as it is then (an edited
+    Agent or loss too) into inductor's kernels, on CUDA in mode reduce-overhead: CUDA graphs, whose next replay
+    overwrites their outputs, so these are copied out. The update compiles the forward pass (and so its backward); the
+    optimizer step stays eager, as dynamo leaves fused Adam (one kernel) untraced, and GAE stays in numpy: its T-step
+    loop compiles unrolled (141 s for T = 128 on 2 busy CPU cores) and ran no faster."""
+    if not args.compile:
+        return fn
+    torch._inductor.config.fallback_random = True  # sample with torch's generator, as eager does: a seed's same actions
+    fast = torch.compile(fn, mode="reduce-overhead" if device.type == "cuda" else None)
+    return lambda *a: tuple(x.clone() for x in fast(*a))
 
 
 def progress(iteration, iterations, global_step, steps_per_iteration, sps, returns, every=10, note=""):
