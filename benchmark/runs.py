@@ -103,8 +103,10 @@ def final_return(returns, window=FINAL_WINDOW):
 
 
 def read_run(run_dir, tag=RETURN_TAG):
-    """A TensorBoard run: {"steps", "returns" (in logging order), "hparams" (the script's Args), "last_step",
-    "sps" (the last charts/SPS: the training loop's steps/s since the script started, or resumed)}."""
+    """A TensorBoard run: {"steps", "returns" (in logging order), "wall_times" (when each was logged), "hparams" (the
+    script's Args), "last_step", "sps" (the last charts/SPS: the training loop's steps/s since the script started, or
+    resumed)}. Of a resumed run, what TensorBoard keeps: a resume's SessionLog START at its purge step drops every
+    earlier event of that step or later (the steps it redoes), so each step is logged once."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(run_dir, size_guidance={"scalars": 0, "tensors": 0})
@@ -124,6 +126,7 @@ def read_run(run_dir, tag=RETURN_TAG):
     return {
         "steps": [e.step for e in events],
         "returns": [e.value for e in events],
+        "wall_times": [e.wall_time for e in events],
         "hparams": hparams,
         "last_step": last_step,
         "sps": sps,
@@ -155,17 +158,24 @@ def cut_short(run_dir, tool, used="used"):
     return cut
 
 
-def run_hours(run_dir):
-    """The hours a run's processes ran: each event file's span (a file per start and per resume) summed, so the time
-    between an interruption and its resume is left out (the steps redone after the checkpoint are not)."""
+def part_spans(run_dir):
+    """[(first, last wall time)] of each of a run's event files, in time order: a file per start and per resume of its
+    process (a file with no event left out)."""
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-    total = 0.0
+    spans = []
     for name in os.listdir(run_dir):
         if name.startswith("events.out.tfevents"):
             times = [event.wall_time for event in EventFileLoader(os.path.join(run_dir, name)).Load()]
-            total += max(times) - min(times) if times else 0.0
-    return total / 3600
+            spans += [(min(times), max(times))] if times else []
+    return sorted(spans)
+
+
+def run_hours(run_dir, spans=None):
+    """The hours a run's processes ran: each event file's span (a file per start and per resume) summed, so the time
+    between an interruption and its resume is left out (the steps redone after the checkpoint are not). `spans`:
+    part_spans(run_dir), where already read."""
+    return sum(last - first for first, last in (part_spans(run_dir) if spans is None else spans)) / 3600
 
 
 def mujoco_line(groups):
@@ -225,14 +235,16 @@ def find_run_dirs(runs_dir):
     return found
 
 
-def collect(runs_dir, tag=RETURN_TAG):
-    """One record per (exp name, env, seed): the runner's finished run, else the latest complete one."""
+def collect(runs_dir, tag=RETURN_TAG, unfinished=False, tool="report.py"):
+    """One record per (exp name, env, seed): the runner's finished run, else the latest complete one; with `unfinished`,
+    a run stopped short of its budget counts too (one in progress, interrupted, or failed). `tool` names the command in
+    the lines it prints."""
     summaries = load_summaries(runs_dir)
     best = {}
     for d in find_run_dirs(runs_dir):
         rel = os.path.normpath(os.path.relpath(d, runs_dir))
         summary = summaries.get(rel)
-        if summary is not None and not summary.get("ok"):
+        if summary is not None and not summary.get("ok") and not unfinished:
             continue  # a failed run of the runner
         data = read_run(d, tag)
         hp = data["hparams"]
@@ -243,14 +255,15 @@ def collect(runs_dir, tag=RETURN_TAG):
         budget = number(hp.get("total_timesteps"))
         budget = int(budget) if budget is not None else None
         if not data["returns"]:
-            print(f"report.py: {rel}: no {tag} logged, left out", file=sys.stderr)
+            print(f"{tool}: {rel}: no {tag} logged, left out", file=sys.stderr)
             continue
-        if summary is None and budget and data["last_step"] < 0.95 * budget:
-            print(f"report.py: {rel}: stopped at step {data['last_step']} of {budget}, left out", file=sys.stderr)
+        if summary is None and budget and data["last_step"] < 0.95 * budget and not unfinished:
+            print(f"{tool}: {rel}: stopped at step {data['last_step']} of {budget}, left out", file=sys.stderr)
             continue
         script = summary["script"] if summary else script_of(exp_name)
+        parts = part_spans(d)
         rec = {
-            "cut": cut_short(d, "report.py"),
+            "cut": cut_short(d, tool),
             "script": script,
             "env_id": env_id,
             "exp_name": exp_name,
@@ -261,7 +274,9 @@ def collect(runs_dir, tag=RETURN_TAG):
             "final_return": final_return(data["returns"]),
             "steps": data["steps"],
             "returns": data["returns"],
-            "hours": round(run_hours(d), 2),
+            "wall_times": data["wall_times"],
+            "parts": parts,
+            "hours": round(run_hours(d, parts), 2),
             "threads": summary.get("threads") if summary else None,
             "run_dir": d,
             "git_commit": summary.get("git_commit") if summary else None,

@@ -1,0 +1,238 @@
+"""When a game was solved: per seed, the first step and the training hours at which the mean of the last 100 games
+reached each goal, and the final score (the PAAC and IMPALA papers' "Pong solved" checks).
+
+Run:   python -m benchmark.studies.solved runs/ --script a2c_paac.py --env-id PongNoFrameskip-v4 [--exp-names NAME ...]
+       [--goals 18 20] [--budget STEPS] [--out DIR]
+
+The runs are found as benchmark/tools/report.py finds them (one a seed: the runner's, else the latest), and a run still
+going, or stopped short of its budget, counts too, as far as it got. A score is the published definition of a seed's
+result (report.py's final return): the mean of the last 100 logged values of charts/episodic_return (training games of
+the stochastic policy). Per seed:
+- for each goal: the step of the first game, from the 100th on, at which that mean is at or above the goal, and the
+  training hours to that game; or "not reached";
+- the final score: the mean of the last 100 games logged at or before --budget (default: the run's last step); the steps
+  the run reached (at most the budget), the hours to them, and the games counted.
+Across the seeds: the median and the mean of each column (of a goal, the median counts a seed that did not reach it as
+never; the mean is over the seeds that did), and the median seed by the final score (of an even count the lower of the
+two middle ones, equal scores in seed order, as report.py's median_seed): the one whose agent to ship.
+
+Hours are the time the run's processes trained up to a game, as TensorBoard keeps the run. A resumed run has an event
+file per part (its start, then each resume), and a resume logs from its checkpoint's step on with a SessionLog START at
+that step, at which TensorBoard's EventAccumulator drops every earlier event of that step or later: the steps the resume
+redid are kept once, from the resume. So each part counts from its first event to its last game that TensorBoard kept
+(the last part to its last event): the gap before a resume and the time of the redone steps are left out (report.py's
+hours, each part's whole span, keep the latter; solved.md gives them too).
+
+Writes solved.md into --out (default: solved-<date>/ in the current directory): the command, the date, the machine, the
+table and a line per goal with the seeds that reached it; prints it too. A runs dir with no run of the script and env (or
+runs of more than one experiment: pick one with --exp-names), a goal that is not a finite number, or a budget below 1
+stops it with one line (exit status 2).
+"""
+
+import argparse
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+from benchmark.cli import ConfigError, make_out_dir
+from benchmark.runs import FINAL_WINDOW, RETURN_TAG, collect, final_return, machine_info, machine_str
+
+TOOL = "solved.py"
+NOT_REACHED = "not reached"
+
+
+# ---- one seed -------------------------------------------------------------------------------------------------
+
+
+def training_hours(parts, wall_times, at=None):
+    """The hours the run's processes trained up to each wall time `at` (default: each of its kept games, `wall_times`):
+    each part (an event file's first and last wall time, runs.part_spans) counts from its start to its last kept game,
+    the last part to its end."""
+    wall = np.asarray(wall_times, dtype=np.float64)
+    starts = np.array([first for first, _ in parts], dtype=np.float64)
+    ends = [max(wall[(wall >= first) & (wall <= last)], default=first) for first, last in parts[:-1]] + [parts[-1][1]]
+    at = wall if at is None else np.asarray(at, dtype=np.float64)
+    return np.clip(at[:, None] - starts[None, :], 0.0, (np.array(ends) - starts)[None, :]).sum(axis=1) / 3600
+
+
+def seed_result(rec, goals, budget=None):
+    """One seed's row: for each goal (step, hours) of the game that reached it, or None; the final score, the steps, the
+    hours and the games up to the budget (None: the run's last step)."""
+    steps, returns = np.asarray(rec["steps"]), np.asarray(rec["returns"], dtype=np.float64)
+    n = int(np.sum(steps <= budget)) if budget is not None else len(steps)
+    hours = training_hours(rec["parts"], rec["wall_times"])
+    scores = [final_return(returns[: i + 1]) for i in range(FINAL_WINDOW - 1, n)]  # of game i, from the 100th on
+    reached = {}
+    for goal in goals:
+        i = next((i + FINAL_WINDOW - 1 for i, score in enumerate(scores) if score >= goal), None)
+        reached[goal] = None if i is None else (int(steps[i]), float(hours[i]))
+    whole = budget is None or budget >= rec["last_step"]
+    if whole:  # to the run's end
+        reached_hours = float(training_hours(rec["parts"], rec["wall_times"], [rec["parts"][-1][1]])[0])
+    else:  # to its last game at or before the budget
+        reached_hours = float(hours[n - 1]) if n else math.nan
+    return {
+        "seed": rec["seed"],
+        "run_dir": rec["run_dir"],
+        "reached": reached,
+        "final": final_return(returns[:n]),
+        "steps": rec["last_step"] if whole else int(budget),
+        "hours": reached_hours,
+        "games": n,
+        "process_hours": rec["hours"],
+    }
+
+
+# ---- across seeds ---------------------------------------------------------------------------------------------
+
+
+def median_seed(rows):
+    """The row whose final score is the median of the seeds' (report.py's median_seed rule)."""
+    ranked = sorted(rows, key=lambda row: (-math.inf if math.isnan(row["final"]) else row["final"], row["seed"]))
+    return ranked[(len(ranked) - 1) // 2]
+
+
+def steps_cell(x):
+    return NOT_REACHED if x is None or math.isinf(x) else f"{round(x):,}"
+
+
+def number_cell(x, digits=2):
+    return NOT_REACHED if x is None or math.isinf(x) else "n/a" if math.isnan(x) else f"{x:.{digits}f}"
+
+
+def columns(goals):
+    """(header, the row's value, its cell) of each column after the seed's."""
+    cols = []
+    for goal in goals:
+        cols.append((f"step at {goal:g}", lambda row, g=goal: row["reached"][g] and row["reached"][g][0], steps_cell))
+        cols.append((f"hours at {goal:g}", lambda row, g=goal: row["reached"][g] and row["reached"][g][1], number_cell))
+    return cols + [
+        ("final score", lambda row: row["final"], number_cell),
+        ("steps", lambda row: row["steps"], steps_cell),
+        ("hours", lambda row: row["hours"], number_cell),
+        ("games", lambda row: row["games"], lambda x: f"{x:,.0f}" if float(x).is_integer() else f"{x:,.1f}"),
+    ]
+
+
+def summary_cells(rows, value, cell):
+    """The median (a seed without a value: never) and the mean (of the seeds with one, "(k of n)" when not all)."""
+    values = [value(row) for row in rows]
+    have = [float(v) for v in values if v is not None]
+    median = float(np.median([math.inf if v is None else v for v in values]))
+    if not have:
+        return cell(median), NOT_REACHED
+    return cell(median), cell(float(np.mean(have))) + (f" ({len(have)} of {len(rows)})" if len(have) < len(rows) else "")
+
+
+def table(rows, goals):
+    cols = columns(goals)
+    lines = ["| seed | " + " | ".join(h for h, _, _ in cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for row in sorted(rows, key=lambda row: row["seed"]):
+        lines.append(f"| {row['seed']} | " + " | ".join(cell(value(row)) for _, value, cell in cols) + " |")
+    both = [summary_cells(rows, value, cell) for _, value, cell in cols]
+    lines.append("| median | " + " | ".join(m for m, _ in both) + " |")
+    lines.append("| mean | " + " | ".join(m for _, m in both) + " |")
+    return lines
+
+
+# ---- the command ----------------------------------------------------------------------------------------------
+
+
+def finite(text, flag):
+    try:
+        x = float(text)
+    except ValueError:
+        x = math.nan
+    if not math.isfinite(x):
+        raise ConfigError(f"{flag} {text!r} is not a finite number; give numbers such as {flag} 18 20")
+    return x
+
+
+def main(argv=None):
+    try:
+        return solved(sys.argv[1:] if argv is None else argv)
+    except ConfigError as e:
+        print(f"{TOOL}: error: {e}", file=sys.stderr)
+        return 2
+
+
+def solved(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("runs_dir", help="the runs/ directory the scripts (or benchmark/tools/run.py) logged into")
+    p.add_argument("--script", required=True, help="the training script, e.g. a2c_paac.py")
+    p.add_argument("--env-id", required=True, help="e.g. PongNoFrameskip-v4")
+    p.add_argument("--exp-names", nargs="*", default=[], help="only runs of these experiments (run.py's <stem>-<args hash>)")
+    p.add_argument("--goals", nargs="+", default=["18", "20"], help="scores to reach (default: 18 20)")
+    p.add_argument("--budget", default=None, help="read the runs up to this step (default: each run's last step)")
+    p.add_argument("--out", default=None, help="output dir (default: solved-<date> in the current directory)")
+    args = p.parse_args(argv)
+    goals = [finite(g, "--goals") for g in args.goals]
+    budget = None if args.budget is None else finite(args.budget, "--budget")
+    if budget is not None and budget < 1:
+        raise ConfigError(f"--budget {args.budget} is below 1; give the step to read the runs up to, e.g. --budget 12000000")
+    fix = "give the runs/ directory that the scripts or benchmark/tools/run.py logged into"
+    if not os.path.isdir(args.runs_dir):
+        raise ConfigError(f"{args.runs_dir!r} is not a directory; {fix}")
+
+    script = os.path.basename(args.script)
+    found = [r for r in collect(args.runs_dir, RETURN_TAG, unfinished=True, tool=TOOL) if r["env_id"] == args.env_id]
+    records = [r for r in found if r["script"] == script and (not args.exp_names or r["exp_name"] in args.exp_names)]
+    if not records:
+        raise ConfigError(
+            f"no run of {script} on {args.env_id} with {RETURN_TAG} under {args.runs_dir!r}"
+            + (f" of --exp-names {' '.join(args.exp_names)}" if args.exp_names else "")
+            + f" (runs on {args.env_id}: {', '.join(sorted({r['exp_name'] for r in found})) or 'none'}); {fix}"
+        )
+    exp_names = sorted({r["exp_name"] for r in records})
+    if len(exp_names) > 1:
+        raise ConfigError(
+            f"the runs of {script} on {args.env_id} are of {len(exp_names)} experiments ({', '.join(exp_names)}); "
+            "pick one with --exp-names"
+        )
+    out = args.out or "solved-" + time.strftime("%Y%m%d-%H%M", time.gmtime())
+    make_out_dir(out)
+
+    rows = [seed_result(r, goals, budget) for r in records]
+    med = median_seed(rows)
+    cut = [f"{path} at step {step}" for r in records for path, step in r["cut"]]
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    md = [
+        f"# When {args.env_id} was solved: {script} ({date})",
+        "",
+        f"- command: `python -m benchmark.studies.solved {' '.join(argv)}`",
+        f"- machine of the runs: {'; '.join(sorted({r['machine'] for r in records if r['machine']})) or 'unknown'}"
+        f" (of this report: {machine_str(machine_info())})",
+        f"- experiment: {exp_names[0]}"
+        + (f" (`{records[0]['extra_args']}`)" if records[0]["extra_args"] else "")
+        + f", seeds {', '.join(str(r['seed']) for r in records)}; their budget (--total-timesteps): "
+        + ", ".join(sorted({steps_cell(r["budget"]) if r["budget"] else "unknown" for r in records})),
+        f"- score: the mean of the last {FINAL_WINDOW} values of `{RETURN_TAG}` (training games), report.py's final "
+        f"return; a goal is reached at the first game, from the {FINAL_WINDOW}th on, whose score is at or above it",
+        "- budget: " + (f"the runs read up to step {round(budget):,}" if budget is not None else "each run's last step"),
+        "- hours: the run's processes up to that game, each part (a start or a resume) from its start to its last game "
+        "that TensorBoard kept: the gap before a resume and the steps a resume redid left out (report.py's hours, each "
+        "part whole: " + ", ".join(f"seed {row['seed']} {row['process_hours']:.2f}" for row in rows) + ")",
+        *([f"- event files cut short (their records before the cut used): {', '.join(cut)}"] if cut else []),
+        "",
+        *table(rows, goals),
+        "",
+        *(
+            f"- {goal:g}: reached by {sum(row['reached'][goal] is not None for row in rows)} of {len(rows)} "
+            f"seed{'s' * (len(rows) != 1)}"
+            for goal in goals
+        ),
+        f"- the median seed by the final score, the one to ship: seed {med['seed']} ({number_cell(med['final'])}), "
+        f"{med['run_dir']}",
+    ]
+    with open(os.path.join(out, "solved.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    print("\n".join(md))
+    print(f"\n{TOOL}: wrote {out}/solved.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

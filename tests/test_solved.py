@@ -1,0 +1,147 @@
+"""Tests of benchmark/studies/solved.py: the step and the training hours at which the mean of the last 100 games reached
+each goal, the final score up to a budget, the median seed, and what it refuses; on fake runs whose answers are known by
+construction (games every 1,000 steps: game i at step 1,000 (i + 1))."""
+
+import glob
+import os
+
+import numpy as np
+import pytest
+from fakes import write_run
+
+from benchmark import runs
+from benchmark.studies import solved
+
+PONG = "PongNoFrameskip-v4"
+SCRIPT = "a2c_paac.py"
+ARGS = ["--script", SCRIPT, "--env-id", PONG]  # a command line, not a table of scripts
+STEPS = 1000 * np.arange(1, 301)
+RISE_AT_150 = [-21.0] * 150 + [21.0] * 150  # the last 100 games' mean first >= 18 at game 242 (93 of them 21), 20 at 247
+RISE_AT_200 = [-21.0] * 200 + [21.0] * 100  # 18 at game 292, 20 at game 297
+
+
+def pong_run(write_tb, seed, returns, exp_name="a2c_paac-1a2b3c4d", steps=STEPS, purge_step=None):
+    """A run of a2c_paac.py (or a part of one: with purge_step, a resume's) still going: 300 games of a 10M budget."""
+    hparams = {"exp_name": exp_name, "seed": seed, "env_id": PONG, "total_timesteps": 10_000_000}
+    write_tb(f"runs/{PONG}__{exp_name}__{seed}__1", hparams, returns, steps, purge_step=purge_step)
+
+
+def retime(run_dir, start, base_step=0, seconds_per_step=0.036):
+    """The part write_tb has just written (the run's one event file not yet retimed) as if its process started at
+    `start` and logged step s at start + (s - base_step) x seconds_per_step (0.036: 100k steps an hour)."""
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    (path,) = [p for p in glob.glob(f"{run_dir}/events.out.tfevents.*") if not p.endswith(".retimed")]
+    events = [event_pb2.Event.FromString(record) for record in RawEventFileLoader(path).Load()]
+    with open(f"{run_dir}/events.out.tfevents.{int(start)}.retimed", "wb") as f:  # named, as TensorBoard orders, by start
+        for event in events:
+            event.wall_time = start + max(event.step - base_step, 0) * seconds_per_step
+            RecordWriter(f).write(event.SerializeToString())
+    os.remove(path)
+
+
+T0, HOUR = 1_000_000_000.0, 3600.0
+
+
+def resumed_run(write_tb):
+    """Seed 1 trained 2 hours (games 0-199, to step 200,000), was killed, and 50 hours later resumed from its checkpoint
+    at step 150,000 for 1.5 hours (games 150-299). The first part's games 150-199 won (21) where the resume lost them
+    (-21): kept, as TensorBoard keeps the run, the games are RISE_AT_200's."""
+    pong_run(write_tb, 1, [-21.0] * 150 + [21.0] * 50, steps=STEPS[:200])
+    retime(f"runs/{PONG}__a2c_paac-1a2b3c4d__1__1", T0)
+    pong_run(write_tb, 1, [-21.0] * 50 + [21.0] * 100, steps=STEPS[150:], purge_step=150_001)
+    retime(f"runs/{PONG}__a2c_paac-1a2b3c4d__1__1", T0 + 52 * HOUR, base_step=150_000)
+
+
+def test_the_first_step_at_which_the_last_100_games_reach_each_goal_and_the_median_seed(write_tb, capsys):
+    # seed 1's first 5 games score 21, a mean of 21 over fewer than 100 games: not yet a score that reaches a goal
+    pong_run(write_tb, 1, [21.0] * 5 + RISE_AT_150[5:])
+    pong_run(write_tb, 2, [10.0] * 300)  # never reaches 18
+    pong_run(write_tb, 3, RISE_AT_200)
+    write_run(write_tb, "BreakoutNoFrameskip-v4", "a2c_paac-1a2b3c4d", 4, [400.0] * 300, 10_000_000)  # another game
+    assert solved.main(["runs", *ARGS]) == 0  # runs still going (300k of 10M steps) count, as far as they got
+    (out,) = glob.glob("solved-*")  # as report.py's report-<date>, in the current directory
+    md = open(f"{out}/solved.md").read()
+    assert md in capsys.readouterr().out
+    assert "\n- command: `python -m benchmark.studies.solved runs --script a2c_paac.py --env-id PongNoFrameskip-v4`\n" in md
+    assert "\n- experiment: a2c_paac-1a2b3c4d, seeds 1, 2, 3; their budget (--total-timesteps): 10,000,000\n" in md
+    assert "- machine of the runs: unknown (of this report: " in md
+    head = "| seed | step at 18 | hours at 18 | step at 20 | hours at 20 | final score | steps | hours | games |"
+    assert (
+        f"\n{head}\n|---|---|---|---|---|---|---|---|---|\n"
+        "| 1 | 243,000 | 0.00 | 248,000 | 0.00 | 21.00 | 300,000 | 0.00 | 300 |\n"
+        "| 2 | not reached | not reached | not reached | not reached | 10.00 | 300,000 | 0.00 | 300 |\n"
+        "| 3 | 293,000 | 0.00 | 298,000 | 0.00 | 21.00 | 300,000 | 0.00 | 300 |\n"
+        "| median | 293,000 | 0.00 | 298,000 | 0.00 | 21.00 | 300,000 | 0.00 | 300 |\n"
+        "| mean | 268,000 (2 of 3) | 0.00 (2 of 3) | 273,000 (2 of 3) | 0.00 (2 of 3) | 17.33 | 300,000 | 0.00 | 300 |\n"
+        "\n- 18: reached by 2 of 3 seeds\n- 20: reached by 2 of 3 seeds\n"
+        f"- the median seed by the final score, the one to ship: seed 1 (21.00), runs/{PONG}__a2c_paac-1a2b3c4d__1__1\n"
+    ) in md  # seeds 1 and 3 tie at 21: the lower seed, as report.py's median_seed
+
+    # a score at a goal reaches it: 0 is 50 games won of 100, 16.8 is 90 won; seed 2's 10s reach 0 at its 100th game
+    assert solved.main(["runs", *ARGS, "--goals", "0", "16.8", "--out", "other"]) == 0
+    md = open("other/solved.md").read()
+    assert "| seed | step at 0 | hours at 0 | step at 16.8 | hours at 16.8 | final score |" in md
+    assert "\n| 1 | 200,000 | 0.00 | 240,000 | 0.00 | 21.00 |" in md and "\n| 2 | 100,000 | 0.00 | not reached |" in md
+    assert "\n| 3 | 250,000 | 0.00 | 290,000 | 0.00 | 21.00 |" in md
+    assert "\n- 0: reached by 3 of 3 seeds\n- 16.8: reached by 2 of 3 seeds\n" in md
+
+
+def test_a_resumed_runs_hours_leave_out_the_gap_and_its_redone_steps_are_counted_once(write_tb, tmp_path):
+    resumed_run(write_tb)
+    (rec,) = runs.collect("runs", unfinished=True)
+    assert rec["episodes"] == 300 and rec["steps"] == list(STEPS)  # the first part's games 150-199 dropped
+    row = solved.seed_result(rec, [18.0, 20.0])
+    # 1.5 hours of the first part (to its last kept game, at step 150,000), then the resume's, from its start
+    assert row["reached"][18.0] == (293_000, pytest.approx(1.5 + 143_000 * 0.036 / HOUR))
+    assert row["reached"][20.0] == (298_000, pytest.approx(1.5 + 148_000 * 0.036 / HOUR))
+    assert (row["final"], row["steps"], row["games"]) == (21.0, 300_000, 300)
+    assert row["hours"] == pytest.approx(3.0)
+    assert rec["hours"] == pytest.approx(3.5)  # report.py's: each part whole (the redone steps' half hour in)
+    assert solved.main(["runs", *ARGS, "--out", str(tmp_path / "out")]) == 0
+    md = (tmp_path / "out" / "solved.md").read_text()
+    assert "\n| 1 | 293,000 | 2.93 | 298,000 | 2.98 | 21.00 | 300,000 | 3.00 | 300 |\n" in md
+    assert "(report.py's hours, each part whole: seed 1 3.50)\n" in md
+
+
+def test_a_budget_reads_the_runs_up_to_that_step(write_tb, tmp_path):
+    resumed_run(write_tb)
+    assert solved.main(["runs", *ARGS, "--budget", "250000", "--out", str(tmp_path / "cut")]) == 0
+    md = (tmp_path / "cut" / "solved.md").read_text()
+    # games 0-249: 18 comes at game 292, after the budget; the last 100 games are 50 lost and 50 won
+    assert "\n| 1 | not reached | not reached | not reached | not reached | 0.00 | 250,000 | 2.50 | 250 |\n" in md
+    assert "\n- budget: the runs read up to step 250,000\n" in md
+    assert solved.main(["runs", *ARGS, "--budget", "2e7", "--out", str(tmp_path / "whole")]) == 0  # beyond its end
+    assert (
+        "\n| 1 | 293,000 | 2.93 | 298,000 | 2.98 | 21.00 | 300,000 | 3.00 | 300 |\n"
+        in (tmp_path / "whole" / "solved.md").read_text()
+    )
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["runs", "--script", "ppo_atari.py", "--env-id", PONG], f"no run of ppo_atari.py on {PONG} with charts/episodic"),
+        (["runs", "--script", "a2c_paac.py", "--env-id", "Breakout-v5"], "no run of a2c_paac.py on Breakout-v5 with "),
+        (["runs", *ARGS, "--exp-names", "a2c_paac-00000000"], f"no run of a2c_paac.py on {PONG} with charts/episodic_retur"),
+        (["runs", *ARGS], "the runs of a2c_paac.py on PongNoFrameskip-v4 are of 2 experiments (a2c_paac-1a2b3c4d, a2c_p"),
+        (["nowhere", *ARGS], "'nowhere' is not a directory; give the runs/ directory"),
+        (["runs", *ARGS, "--goals", "18", "nan"], "--goals 'nan' is not a finite number; give numbers such as --goals 18 20"),
+        (["runs", *ARGS, "--goals", "inf"], "--goals 'inf' is not a finite number"),
+        (["runs", *ARGS, "--goals", "solved"], "--goals 'solved' is not a finite number"),
+        (["runs", *ARGS, "--budget", "0.5"], "--budget 0.5 is below 1; give the step to read the runs up to"),
+        (["runs", *ARGS, "--budget", "-3"], "--budget -3 is below 1"),
+        (["runs", *ARGS, "--budget", "12M"], "--budget '12M' is not a finite number"),
+    ],
+)
+def test_solved_stops_with_one_line(write_tb, capsys, args, message):
+    pong_run(write_tb, 1, RISE_AT_200)
+    pong_run(write_tb, 1, RISE_AT_200, exp_name="a2c_paac-99999999")  # the same seed with other flags
+    if "--exp-names" not in args and "2 experiments" not in message:
+        args = [*args, "--exp-names", "a2c_paac-1a2b3c4d"]
+    assert solved.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"solved.py: error: {message}") and err.count("\n") == 1, err
+    assert not glob.glob("solved-*")
