@@ -10,8 +10,9 @@
 #
 # GAME (default Pong), STEPS, SEEDS, NES (the n_e values), WORKERS (runs at a time, default 1: each steps n_e envs on
 # 8 processes), TAGS (compared), ARGS (more flags for every run) and OUT override. Runs checkpoint every SAVE_EVERY
-# updates (default 2000), so running it again resumes them; logs go to runs/ of the current directory, the comparisons
-# and the report to OUT (default $RESULTS/paac_actors_<game>_<steps>, RESULTS default results/ of the current directory).
+# updates of n_e = 32 (default 2000: 320k steps, the same steps at every n_e), so running it again resumes them; logs go
+# to runs/ of the current directory, the comparisons and the report to OUT (default
+# $RESULTS/paac_actors_<game>_<steps>, RESULTS default results/ of the current directory).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WORKERS="${WORKERS:-1}"; STEPS="${STEPS:-10000000}"; SEEDS="${SEEDS:-1 2}"; GAME="${GAME:-Pong}"
 SAVE_EVERY="${SAVE_EVERY:-2000}"; NES="${NES:-16 32 64 128 256}"
@@ -22,8 +23,9 @@ done
 ENV_ID="${GAME}NoFrameskip-v4"; MODE="${GAME,,}_$STEPS"; EXTRA="${ARGS:-}"
 TAGS="${TAGS:-charts/episodic_return charts/SPS losses/entropy charts/time_share_env charts/time_share_inference charts/time_share_update}"
 RELEASED="--loss-scale 5 --vf-coef 0.25 --max-grad-norm 3 --ent-coef 0.02 --init torch --anneal-timesteps 80000000"
-cell() {  # cell NE: the flags of that n_e's runs
-    echo "--num-envs $1 $RELEASED --save-model --save-every $SAVE_EVERY $EXTRA"
+cell() {  # cell NE: the flags of that n_e's runs, a checkpoint every SAVE_EVERY updates of n_e = 32's steps (320k)
+    local every=$(( SAVE_EVERY * 32 / $1 ))
+    echo "--num-envs $1 $RELEASED --save-model --save-every $(( every > 0 ? every : 1 )) $EXTRA"
 }
 
 for ne in $NES; do
