@@ -1,6 +1,6 @@
 """Tests of benchmark/studies/solved.py: the step and the training hours at which the mean of the last 100 games reached
-each goal, the final score up to a budget, the median seed, and what it refuses; on fake runs whose answers are known by
-construction (games every 1,000 steps: game i at step 1,000 (i + 1))."""
+each goal, the final score up to a budget, the median seed, the figure (read through the lines it drew), and what it
+refuses; on fake runs whose answers are known by construction (games every 1,000 steps: game i at step 1,000 (i + 1))."""
 
 import glob
 import os
@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 from fakes import write_run
+from PIL import Image
 
 from benchmark import runs
 from benchmark.studies import solved
@@ -120,6 +121,81 @@ def test_a_budget_reads_the_runs_up_to_that_step(write_tb, tmp_path):
     )
 
 
+def drawn_figures(monkeypatch):
+    """The Figures solved.main draws, as it draws them (solved.draw wrapped, not replaced)."""
+    figures, draw = [], solved.draw
+    monkeypatch.setattr(solved, "draw", lambda *a, **k: figures.append(draw(*a, **k)) or figures[-1])
+    return figures
+
+
+def last_100_mean(returns):
+    """The mean of the last 100 games at each game from the 100th on, by a sliding window, not solved.py's way."""
+    return np.convolve(returns, np.ones(100), mode="valid") / 100
+
+
+def lines_of(fig):
+    (ax,) = fig.axes
+    return {line.get_label(): line for line in ax.get_lines()}
+
+
+def test_the_figure_is_written_beside_solved_md_which_links_it(write_tb, tmp_path):
+    pong_run(write_tb, 1, RISE_AT_150)
+    assert solved.main(["runs", *ARGS, "--out", str(tmp_path / "out")]) == 0
+    md = (tmp_path / "out" / "solved.md").read_text()
+    assert f"\n\n![each seed's mean of the last 100 games against the steps, with the goals]({PONG}.png)\n" in md
+    with Image.open(tmp_path / "out" / f"{PONG}.png") as png:  # beside solved.md, as the relative link reads it
+        assert png.format == "PNG" and png.size == (880, 528)  # 8 x 4.8 inches at 110 dpi
+
+
+def test_the_figure_draws_each_seeds_running_score_the_goals_the_budget_and_the_published_score(
+    write_tb, tmp_path, monkeypatch
+):
+    figures = drawn_figures(monkeypatch)
+    games = {1: [21.0] * 5 + RISE_AT_150[5:], 2: list(np.linspace(-21, 21, 300)), 3: RISE_AT_200}
+    for seed, returns in games.items():
+        pong_run(write_tb, seed, returns)
+    pong_run(write_tb, 4, [21.0] * 99, steps=STEPS[:99])  # 99 games: no score yet, a line without points
+    published = ["--published", "20.6", "--published-label", "the PAAC paper (115M steps, best of 3 agents)"]
+    argv = ["runs", *ARGS, "--goals", "0", "16.8", "--budget", "250000", *published, "--out", str(tmp_path / "a")]
+    assert solved.main(argv) == 0
+    (fig,) = figures
+    (ax,) = fig.axes
+    assert ax.get_title() == "a2c_paac.py on PongNoFrameskip-v4: the mean of the last 100 games, per seed"
+    assert ax.get_xlabel() == "steps (millions)"
+    lines = lines_of(fig)
+    assert list(lines) == [
+        "seed 1",
+        "seed 2",
+        "seed 3",
+        "seed 4",
+        "goal 0",
+        "goal 16.8",
+        "the PAAC paper (115M steps, best of 3 agents): 20.6",
+        "--budget 0.25M steps",
+    ]
+    for seed, returns in games.items():  # the whole run, past the budget: from the 100th game (step 100,000) on
+        np.testing.assert_allclose(lines[f"seed {seed}"].get_xdata(), STEPS[99:] / 1e6)
+        np.testing.assert_allclose(lines[f"seed {seed}"].get_ydata(), last_100_mean(returns), atol=1e-12)
+        assert lines[f"seed {seed}"].get_linestyle() == "-"
+    assert len(lines["seed 4"].get_xdata()) == len(lines["seed 4"].get_ydata()) == 0
+    for goal in (0.0, 16.8):
+        assert list(lines[f"goal {goal:g}"].get_ydata()) == [goal, goal]
+        assert lines[f"goal {goal:g}"].get_linestyle() == "--"
+    assert list(lines["the PAAC paper (115M steps, best of 3 agents): 20.6"].get_ydata()) == [20.6, 20.6]
+    assert list(lines["--budget 0.25M steps"].get_xdata()) == [0.25, 0.25]  # vertical, in millions of steps
+    assert lines["--budget 0.25M steps"].get_linestyle() == ":"
+    md = (tmp_path / "a" / "solved.md").read_text()
+    assert f"with the goals, the budget, the published score]({PONG}.png)\n" in md
+    assert (tmp_path / "a" / f"{PONG}.png").exists()
+
+    # without --budget no vertical line; --published without a label: "published"
+    assert solved.main(["runs", *ARGS, "--published", "-3.5", "--out", str(tmp_path / "b")]) == 0
+    assert list(lines_of(figures[-1])) == ["seed 1", "seed 2", "seed 3", "seed 4", "goal 18", "goal 20", "published: -3.5"]
+    assert list(lines_of(figures[-1])["published: -3.5"].get_ydata()) == [-3.5, -3.5]
+    assert solved.main(["runs", *ARGS, "--out", str(tmp_path / "c")]) == 0  # nor without --published
+    assert list(lines_of(figures[-1])) == ["seed 1", "seed 2", "seed 3", "seed 4", "goal 18", "goal 20"]
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -133,7 +209,14 @@ def test_a_budget_reads_the_runs_up_to_that_step(write_tb, tmp_path):
         (["runs", *ARGS, "--goals", "solved"], "--goals 'solved' is not a finite number"),
         (["runs", *ARGS, "--budget", "0.5"], "--budget 0.5 is below 1; give the step to read the runs up to"),
         (["runs", *ARGS, "--budget", "-3"], "--budget -3 is below 1"),
-        (["runs", *ARGS, "--budget", "12M"], "--budget '12M' is not a finite number"),
+        (["runs", *ARGS, "--budget", "12M"], "--budget '12M' is not a finite number; give numbers such as --budget 1200"),
+        (
+            ["runs", *ARGS, "--published", "nan"],
+            "--published 'nan' is not a finite number; give numbers such as --published 20.6",
+        ),
+        (["runs", *ARGS, "--published=-inf"], "--published '-inf' is not a finite number"),
+        (["runs", *ARGS, "--published", "20.6/21"], "--published '20.6/21' is not a finite number"),
+        (["runs", *ARGS, "--published-label", "PAAC"], "--published-label 'PAAC' needs --published, the score it names"),
     ],
 )
 def test_solved_stops_with_one_line(write_tb, capsys, args, message):
@@ -144,4 +227,4 @@ def test_solved_stops_with_one_line(write_tb, capsys, args, message):
     assert solved.main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"solved.py: error: {message}") and err.count("\n") == 1, err
-    assert not glob.glob("solved-*")
+    assert not glob.glob("solved-*") and not glob.glob("**/*.png", recursive=True)

@@ -76,9 +76,9 @@ def test_the_impala_corrections_sweep_runs_every_cell_then_compares_and_reports(
 
 
 def test_the_paac_actors_sweep_runs_every_n_e_then_compares_each_with_32_and_reports(tmp_path, fake):
-    """The PAAC paper's n_e grid end to end on a tiny budget, with the fake script as a2c_paac.py: each n_e runs once per seed at
-    the released settings with the paper's rate rule left to the script (no --learning-rate), each other n_e is compared
-    with n_e = 32, and the report has every n_e; a bad NES stops it before any run."""
+    """The PAAC paper's n_e grid end to end on a tiny budget, with the fake script as a2c_paac.py: each n_e runs once
+    per seed at the released settings with the paper's rate rule left to the script (no --learning-rate), each other n_e
+    is compared with n_e = 32, and the report has every n_e; a bad NES stops it before any run."""
     bench, env = sweep_copy(tmp_path)
     shutil.copy(fake, tmp_path / "a2c_paac.py")
     sweep = ["bash", str(bench / "sweeps" / "paac_actors.sh")]
@@ -95,7 +95,8 @@ def test_the_paac_actors_sweep_runs_every_n_e_then_compares_each_with_32_and_rep
     assert sorted(a[a.index("--num-envs") + 1] for a in args) == ["16", "32", "64"]
     assert all("--loss-scale" in a and "--init" in a and "--learning-rate" not in a for a in args)
     # a checkpoint every SAVE_EVERY updates of n_e = 32's steps: twice the updates at 16, at least 1 at 64
-    assert {a[a.index("--num-envs") + 1]: a[a.index("--save-every") + 1] for a in args} == {"16": "2", "32": "1", "64": "1"}
+    every = {a[a.index("--num-envs") + 1]: a[a.index("--save-every") + 1] for a in args}
+    assert every == {"16": "2", "32": "1", "64": "1"}
     out = tmp_path / "results" / "paac_actors_pong_100"
     assert sorted(os.listdir(out)) == ["ne32_vs_ne16", "ne32_vs_ne64", "report"]
     assert all((out / d / "report.md").exists() for d in os.listdir(out))

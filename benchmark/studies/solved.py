@@ -2,7 +2,7 @@
 reached each goal, and the final score (the PAAC and IMPALA papers' "Pong solved" checks).
 
 Run:   python -m benchmark.studies.solved runs/ --script a2c_paac.py --env-id PongNoFrameskip-v4 [--exp-names NAME ...]
-       [--goals 18 20] [--budget STEPS] [--out DIR]
+       [--goals 18 20] [--budget STEPS] [--published VALUE [--published-label TEXT]] [--out DIR]
 
 The runs are found as benchmark/tools/report.py finds them (one a seed: the runner's, else the latest), and a run still
 going, or stopped short of its budget, counts too, as far as it got. A score is the published definition of a seed's
@@ -23,10 +23,16 @@ redid are kept once, from the resume. So each part counts from its first event t
 (the last part to its last event): the gap before a resume and the time of the redone steps are left out (report.py's
 hours, each part's whole span, keep the latter; solved.md gives them too).
 
-Writes solved.md into --out (default: solved-<date>/ in the current directory): the command, the date, the machine, the
-table and a line per goal with the seeds that reached it; prints it too. A runs dir with no run of the script and env (or
-runs of more than one experiment: pick one with --exp-names), a goal that is not a finite number, or a budget below 1
-stops it with one line (exit status 2).
+Writes into --out (default: solved-<date>/ in the current directory):
+- solved.md: the command, the date, the machine, the table, a line per goal with the seeds that reached it, and a link to
+  the figure; prints it too;
+- <env id>.png, the figure: per seed (a thin line, "seed N") the score from its 100th game on, over its whole run, against
+  the environment steps in millions; a dashed horizontal line at each goal, a dotted vertical one at --budget (where the
+  table stopped reading), and with --published a horizontal line at that published score, labelled with
+  --published-label (e.g. --published 20.6 --published-label "the PAAC paper (115M steps, best of 3 agents)").
+A runs dir with no run of the script and env (or runs of more than one experiment: pick one with --exp-names), a goal or
+a --published that is not a finite number, a budget below 1, or a --published-label without --published stops it with
+one line (exit status 2).
 """
 
 import argparse
@@ -58,13 +64,18 @@ def training_hours(parts, wall_times, at=None):
     return np.clip(at[:, None] - starts[None, :], 0.0, (np.array(ends) - starts)[None, :]).sum(axis=1) / 3600
 
 
+def running_scores(returns):
+    """The score at each game from the 100th on: the mean of the last 100 games (runs.final_return of those up to it)."""
+    return [final_return(returns[: i + 1]) for i in range(FINAL_WINDOW - 1, len(returns))]
+
+
 def seed_result(rec, goals, budget=None):
     """One seed's row: for each goal (step, hours) of the game that reached it, or None; the final score, the steps, the
     hours and the games up to the budget (None: the run's last step)."""
     steps, returns = np.asarray(rec["steps"]), np.asarray(rec["returns"], dtype=np.float64)
     n = int(np.sum(steps <= budget)) if budget is not None else len(steps)
     hours = training_hours(rec["parts"], rec["wall_times"])
-    scores = [final_return(returns[: i + 1]) for i in range(FINAL_WINDOW - 1, n)]  # of game i, from the 100th on
+    scores = running_scores(returns[:n])  # of game i, from the 100th on
     reached = {}
     for goal in goals:
         i = next((i + FINAL_WINDOW - 1 for i, score in enumerate(scores) if score >= goal), None)
@@ -138,16 +149,55 @@ def table(rows, goals):
     return lines
 
 
+# ---- the figure -----------------------------------------------------------------------------------------------
+
+
+def draw(path, script, env_id, records, goals, budget=None, published=None, published_label=None):
+    """<env id>.png: each seed's score (running_scores, over its whole run) against the steps in millions, the goals, the
+    budget and the published score (report.py's plot_env's look: thin seeds, Agg, 110 dpi). Returns the Figure (closed,
+    its lines kept) for the tests to read what was drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    for i, rec in enumerate(sorted(records, key=lambda r: r["seed"])):
+        steps = np.asarray(rec["steps"], dtype=np.float64)[FINAL_WINDOW - 1 :] / 1e6
+        ax.plot(
+            steps,
+            running_scores(np.asarray(rec["returns"], dtype=np.float64)),
+            color=f"C{i}",
+            lw=0.8,
+            label=f"seed {rec['seed']}",
+        )
+    for goal in goals:
+        ax.axhline(goal, color="gray", ls="--", lw=1, label=f"goal {goal:g}")
+    if published is not None:
+        ax.axhline(published, color="black", ls="-.", lw=1.2, label=f"{published_label or 'published'}: {published:g}")
+    if budget is not None:
+        ax.axvline(budget / 1e6, color="black", ls=":", lw=1.2, label=f"--budget {budget / 1e6:g}M steps")
+    ax.set_title(f"{script} on {env_id}: the mean of the last {FINAL_WINDOW} games, per seed", fontsize=11)
+    ax.set_xlabel("steps (millions)")
+    ax.set_ylabel(f"mean of the last {FINAL_WINDOW} games")
+    ax.legend(fontsize=8, loc="best")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return fig
+
+
 # ---- the command ----------------------------------------------------------------------------------------------
 
 
-def finite(text, flag):
+def finite(text, flag, example="18 20"):
     try:
         x = float(text)
     except ValueError:
         x = math.nan
     if not math.isfinite(x):
-        raise ConfigError(f"{flag} {text!r} is not a finite number; give numbers such as {flag} 18 20")
+        raise ConfigError(f"{flag} {text!r} is not a finite number; give numbers such as {flag} {example}")
     return x
 
 
@@ -167,12 +217,19 @@ def solved(argv):
     p.add_argument("--exp-names", nargs="*", default=[], help="only runs of these experiments (run.py's <stem>-<args hash>)")
     p.add_argument("--goals", nargs="+", default=["18", "20"], help="scores to reach (default: 18 20)")
     p.add_argument("--budget", default=None, help="read the runs up to this step (default: each run's last step)")
+    p.add_argument("--published", default=None, help="a published score to draw beside the seeds', e.g. 20.6")
+    p.add_argument("--published-label", default=None, help="what --published is, e.g. 'the PAAC paper (115M steps)'")
     p.add_argument("--out", default=None, help="output dir (default: solved-<date> in the current directory)")
     args = p.parse_args(argv)
     goals = [finite(g, "--goals") for g in args.goals]
-    budget = None if args.budget is None else finite(args.budget, "--budget")
+    budget = None if args.budget is None else finite(args.budget, "--budget", "12000000")
+    published = None if args.published is None else finite(args.published, "--published", "20.6")
     if budget is not None and budget < 1:
         raise ConfigError(f"--budget {args.budget} is below 1; give the step to read the runs up to, e.g. --budget 12000000")
+    if args.published_label is not None and published is None:
+        raise ConfigError(
+            f"--published-label {args.published_label!r} needs --published, the score it names, e.g. --published 20.6"
+        )
     fix = "give the runs/ directory that the scripts or benchmark/tools/run.py logged into"
     if not os.path.isdir(args.runs_dir):
         raise ConfigError(f"{args.runs_dir!r} is not a directory; {fix}")
@@ -226,11 +283,17 @@ def solved(argv):
         ),
         f"- the median seed by the final score, the one to ship: seed {med['seed']} ({number_cell(med['final'])}), "
         f"{med['run_dir']}",
+        "",
+        f"![each seed's mean of the last {FINAL_WINDOW} games against the steps, with the goals"
+        + (", the budget" if budget is not None else "")
+        + (", the published score" if published is not None else "")
+        + f"]({args.env_id}.png)",
     ]
+    draw(os.path.join(out, f"{args.env_id}.png"), script, args.env_id, records, goals, budget, published, args.published_label)
     with open(os.path.join(out, "solved.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     print("\n".join(md))
-    print(f"\n{TOOL}: wrote {out}/solved.md")
+    print(f"\n{TOOL}: wrote {out}/solved.md and {out}/{args.env_id}.png")
     return 0
 
 
