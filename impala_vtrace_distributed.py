@@ -1,7 +1,7 @@
-"""IMPALA for Atari across machines: actor ranks send unrolls to a V-trace learner over torch.distributed.
+"""IMPALA for Atari across machines: actor ranks send unrolls to a V-trace learner by torch.distributed (Espeholt et al. 2018).
 
-The paper: "IMPALA: Scalable Distributed Deep-RL with Importance Weighted Actor-Learner Architectures" (Espeholt et
-al. 2018), https://arxiv.org/abs/1802.01561
+The paper: "IMPALA: Scalable Distributed Deep-RL with Importance Weighted Actor-Learner Architectures",
+https://arxiv.org/abs/1802.01561
 
 Run:   torchrun --nproc_per_node=3 impala_vtrace_distributed.py --env-id BreakoutNoFrameskip-v4   (1 learner, 2 actors)
 Nodes: torchrun --nnodes=4 --nproc_per_node=8 --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT impala_vtrace_distributed.py
@@ -27,14 +27,15 @@ Implementation details (the IMPALA paper's Sec. 3, Sec. 4, Appendix F / Table F.
      last frame may be max-pooled with a stale one: SAME_STEP autoreset shows the policy the next game's first.)
  11. the A3C feed-forward CNN, or with --deep the residual network of Fig. 3
 
-To hack: the actors and the update both call Agent.get_action_and_value, the actors' models are Agents too (same
-class, same edits) loading the learner's state_dict, the optimizer holds agent.parameters() and update() ends in
-CleanRL's zero_grad/backward/clip_grad_norm_/step, so an edit to the network, a head or the step applies everywhere.
+To hack: the actors and the update both call Agent.get_action_and_value, the actors' models are Agents too, loading the
+learner's state_dict (same class, same edits), the optimizer holds agent.parameters() and update() ends in CleanRL's
+zero_grad/backward/clip_grad_norm_/step, so an edit to the network, a head or the step applies everywhere.
 Deliberate choices (impala_vtrace.py is the single-host default; only the transport differs): the same command on
 every node; actors on CPU, 1 thread each; gloo, not NCCL: unrolls go from CPU to the learner (--cuda: its node's first
-GPU), which takes them round-robin, as gloo sees a dead rank only in a receive from it: a dead rank, or one waiting
---actor-timeout s, stops the run with one line. torch's RMSProp adds epsilon outside the square root (torchbeast),
-TensorFlow's inside. --channels-last (on): NHWC memory, same math. --resume restores the learner, any number of actors.
+GPU), which takes them round-robin, as gloo sees a dead rank only in a receive from it: a dead learner, or a rank
+waiting --actor-timeout s, stops the run with one line; a resumed run takes any number of actors. torch's RMSProp
+adds epsilon outside the square root (torchbeast), TensorFlow's inside. --channels-last (on): NHWC memory, faster
+on CPU, same math. --resume restores the learner; the actors' games start afresh. A dead actor stops the run.
 """
 
 import contextlib
@@ -427,7 +428,7 @@ class Replay:
 
 
 def train(args: Args, given=None):
-    """Rank 0 trains, returns a dict with the per-game returns/lengths, per-update losses and lags, agent, optimizer."""
+    """Rank 0: train; return a dict with the per-game returns/lengths, per-update losses and lags, the agent and optimizer."""
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     if rank > 0:
         return actor_loop(rank, args)
@@ -463,9 +464,8 @@ def train(args: Args, given=None):
     if ckpt:  # continue where the checkpoint stopped: the weights and RMSProp's state (the learner draws no random numbers)
         start_update, global_step = restore(ckpt, agent, optimizer)
 
-    actor_model = copy.deepcopy(agent).cpu()  # detail 1: the agent (edits included) on CPU, for the actors
-    T, k, n = args.unroll_length, args.num_envs_per_actor, buffers_per_batch - replayed  # detail 2: T+1 frames in `obs`
-    replay = Replay(args.replay_size)
+    actor_model = copy.deepcopy(agent).cpu()  # detail 1: the agent (edits included), sent to the actors, on CPU
+    T, k, n = args.unroll_length, args.num_envs_per_actor, buffers_per_batch - replayed  # detail 2: `obs` holds T+1 frames
     buffers = {
         key: torch.zeros(shape, dtype=dtype)
         for key, shape, dtype in (
@@ -477,6 +477,7 @@ def train(args: Args, given=None):
             ("actor_seconds", (n, 2), torch.float64),
         )
     }
+    replay = Replay(args.replay_size)
     dist.broadcast_object_list([args, run_name, {key: torch.zeros_like(b[:1]) for key, b in buffers.items()}], src=0)
     ranks = {rank: [0, 0, 0.0, 0.0] for rank in range(1, world)}  # unrolls, games, env and inference seconds
     for rank in ranks:  # the actors start from the learner's weights
@@ -639,8 +640,8 @@ def check_args(args: Args, ckpt=None) -> None:
     need += (args.unroll_length + 1) * args.num_envs_per_actor * 28224 * args.replay_size * (args.replay_fraction > 0)
     if need > (ram := os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")):
         raise ConfigError(
-            f"--num-envs-per-actor {args.num_envs_per_actor} needs about {need / 1e9:.1f} GB (envs and "
-            f"unrolls), more than this machine's {ram / 1e9:.1f} GB; use fewer envs"
+            f"--num-envs-per-actor {args.num_envs_per_actor} needs about {need / 1e9:.1f} GB (envs, unrolls and "
+            f"the replay), more than this machine's {ram / 1e9:.1f} GB; use fewer envs or a smaller --replay-size"
         )
     if (
         round(args.replay_fraction * (args.batch_size // args.num_envs_per_actor))
@@ -702,9 +703,8 @@ def start_process_group(rank, world, timeout):
         dist.init_process_group("gloo", timeout=timedelta(seconds=timeout))
     except dist.DistNetworkError as e:
         raise ConfigError(
-            f"rank {rank} cannot start the process group at {os.environ['MASTER_ADDR']}:"
-            f"{os.environ['MASTER_PORT']} ({str(e).splitlines()[0]}); set MASTER_PORT to a free port on "
-            "rank 0's host, or let torchrun choose one"
+            f"rank {rank} cannot start the process group at {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']} "
+            f"({str(e).splitlines()[0]}); set MASTER_PORT to a free port on rank 0's host, or let torchrun choose one"
         ) from None
 
 

@@ -387,6 +387,11 @@ def test_the_memory_check_counts_every_rank_on_the_machine(monkeypatch):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "100")  # torchrun's ranks on this machine: 100 of ~400 MB exceed its 8 GB
     with pytest.raises(ivd.ConfigError, match="needs about 40.5 GB"):
         ivd.check_args(ivd.Args())
+    # the replay's unrolls count too, and the message names them (it said "envs and unrolls" after the replay came)
+    machine_memory(monkeypatch, 1e12)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    with pytest.raises(ivd.ConfigError, match=r"\(envs, unrolls and the replay\).*or a smaller --replay-size"):
+        ivd.check_args(ivd.Args(replay_fraction=0.5, replay_size=10**8))
 
 
 @pytest.mark.parametrize("case", ["MASTER_ADDR unset", "port in use"])
