@@ -28,8 +28,9 @@ FAKE_SCRIPT = textwrap.dedent('''
     import argparse, os, subprocess, sys, time
 
 
-    def write_tb(run_dir, hparams, returns, steps, purge_step=None):
-        """The script's Args as the markdown table the scripts log, then one charts/episodic_return per episode."""
+    def write_tb(run_dir, hparams, returns, steps, purge_step=None, extra=None):
+        """The script's Args as the markdown table the scripts log, then one charts/episodic_return per episode, then
+        `extra`'s scalars ({tag: [(step, value)]}, e.g. impala_vtrace.py's charts/policy_lag)."""
         from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
@@ -45,6 +46,10 @@ FAKE_SCRIPT = textwrap.dedent('''
         for step, r in zip(steps, returns):
             value = summary_pb2.Summary.Value(tag="charts/episodic_return", simple_value=float(r))
             w.add_event(event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=[value])))
+        for tag, points in (extra or {}).items():
+            for step, v in points:
+                value = summary_pb2.Summary.Value(tag=tag, simple_value=float(v))
+                w.add_event(event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=[value])))
         value = summary_pb2.Summary.Value(tag="charts/SPS", simple_value=123.0)
         w.add_event(event_pb2.Event(wall_time=time.time(), step=steps[-1], summary=summary_pb2.Summary(value=[value])))
         w.close()

@@ -3,6 +3,7 @@ each goal, the final score up to a budget, the median seed, the figure (read thr
 refuses; on fake runs whose answers are known by construction (games every 1,000 steps: game i at step 1,000 (i + 1))."""
 
 import glob
+import math
 import os
 
 import numpy as np
@@ -194,6 +195,120 @@ def test_the_figure_draws_each_seeds_running_score_the_goals_the_budget_and_the_
     assert list(lines_of(figures[-1])["published: -3.5"].get_ydata()) == [-3.5, -3.5]
     assert solved.main(["runs", *ARGS, "--out", str(tmp_path / "c")]) == 0  # nor without --published
     assert list(lines_of(figures[-1])) == ["seed 1", "seed 2", "seed 3", "seed 4", "goal 18", "goal 20"]
+
+
+# ---- the policy lag (impala_vtrace.py's charts/policy_lag) ------------------------------------------------------
+
+IMPALA_SCRIPT = "impala_vtrace.py"
+IMPALA = ["--script", IMPALA_SCRIPT, "--env-id", PONG]  # a command line, not a table of scripts
+LAG_TAG = "charts/policy_lag"
+UPDATES = 2500 * np.arange(1, 121)  # a learner update every 2,500 steps, to step 300,000: one lag each
+
+
+def impala_run(write_tb, seed, lags, steps=STEPS, returns=RISE_AT_200, purge_step=None):
+    """A run of impala_vtrace.py (lags: [(step, value)], its charts/policy_lag; None: a run that logs none)."""
+    hparams = {"exp_name": "impala_vtrace-1a2b3c4d", "seed": seed, "env_id": PONG, "total_timesteps": 10_000_000}
+    extra = None if lags is None else {LAG_TAG: lags}
+    write_tb(f"runs/{PONG}__impala_vtrace-1a2b3c4d__{seed}__1", hparams, returns, steps, purge_step=purge_step, extra=extra)
+
+
+def some_lags(seed, updates=UPDATES):
+    """[(step, lag)] of known values, eighths (exact in the float32 that TensorBoard keeps)."""
+    return [(int(s), v / 8) for s, v in zip(updates, np.random.default_rng(seed).integers(0, 33, len(updates)))]
+
+
+def mean_up_to(lags, budget=math.inf):
+    """The mean of the lags logged at steps at or before the budget, by a sum over a count, not solved.py's way."""
+    kept = [v for s, v in lags if s <= budget]
+    return sum(kept) / len(kept)
+
+
+def table_lines(md):
+    """solved.md's table lines by their first cell ("seed", a seed, "median", "mean")."""
+    return {line.split(" | ")[0][2:]: line for line in md.splitlines() if line.startswith("| ") and " | " in line}
+
+
+def test_the_policy_lag_is_the_mean_of_the_runs_logged_values_up_to_the_budget(write_tb, tmp_path):
+    lags = {seed: some_lags(seed) for seed in (1, 2, 3)}
+    for seed, points in lags.items():
+        impala_run(write_tb, seed, points)
+    records = runs.collect("runs", unfinished=True)
+    for budget in (None, 250_000, 251_000, 2_500):  # at a logged step, between two, at the first
+        for rec in records:
+            row = solved.seed_result(rec, [18.0], budget)
+            assert row["logs_lag"] is True
+            assert row["policy_lag"] == pytest.approx(mean_up_to(lags[rec["seed"]], budget or math.inf), abs=1e-12)
+    assert mean_up_to(lags[1], 250_000) != mean_up_to(lags[1], 247_500) != mean_up_to(lags[1])  # the budget matters
+
+    for budget in (None, 250_000):
+        out = tmp_path / f"at-{budget}"
+        assert solved.main(["runs", *IMPALA, *(["--budget", str(budget)] if budget else []), "--out", str(out)]) == 0
+        md = (out / "solved.md").read_text()
+        assert "| final score | steps | hours | games | policy lag |\n|---|---|---|---|---|---|---|---|---|---|\n" in md
+        expected = {seed: mean_up_to(points, budget or math.inf) for seed, points in lags.items()}
+        lines = table_lines(md)
+        for seed, lag in expected.items():
+            assert lines[str(seed)].endswith(f" | {lag:.2f} |")
+        assert lines["median"].endswith(f" | {sorted(expected.values())[1]:.2f} |")
+        assert lines["mean"].endswith(f" | {sum(expected.values()) / 3:.2f} |")
+        assert (
+            "\n- policy lag: the mean of the run's logged `charts/policy_lag` values up to the budget (impala_vtrace.py "
+            "logs one per learner update: the learner updates between the weights that sampled a step and the update "
+            "that consumes it, averaged over the batch); n/a: a run that logs none there\n"
+        ) in md
+
+    # a budget before the first update: the runs log the tag, so the column stays, each "n/a"
+    assert solved.main(["runs", *IMPALA, "--budget", "2000", "--out", str(tmp_path / "early")]) == 0
+    lines = table_lines((tmp_path / "early" / "solved.md").read_text())
+    assert lines["seed"].endswith(" | games | policy lag |")
+    assert all(lines[key].endswith(" | n/a |") for key in ("1", "2", "3", "median", "mean"))
+
+
+def test_a_resumed_runs_policy_lag_counts_each_step_once_as_tensorboard_keeps_it(write_tb):
+    # the first part logged lag 4 to step 200,000; the resume from step 150,000 redid steps 152,500-200,000 with lag 1
+    impala_run(write_tb, 1, [(int(s), 4.0) for s in UPDATES[:80]], steps=STEPS[:200], returns=RISE_AT_200[:200])
+    retime(f"runs/{PONG}__impala_vtrace-1a2b3c4d__1__1", T0)
+    impala_run(
+        write_tb, 1, [(int(s), 1.0) for s in UPDATES[60:]], steps=STEPS[150:], returns=RISE_AT_200[150:], purge_step=150_001
+    )
+    retime(f"runs/{PONG}__impala_vtrace-1a2b3c4d__1__1", T0 + 52 * HOUR, base_step=150_000)
+    (rec,) = runs.collect("runs", unfinished=True)
+    assert solved.seed_result(rec, [18.0])["policy_lag"] == pytest.approx((60 * 4.0 + 60 * 1.0) / 120)  # not 2.71
+    assert solved.seed_result(rec, [18.0], 175_000)["policy_lag"] == pytest.approx((60 * 4.0 + 10 * 1.0) / 70)
+
+
+def test_runs_that_log_no_policy_lag_have_no_column(write_tb, tmp_path):
+    for seed in (1, 2):
+        pong_run(write_tb, seed, RISE_AT_200)  # a2c_paac.py's: no charts/policy_lag
+    (rec, _) = runs.collect("runs", unfinished=True)
+    assert solved.seed_result(rec, [18.0])["logs_lag"] is False
+    assert solved.main(["runs", *ARGS, "--out", str(tmp_path / "out")]) == 0
+    md = (tmp_path / "out" / "solved.md").read_text()
+    assert "policy lag" not in md and "policy_lag" not in md and "n/a" not in md
+    assert "| hours | games |\n|---|---|---|---|---|---|---|---|---|\n" in md
+
+
+def test_a_run_without_the_policy_lag_beside_runs_with_it_shows_n_a(write_tb, tmp_path):
+    impala_run(write_tb, 1, some_lags(1))
+    impala_run(write_tb, 2, None)  # logs no charts/policy_lag
+    impala_run(write_tb, 3, some_lags(3, UPDATES[UPDATES > 250_000]))  # logs it, but only after the budget
+    impala_run(write_tb, 4, some_lags(4))
+    assert solved.main(["runs", *IMPALA, "--budget", "250000", "--out", str(tmp_path / "out")]) == 0
+    md = (tmp_path / "out" / "solved.md").read_text()
+    lines = table_lines(md)
+    assert lines["seed"].endswith(" | games | policy lag |")
+    lag1, lag4 = mean_up_to(some_lags(1), 250_000), mean_up_to(some_lags(4), 250_000)
+    assert lines["1"].endswith(f" | 250 | {lag1:.2f} |")
+    assert lines["2"].endswith(" | 250 | n/a |") and lines["3"].endswith(" | 250 | n/a |")
+    assert lines["4"].endswith(f" | 250 | {lag4:.2f} |")
+    # the median and the mean of the seeds with one, as the mean of a goal's column is of the seeds that reached it
+    assert lines["median"].endswith(f" | {(lag1 + lag4) / 2:.2f} (2 of 4) |")
+    assert lines["mean"].endswith(f" | {(lag1 + lag4) / 2:.2f} (2 of 4) |")
+
+    # without the budget seed 3's lags count
+    assert solved.main(["runs", *IMPALA, "--out", str(tmp_path / "whole")]) == 0
+    md = (tmp_path / "whole" / "solved.md").read_text()
+    assert f" | {mean_up_to(some_lags(3, UPDATES[UPDATES > 250_000])):.2f} |\n| 4 | " in md
 
 
 @pytest.mark.parametrize(

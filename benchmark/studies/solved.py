@@ -11,10 +11,16 @@ the stochastic policy). Per seed:
 - for each goal: the step of the first game, from the 100th on, at which that mean is at or above the goal, and the
   training hours to that game; or "not reached";
 - the final score: the mean of the last 100 games logged at or before --budget (default: the run's last step); the steps
-  the run reached (at most the budget), the hours to them, and the games counted.
+  the run reached (at most the budget), the hours to them, and the games counted;
+- the policy lag (the IMPALA paper's check of how off-policy the learner was), only where at least one of the runs logs
+  charts/policy_lag (impala_vtrace.py, once per learner update: the learner updates between the weights that sampled a
+  step and the update that consumes it, averaged over the batch; a2c_paac.py logs none, and then there is no column):
+  the mean of the run's logged values at steps at or before --budget, each step once as TensorBoard keeps a resumed
+  run; "n/a" for a run that logs none there.
 Across the seeds: the median and the mean of each column (of a goal, the median counts a seed that did not reach it as
-never; the mean is over the seeds that did), and the median seed by the final score (of an even count the lower of the
-two middle ones, equal scores in seed order, as report.py's median_seed): the one whose agent to ship.
+never; the mean is over the seeds that did; of the policy lag both are over the seeds with one, "(k of n)" when not
+all), and the median seed by the final score (of an even count the lower of the two middle ones, equal scores in seed
+order, as report.py's median_seed): the one whose agent to ship.
 
 Hours are the time the run's processes trained up to a game, as TensorBoard keeps the run. A resumed run has an event
 file per part (its start, then each resume), and a resume logs from its checkpoint's step on with a SessionLog START at
@@ -44,10 +50,11 @@ import time
 import numpy as np
 
 from benchmark.cli import ConfigError, make_out_dir
-from benchmark.runs import FINAL_WINDOW, RETURN_TAG, collect, final_return, machine_info, machine_str
+from benchmark.runs import FINAL_WINDOW, RETURN_TAG, collect, final_return, machine_info, machine_str, read_run
 
 TOOL = "solved.py"
 NOT_REACHED = "not reached"
+LAG_TAG = "charts/policy_lag"  # impala_vtrace.py's, once per learner update
 
 
 # ---- one seed -------------------------------------------------------------------------------------------------
@@ -69,9 +76,18 @@ def running_scores(returns):
     return [final_return(returns[: i + 1]) for i in range(FINAL_WINDOW - 1, len(returns))]
 
 
+def policy_lag(run_dir, budget=None):
+    """(whether the run logs charts/policy_lag at all, the mean of its values at steps at or before the budget or None
+    where there is none), read as runs.read_run reads a tag: of a resumed run each step once, as TensorBoard keeps it."""
+    data = read_run(run_dir, LAG_TAG)
+    values = [v for step, v in zip(data["steps"], data["returns"]) if budget is None or step <= budget]
+    return bool(data["steps"]), float(np.mean(np.asarray(values, dtype=np.float64))) if values else None
+
+
 def seed_result(rec, goals, budget=None):
     """One seed's row: for each goal (step, hours) of the game that reached it, or None; the final score, the steps, the
-    hours and the games up to the budget (None: the run's last step)."""
+    hours and the games up to the budget (None: the run's last step); whether the run logs charts/policy_lag and the
+    mean of its values up to the budget (None: none there)."""
     steps, returns = np.asarray(rec["steps"]), np.asarray(rec["returns"], dtype=np.float64)
     n = int(np.sum(steps <= budget)) if budget is not None else len(steps)
     hours = training_hours(rec["parts"], rec["wall_times"])
@@ -85,6 +101,7 @@ def seed_result(rec, goals, budget=None):
         reached_hours = float(training_hours(rec["parts"], rec["wall_times"], [rec["parts"][-1][1]])[0])
     else:  # to its last game at or before the budget
         reached_hours = float(hours[n - 1]) if n else math.nan
+    logs_lag, lag = policy_lag(rec["run_dir"], budget)
     return {
         "seed": rec["seed"],
         "run_dir": rec["run_dir"],
@@ -94,6 +111,8 @@ def seed_result(rec, goals, budget=None):
         "hours": reached_hours,
         "games": n,
         "process_hours": rec["hours"],
+        "logs_lag": logs_lag,
+        "policy_lag": lag,
     }
 
 
@@ -114,36 +133,50 @@ def number_cell(x, digits=2):
     return NOT_REACHED if x is None or math.isinf(x) else "n/a" if math.isnan(x) else f"{x:.{digits}f}"
 
 
-def columns(goals):
-    """(header, the row's value, its cell) of each column after the seed's."""
+def lag_cell(x):
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def columns(goals, lag=False):
+    """(header, the row's value, its cell, whether the median and the mean leave out a seed without a value rather than
+    count it as never reached) of each column after the seed's; with `lag`, the policy lag's last."""
     cols = []
     for goal in goals:
-        cols.append((f"step at {goal:g}", lambda row, g=goal: row["reached"][g] and row["reached"][g][0], steps_cell))
-        cols.append((f"hours at {goal:g}", lambda row, g=goal: row["reached"][g] and row["reached"][g][1], number_cell))
-    return cols + [
-        ("final score", lambda row: row["final"], number_cell),
-        ("steps", lambda row: row["steps"], steps_cell),
-        ("hours", lambda row: row["hours"], number_cell),
-        ("games", lambda row: row["games"], lambda x: f"{x:,.0f}" if float(x).is_integer() else f"{x:,.1f}"),
-    ]
+        step = (f"step at {goal:g}", lambda row, g=goal: row["reached"][g] and row["reached"][g][0], steps_cell, False)
+        hours = (f"hours at {goal:g}", lambda row, g=goal: row["reached"][g] and row["reached"][g][1], number_cell, False)
+        cols += [step, hours]
+    return (
+        cols
+        + [
+            ("final score", lambda row: row["final"], number_cell, False),
+            ("steps", lambda row: row["steps"], steps_cell, False),
+            ("hours", lambda row: row["hours"], number_cell, False),
+            ("games", lambda row: row["games"], lambda x: f"{x:,.0f}" if float(x).is_integer() else f"{x:,.1f}", False),
+        ]
+        + ([("policy lag", lambda row: row["policy_lag"], lag_cell, True)] if lag else [])
+    )
 
 
-def summary_cells(rows, value, cell):
-    """The median (a seed without a value: never) and the mean (of the seeds with one, "(k of n)" when not all)."""
+def summary_cells(rows, value, cell, leave_out=False):
+    """The median (a seed without a value: never; with `leave_out`, of the seeds with one) and the mean (of the seeds
+    with one), each with "(k of n)" when not all have one (the median only with `leave_out`)."""
     values = [value(row) for row in rows]
     have = [float(v) for v in values if v is not None]
+    of = f" ({len(have)} of {len(rows)})" if len(have) < len(rows) else ""
+    if leave_out:
+        return (cell(float(np.median(have))) + of, cell(float(np.mean(have))) + of) if have else (cell(None), cell(None))
     median = float(np.median([math.inf if v is None else v for v in values]))
     if not have:
         return cell(median), NOT_REACHED
-    return cell(median), cell(float(np.mean(have))) + (f" ({len(have)} of {len(rows)})" if len(have) < len(rows) else "")
+    return cell(median), cell(float(np.mean(have))) + of
 
 
 def table(rows, goals):
-    cols = columns(goals)
-    lines = ["| seed | " + " | ".join(h for h, _, _ in cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    cols = columns(goals, lag=any(row["logs_lag"] for row in rows))
+    lines = ["| seed | " + " | ".join(h for h, *_ in cols) + " |", "|---" * (len(cols) + 1) + "|"]
     for row in sorted(rows, key=lambda row: row["seed"]):
-        lines.append(f"| {row['seed']} | " + " | ".join(cell(value(row)) for _, value, cell in cols) + " |")
-    both = [summary_cells(rows, value, cell) for _, value, cell in cols]
+        lines.append(f"| {row['seed']} | " + " | ".join(cell(value(row)) for _, value, cell, _ in cols) + " |")
+    both = [summary_cells(rows, value, cell, leave_out) for _, value, cell, leave_out in cols]
     lines.append("| median | " + " | ".join(m for m, _ in both) + " |")
     lines.append("| mean | " + " | ".join(m for _, m in both) + " |")
     return lines
@@ -272,6 +305,15 @@ def solved(argv):
         "- hours: the run's processes up to that game, each part (a start or a resume) from its start to its last game "
         "that TensorBoard kept: the gap before a resume and the steps a resume redid left out (report.py's hours, each "
         "part whole: " + ", ".join(f"seed {row['seed']} {row['process_hours']:.2f}" for row in rows) + ")",
+        *(
+            [
+                f"- policy lag: the mean of the run's logged `{LAG_TAG}` values up to the budget (impala_vtrace.py logs "
+                "one per learner update: the learner updates between the weights that sampled a step and the update "
+                "that consumes it, averaged over the batch); n/a: a run that logs none there"
+            ]
+            if any(row["logs_lag"] for row in rows)
+            else []
+        ),
         *([f"- event files cut short (their records before the cut used): {', '.join(cut)}"] if cut else []),
         "",
         *table(rows, goals),
