@@ -159,6 +159,10 @@ def test_the_figure_draws_each_seeds_running_score_the_goals_the_budget_and_the_
     published = ["--published", "20.6", "--published-label", "the PAAC paper (115M steps, best of 3 agents)"]
     argv = ["runs", *ARGS, "--goals", "0", "16.8", "--budget", "250000", *published, "--out", str(tmp_path / "a")]
     assert solved.main(argv) == 0
+    # the command as a shell takes it back: the label's spaces quoted
+    assert (
+        "--published-label 'the PAAC paper (115M steps, best of 3 agents)' --out" in (tmp_path / "a" / "solved.md").read_text()
+    )
     (fig,) = figures
     (ax,) = fig.axes
     assert ax.get_title() == "a2c_paac.py on PongNoFrameskip-v4: the mean of the last 100 games, per seed"

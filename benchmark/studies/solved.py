@@ -44,6 +44,7 @@ one line (exit status 2).
 import argparse
 import math
 import os
+import shlex
 import sys
 import time
 
@@ -292,7 +293,7 @@ def solved(argv):
     md = [
         f"# When {args.env_id} was solved: {script} ({date})",
         "",
-        f"- command: `python -m benchmark.studies.solved {' '.join(argv)}`",
+        f"- command: `python -m benchmark.studies.solved {shlex.join(argv)}`",
         f"- machine of the runs: {'; '.join(sorted({r['machine'] for r in records if r['machine']})) or 'unknown'}"
         f" (of this report: {machine_str(machine_info())})",
         f"- experiment: {exp_names[0]}"

@@ -26,6 +26,7 @@ the per-seed values, the verdict.
 
 import argparse
 import os
+import shlex
 import sys
 import time
 import warnings
@@ -233,7 +234,7 @@ def write_report(groups, results, edges, args, argv, out):
     md = [
         f"# {la} vs {lb} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
         "",
-        f"- command: `python -m benchmark.tools.compare {' '.join(argv)}`",
+        f"- command: `python -m benchmark.tools.compare {shlex.join(argv)}`",
         *(
             f"- {label}: {len(runs)} run{'s' * (len(runs) > 1)}, last steps {', '.join(str(r['last_step']) for r in runs)}: "
             + ", ".join(f"`{r['dir']}`" for r in runs)

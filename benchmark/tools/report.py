@@ -27,6 +27,7 @@ import argparse
 import csv
 import math
 import os
+import shlex
 import sys
 import time
 from collections import defaultdict
@@ -328,7 +329,7 @@ def make_report(argv):
     md = [
         f"# Benchmark report ({date})",
         "",
-        f"- command: `python -m benchmark.tools.report {' '.join(argv)}`",
+        f"- command: `python -m benchmark.tools.report {shlex.join(argv)}`",
         f"- machine of the runs: {'; '.join(sorted({r['machine'] for r in records if r['machine']})) or 'unknown'}"
         f" (of this report: {machine_str(m)})",
         f"- git commit of the runs: {', '.join(commits) or f'unknown ({NOT_RUNNER})'}",
