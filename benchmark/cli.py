@@ -2,11 +2,21 @@
 any work, and the output paths checked, or chosen, before the work."""
 
 import os
+import sys
 import tempfile
 
 
 class ConfigError(ValueError):
     """Bad input found before any run starts; main prints it as one line."""
+
+
+def one_line_errors(tool, command, argv=None):
+    """command(argv) (default: this process's arguments), its ConfigError printed as "<tool>: error: ..." and exit 2."""
+    try:
+        return command(sys.argv[1:] if argv is None else argv)
+    except ConfigError as e:
+        print(f"{tool}: error: {e}", file=sys.stderr)
+        return 2
 
 
 def make_out_dir(path):

@@ -135,7 +135,7 @@ def write_markdown(pairs, refs, args, argv, out, commits):
     md = [
         f"# Ours against CleanRL, whole runs in turn ({date})",
         "",
-        f"- command: `{' '.join(['python -m benchmark.peers.vs_cleanrl', *argv])}`",
+        f"- command: `python -m benchmark.peers.vs_cleanrl {shlex.join(argv)}`",
         f"- ours: commit {commits['ours'] or 'unknown'}; CleanRL: "
         + ", ".join(os.path.relpath(path, args.cleanrl_dir) for path in refs.values())
         + f" in {args.cleanrl_dir} (commit {commits['ref'] or 'unknown: not a git checkout'}), {threads}, "
@@ -321,7 +321,7 @@ def fidelity(args, refs, ours_dir, argv):
                     [
                         md[0],
                         "",
-                        f"- made by: `python -m benchmark.peers.vs_cleanrl {' '.join(argv)}`",
+                        f"- made by: `python -m benchmark.peers.vs_cleanrl {shlex.join(argv)}`",
                         f"- ours: {script} at commit {commits['ours'] or 'unknown'}, in {sys.executable}"
                         + (f", with {shlex.join(more)}" if more else ""),
                         f"- cleanrl: {os.path.relpath(refs[script], args.cleanrl_dir)} in {args.cleanrl_dir} "

@@ -50,7 +50,7 @@ import time
 
 import numpy as np
 
-from benchmark.cli import ConfigError, make_out_dir
+from benchmark.cli import ConfigError, make_out_dir, one_line_errors
 from benchmark.runs import FINAL_WINDOW, RETURN_TAG, collect, final_return, machine_info, machine_str, read_run
 
 TOOL = "solved.py"
@@ -236,11 +236,7 @@ def finite(text, flag, example="18 20"):
 
 
 def main(argv=None):
-    try:
-        return solved(sys.argv[1:] if argv is None else argv)
-    except ConfigError as e:
-        print(f"{TOOL}: error: {e}", file=sys.stderr)
-        return 2
+    return one_line_errors(TOOL, solved, argv)
 
 
 def solved(argv):

@@ -34,7 +34,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from benchmark.cli import ConfigError, make_out_dir
+from benchmark.cli import ConfigError, make_out_dir, one_line_errors
 from benchmark.curves import curve_row, window_means, write_curves
 from benchmark.reference import COMPARABLE_METRIC, REFERENCE_CSV, load_reference, number, pick_reference, verdict
 from benchmark.runs import FINAL_WINDOW, RETURN_TAG, collect, machine_info, machine_str, mujoco_line, steps_str
@@ -250,11 +250,7 @@ def write_csv(records, path):
 
 
 def main(argv=None):
-    try:
-        return make_report(sys.argv[1:] if argv is None else argv)
-    except ConfigError as e:
-        print(f"report.py: error: {e}", file=sys.stderr)
-        return 2
+    return one_line_errors("report.py", make_report, argv)
 
 
 def make_report(argv):

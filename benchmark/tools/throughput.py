@@ -26,6 +26,7 @@ import argparse
 import importlib
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -163,7 +164,7 @@ def write_markdown(rows, args, argv, sb3_version, out):
     md = [
         f"# Throughput ({date})",
         "",
-        f"- command: `{' '.join(['python -m benchmark.tools.throughput', *(sys.argv[1:] if argv is None else argv)])}`",
+        f"- command: `python -m benchmark.tools.throughput {shlex.join(sys.argv[1:] if argv is None else argv)}`",
         f"- machine: {m['cores']} cores, {m['cpu']}"
         + (f", GPU {m['gpu']}" if m["gpu"] else ", no GPU")
         + f"; torch {version('torch')}, python {m['python']}"
