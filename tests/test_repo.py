@@ -240,9 +240,10 @@ LINE_TARGETS = {
 # in all 14, RESUMABLE's own flags on a second line. Issue 75.2 and 75.7: check_finite() also runs the updated network
 # on a few of the batch's states (finite weights of 1e37 overflow) and names an env's nan or inf as the env's (+12 in
 # all); the torchrun pair's Ctrl-C names its checkpoint (+19/+24). Sibling diffs: the Atari pair -> LSTM, envpool,
-# Procgen, the muRTS pair, multigpu and the IMPALA pair fell by 2-15; ppo.py -> ppo_atari.py by 29 (285); the earlier
-# figures (248 for Procgen, 253 muRTS, 246 TRPO) stay out of reach while the Atari scripts alone keep --compile (~45
-# lines of each of those diffs) and the emulators' saved games (~45), and ruff's reflow adds its ~40.
+# Procgen, the muRTS pair, multigpu and the IMPALA pair fell by 2-15; ppo.py -> ppo_atari.py by 29 (285). The earlier
+# figures (248 for Procgen, 253 muRTS, 246 TRPO) were measured on 2026-11-26, before issue 50 saved the emulators' games
+# (~43 lines of the Atari -> Procgen, muRTS and envpool diffs) and before ruff's reflow (with every multi-line statement
+# joined onto one line the diffs are 30-45 lines shorter: Procgen 302, muRTS 313, envpool 235, TRPO 250, multigpu 215).
 # Issue 75.6, Ctrl-C at any moment and a full disk under TensorBoard (+16 to +18 in all): the third-party imports hold
 # Ctrl-C until they are loaded (a try, the signal mask), raise_interrupt() for SIGINT too (a second signal within 2 s
 # ignored, a later one ends the process), parse_args() inside the try of __main__, and interrupted(e, why) for an
