@@ -1,5 +1,5 @@
-"""Tests of benchmark/studies/atari_agent.py (issue 50): a run's network alone evaluates as its checkpoint does and cannot be
-resumed, and the GIF shows the very game --eval-checkpoint's first is."""
+"""Tests of benchmark/studies/atari_agent.py: a run's network alone (ppo_atari.py's, a2c_paac.py's, impala_vtrace.py's)
+evaluates as its checkpoint does and cannot be resumed, and the GIF shows the very game --eval-checkpoint's first is."""
 
 import contextlib
 import csv
@@ -16,45 +16,63 @@ from conftest import ROOT
 from PIL import Image
 from tiny import tiny
 
+import a2c_paac
+import impala_vtrace
 import ppo_atari
 from benchmark import runs
 from benchmark.studies import atari_agent
 
-SCRIPT = os.path.join(ROOT, "ppo_atari.py")
 SHIPPED = os.path.join(ROOT, "benchmark", "results", "ppo_atari_breakout_10m_2026-11-30", "agent.pt")
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A tiny Breakout run's checkpoint and the weights-only file made of it (in the module's own folder)."""
+def train_and_keep(module, folder):
+    """A tiny run of `module` (Breakout) in `folder`: its checkpoint and the weights-only file made of it."""
     here = os.getcwd()
-    os.chdir(tmp_path_factory.mktemp("atari_agent"))
+    os.chdir(folder)
     try:
-        run = ppo_atari.train(tiny(ppo_atari, env_id="BreakoutNoFrameskip-v4", save_model=True))
+        run = module.train(tiny(module, env_id="BreakoutNoFrameskip-v4", save_model=True))
         weights = os.path.abspath("agent.pt")
         with contextlib.redirect_stdout(io.StringIO()) as said:
             atari_agent.main(["weights", run["checkpoint"], weights])
         assert said.getvalue().startswith(f"{weights}: ") and "MiB, the network of" in said.getvalue()
-        yield os.path.abspath(run["checkpoint"]), weights
+        return os.path.abspath(run["checkpoint"]), weights
     finally:
         os.chdir(here)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny ppo_atari.py Breakout run's checkpoint and the weights-only file made of it (in the module's own folder)."""
+    return train_and_keep(ppo_atari, tmp_path_factory.mktemp("atari_agent"))
+
+
+@pytest.fixture(scope="module", params=[ppo_atari, a2c_paac, impala_vtrace], ids=lambda m: m.__name__)
+def each_trained(request, tmp_path_factory):
+    """The same for each script atari_agent.py reads: (its module, the checkpoint, the weights)."""
+    module = request.param
+    if module is ppo_atari:
+        return (module, *request.getfixturevalue("trained"))
+    return (module, *train_and_keep(module, tmp_path_factory.mktemp(module.__name__)))
 
 
 def cli(*args):
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300)
 
 
-def test_weights_alone_evaluate_as_the_checkpoint_and_refuse_to_resume(trained):
-    checkpoint, weights = trained
+def test_weights_alone_evaluate_as_the_checkpoint_and_refuse_to_resume(each_trained):
+    module, checkpoint, weights = each_trained
     ckpt, kept = torch.load(checkpoint, weights_only=False), torch.load(weights, weights_only=False)
-    assert sorted(kept) == sorted(atari_agent.KEPT) and "optimizer" in ckpt
+    assert sorted(kept) == sorted(k for k in atari_agent.KEPT if k in ckpt) and "global_step" in kept and "optimizer" in ckpt
+    assert kept["script"] == f"{module.__name__}.py" and ("update" in kept) == (module is impala_vtrace)
+    assert kept["model"].keys() == ckpt["model"].keys()
     assert all(torch.equal(kept["model"][k], v) for k, v in ckpt["model"].items())
-    assert os.path.getsize(weights) < os.path.getsize(checkpoint) / 2  # Adam's moments alone are twice the network
-    scores = ppo_atari.evaluate(weights, eval_episodes=2, seed=1)
-    assert scores == ppo_atari.evaluate(checkpoint, eval_episodes=2, seed=1)
-    with pytest.raises(ppo_atari.ConfigError, match=r"holds the network's weights only: it evaluates .* cannot resume"):
-        ppo_atari.train(ppo_atari.Args(resume=weights, total_timesteps=10**6))
-    shown = cli(SCRIPT, "--eval-checkpoint", weights, "--eval-episodes", "1")
+    # the optimizer's statistics are the network again (RMSProp's square average) or twice (Adam's two moments)
+    assert os.path.getsize(weights) < os.path.getsize(checkpoint) / (2 if module is ppo_atari else 1.5)
+    scores = module.evaluate(weights, eval_episodes=2, seed=1)
+    assert scores == module.evaluate(checkpoint, eval_episodes=2, seed=1)
+    with pytest.raises(module.ConfigError, match=r"holds the network's weights only: it evaluates .* cannot resume"):
+        module.train(module.Args(resume=weights, total_timesteps=10**6))
+    shown = cli(os.path.join(ROOT, f"{module.__name__}.py"), "--eval-checkpoint", weights, "--eval-episodes", "1")
     assert shown.returncode == 0 and shown.stdout.startswith("mean return over 1 episodes: "), shown.stderr
 
 
@@ -69,7 +87,8 @@ def test_truncated_or_foreign_weights_are_one_line(trained, tmp_path):
         (["gif", str(cut), str(tmp_path / "a.gif")], f"checkpoint '{cut}' could not be read"),
         (
             ["gif", str(tmp_path / "ppo.pt"), str(tmp_path / "a.gif")],
-            f"checkpoint '{tmp_path / 'ppo.pt'}' was written by ppo.py, not by ppo_atari.py; read it with ppo.py",
+            f"checkpoint '{tmp_path / 'ppo.pt'}' was written by ppo.py; this reads those of ppo_atari.py, a2c_paac.py, "
+            "impala_vtrace.py",
         ),
         (["weights", weights, str(tmp_path / "no" / "such" / "a.pt")], "cannot write"),
         (["weights", weights, str(tmp_path / "ppo.pt" / "a.pt")], "cannot write"),  # a folder under a file: root too
@@ -122,11 +141,11 @@ def test_a_write_cut_short_by_a_full_disk_or_ctrl_c_is_one_line_and_leaves_no_fi
         assert os.listdir(tmp_path) == []
 
 
-def test_gif_shows_the_game_eval_checkpoint_plays_first(trained, tmp_path, capsys, monkeypatch):
-    _, weights = trained
-    seed = ppo_atari.Args().seed  # `python ppo_atari.py --eval-checkpoint agent.pt` evaluates with its --seed
-    score, steps, screens, shown = atari_agent.play(weights, seed=seed, every=3, max_frames=40)
-    evaluated_steps, make_env = [], ppo_atari.make_env
+def test_gif_shows_the_game_eval_checkpoint_plays_first(each_trained, tmp_path, capsys, monkeypatch):
+    module, _, weights = each_trained
+    seed = module.Args().seed  # `python <script> --eval-checkpoint agent.pt` evaluates with its --seed
+    score, steps, screens, shown = atari_agent.play(weights, every=3, max_frames=40)  # the script's --seed by default
+    evaluated_steps, make_env = [], module.make_env
 
     def counted_env(*a, **k):  # the agent's steps in evaluate's one game
         env = make_env(*a, **k)
@@ -135,13 +154,14 @@ def test_gif_shows_the_game_eval_checkpoint_plays_first(trained, tmp_path, capsy
         return env
 
     with monkeypatch.context() as m:
-        m.setattr(ppo_atari, "make_env", counted_env)
-        evaluated = ppo_atari.evaluate(weights, eval_episodes=1, seed=seed)
+        m.setattr(module, "make_env", counted_env)
+        evaluated = module.evaluate(weights, eval_episodes=1, seed=seed)
+    assert module.make_env is make_env  # play() put the script's own back
     assert (score, steps) == (evaluated[0], len(evaluated_steps))  # the same game: its score and its length
     assert len(screens) == min(40, -(-steps // 3)) and screens[0].shape == (210, 160, 3)
     assert shown[0] == 0 and shown == sorted(shown) and shown[-1] <= score  # the score so far, never falling
     out = tmp_path / "agent.gif"
-    atari_agent.main(["gif", weights, str(out), "--every", "3", "--max-frames", "40"])  # its --seed by default
+    atari_agent.main(["gif", weights, str(out), "--every", "3", "--max-frames", "40", "--seed", str(seed)])
     assert f"score {score:.0f} in {steps} steps of the agent, {len(screens)} pictures" in capsys.readouterr().out
     gif, durations = Image.open(out), []
     assert gif.format == "GIF" and gif.size == (160, 210)
@@ -213,7 +233,7 @@ def test_the_shipped_breakout_agent_loads_evaluates_and_plays_a_whole_game_well(
     with seed 1, the game played here), where random play gets ~1.3 and the 1M-step agent ~21. The bar sits below the
     lowest of those, for another host's arithmetic to play a different game."""
     kept = torch.load(SHIPPED, weights_only=False)
-    assert sorted(kept) == sorted(atari_agent.KEPT) and os.path.getsize(SHIPPED) < 7 * 2**20
+    assert sorted(kept) == sorted(set(atari_agent.KEPT) - {"update"}) and os.path.getsize(SHIPPED) < 7 * 2**20
     assert kept["script"] == "ppo_atari.py" and kept["global_step"] >= 9_999_000 and kept["args"]["seed"] == 2
     assert kept["args"]["env_id"] == "BreakoutNoFrameskip-v4" and not kept["args"]["bf16"]
     (score,) = ppo_atari.evaluate(SHIPPED, eval_episodes=1, seed=1)  # what --eval-checkpoint runs
