@@ -82,7 +82,7 @@ class Args:
     save_model: bool = False  # write `runs/<run name>/checkpoint.pt` every --save-every iterations and at the end
     save_every: int = 50  # iterations between periodic checkpoints (with --save-model)
     resume: Optional[str] = None  # continue this checkpoint's run (beside it only the budget and saving flags may change)
-    eval_checkpoint: Optional[str] = None  # evaluate this checkpoint instead of training; print the mean return
+    eval_checkpoint: Optional[str] = None  # evaluate this checkpoint on the CPU instead of training; print the mean return
     eval_episodes: int = 10  # episodes to run with --eval-checkpoint
 
     # Algorithm specific arguments
@@ -927,6 +927,7 @@ if __name__ == "__main__":
         given = {a[2:].split("=")[0].replace("-", "_").removeprefix("no_") for a in sys.argv[1:] if a.startswith("--")}
         if cli_args.eval_checkpoint:
             check_eval_flags(cli_args, given)
+            torch.set_num_threads(cli_args.torch_threads or torch.get_num_threads())  # --torch-threads, as in training
             returns = evaluate(cli_args.eval_checkpoint, cli_args.eval_episodes, cli_args.seed)
             print(f"mean return over {len(returns)} episodes: {np.mean(returns):.2f} +- {np.std(returns):.2f}")
         else:

@@ -767,6 +767,13 @@ def test_eval_checkpoint_refuses_a_training_flag_it_would_ignore(mod):
     flags = ["--env-id", "CartPole-v1", "--num-envs", "2", "--eval-episodes", "2", "--seed", "3", "--no-cuda"]
     code, stdout, stderr = run_cli(script, ["--eval-checkpoint", checkpoint, *flags])
     assert code == 0 and stdout.startswith("mean return over 2 episodes: "), stderr
+    threads = []  # --torch-threads is the evaluation's too (it was taken and ignored: 25x slower beside a busy core)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(torch, "set_num_threads", threads.append)
+        code, stdout, stderr = run_cli(
+            script, ["--eval-checkpoint", checkpoint, "--eval-episodes", "1", "--torch-threads", "3"]
+        )
+    assert code == 0 and threads[0] == 3, stderr  # (then run_cli puts this process's back)
 
 
 def test_a_diverging_learning_rate_is_one_line_exit_1_and_its_checkpoint_is_refused_on_the_command_line():
