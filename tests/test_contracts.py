@@ -55,6 +55,7 @@ SOME = {
     "benchmark/peers/vs_cleanrl.py:SPEED_GOALS",
     "benchmark/cleanrl.py:NEEDS_ALE_IMPORT",
     "benchmark/tools/summary.py:FRONT",
+    "benchmark/studies/atari_agent.py:SCRIPTS",  # the Atari scripts whose one-process runs it ships (tested on each)
     "tests/test_repo.py:LINE_TARGETS",
     "tests/test_gpu_check.py:DRY_RUN",
     "tests/test_ppo.py:SCRIPTS",  # a test file's own scripts, and its tables of them
