@@ -354,3 +354,42 @@ def test_a_runs_folder_and_experiment_names_select_each_group_as_report_py_does(
     assert code == 0 and "ppo-aaaa1111" in md and "Other-v0" not in md
     with pytest.raises(cli.ConfigError, match=r"^--b b: no run of ppo-cccc on Env-v0 under .*runs/summaries"):
         compare.parse_group(["b=" + str(runs)], "--b", ["ppo-cccc"], "Env-v0")
+
+
+def test_steps_reads_every_run_up_to_one_budget(tmp_path, capsys):
+    """A group that went on past another's budget (a seed read at the budget of a study it ran longer than) is compared
+    up to --steps alone: here a shift of 5 after step 8000 differs over the whole runs and is not seen up to 8000."""
+    a, b = group(tmp_path, "short", [1, 2, 3, 4]), group(tmp_path, "long", [5, 6, 7, 8], shift=5.0)
+    code, md = run_compare(tmp_path, a, b, "--no-plots")
+    assert code == 0 and verdicts(md)["charts/episodic_return"].startswith("differ: windows 9, 10")
+    code, md = run_compare(tmp_path, a, b, "--no-plots", "--steps", "8000")
+    assert code == 0 and verdicts(md) == {tag: "same" for tag in NOISY_TAGS}
+    assert "- each run read up to step 8000 (--steps)\n" in md and "10 windows of 800 steps over 0-8000;" in md
+    assert [r[1] for r in rows(md, "charts/episodic_return")][-1] == "7200-8000"
+    # window 10 recomputed independently: each seed's mean of its values in (7200, 8000]
+    mean = np.mean(
+        [
+            np.mean(
+                [
+                    s / 1000 + n
+                    for s, n in zip(NOISY_STEPS, np.random.default_rng(seed).normal(0, 1, len(NOISY_STEPS)))
+                    if 7200 < s <= 8000
+                ]
+            )
+            for seed in (1, 2, 3, 4)
+        ]
+    )
+    assert rows(md, "charts/episodic_return")[-1][2].startswith(f"{mean:.4g} [")
+    whole, past = (
+        run_compare(tmp_path, a, b, "--no-plots")[1],
+        run_compare(tmp_path, a, b, "--no-plots", "--steps", "20000")[1],
+    )
+    assert verdicts(past) == verdicts(whole) and rows(past, "charts/episodic_return") == rows(whole, "charts/episodic_return")
+    for steps, message in (
+        ("0", "--steps must be at least 1, got 0"),
+        ("50", "logged no charts/episodic_return up to step 50; give a larger --steps"),
+    ):
+        capsys.readouterr()
+        code, _ = run_compare(tmp_path, a, b, "--no-plots", "--steps", steps)
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and err.count("\n") == 1, err

@@ -1,13 +1,14 @@
 """Two groups of runs (two implementations, or two settings of one script) side by side, with a statistical verdict.
 
 Run:   python -m benchmark.tools.compare --a ours=DIR [DIR ...] --b cleanrl=DIR [DIR ...] --out OUTDIR \
-           [--windows 10] [--tags charts/episodic_return losses/value_loss ...] [--alpha 0.05]
+           [--windows 10] [--tags charts/episodic_return losses/value_loss ...] [--alpha 0.05] [--steps N]
        python -m benchmark.tools.compare --a fp32=runs/ --exp-a ppo_atari-1a2b3c4d --b bf16=runs/ --exp-b ppo_atari-5e6f7a8b \
            --env-id BreakoutNoFrameskip-v4 --out OUTDIR    # a runs folder's runs of two experiments, as report.py picks
 
 Each DIR is one seed's TensorBoard run directory, or a folder of them (every directory under it that holds event
 files is one seed). Ours and CleanRL's scripts log the same tags; so do two settings of one script (fp32 vs bf16).
-The step axis, 0 to the last step any run logged, is cut into --windows equal windows. Per tag and window, each
+The step axis, 0 to the last step any run logged (or, with --steps N, to N: each run read up to that step, the same
+budget for runs that went on past it), is cut into --windows equal windows. Per tag and window, each
 seed's values in the window are averaged; the table gives each group's mean over its seeds, their min-max spread,
 and Welch's t-test p over the per-seed window means (scipy.stats.ttest_ind(equal_var=False)), then Holm-Bonferroni
 adjusted across the windows. The verdict per tag is "same" when no window's adjusted p is below --alpha; otherwise
@@ -76,8 +77,9 @@ def parse_group(items, flag, exp_names=None, env_id=None):
     return label, runs
 
 
-def load(runs, tags, label):
-    """[{"dir", "last_step", "hparams" (the Args the run logged), tag: (steps, values) for each tag}] of a group."""
+def load(runs, tags, label, steps=None):
+    """[{"dir", "last_step", "hparams" (the Args the run logged), tag: (steps, values) for each tag}] of a group; with
+    `steps`, each run's values logged up to that step alone."""
     loaded = []
     for d in runs:
         rec = {"dir": d, "last_step": 0, "hparams": {}}
@@ -89,11 +91,16 @@ def load(runs, tags, label):
                     f"{label}: no events could be read from {files}: it is damaged or not a TensorBoard "
                     "event file; replace it, or leave that run out"
                 )
-            if not data["steps"]:
-                raise ConfigError(f"{label} run {d!r} logged no {tag}; leave it out of --tags (default: {' '.join(TAGS)})")
-            rec[tag] = (data["steps"], data["returns"])
+            kept = [i for i, step in enumerate(data["steps"]) if steps is None or step <= steps]
+            if not kept:
+                raise ConfigError(
+                    f"{label} run {d!r} logged no {tag}"
+                    + (f" up to step {steps}; give a larger --steps" if data["steps"] else "")
+                    + f"; leave it out of --tags (default: {' '.join(TAGS)})"
+                )
+            rec[tag] = ([data["steps"][i] for i in kept], [data["returns"][i] for i in kept])
             rec["hparams"] = data["hparams"]
-            rec["last_step"] = max(rec["last_step"], data["last_step"])
+            rec["last_step"] = max(rec["last_step"], data["last_step"] if steps is None else min(data["last_step"], steps))
         loaded.append(rec)
     return loaded
 
@@ -242,6 +249,7 @@ def write_report(groups, results, edges, args, argv, out):
         ),
         f"- settings that differ (the Args each run logged): {'; '.join(settings_diff(groups))}",
         *mujoco_line([(label, [r["hparams"].get("mujoco") for r in runs]) for label, runs in groups]),
+        *([f"- each run read up to step {args.steps} (--steps)"] if args.steps else []),
         f"- {args.windows} windows of {edges[1]:.0f} steps over 0-{edges[-1]:.0f}; per window each seed's values "
         "averaged; columns: mean over seeds [min, max] (seeds); Welch's t-test p over the per-seed means "
         "(scipy.stats.ttest_ind, equal_var=False), Holm-Bonferroni adjusted across the windows",
@@ -286,6 +294,7 @@ def main(argv=None):
     p.add_argument("--tags", nargs="+", default=TAGS, help="the scalars to compare")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level of the Holm-adjusted p")
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--steps", type=int, help="read each run up to this step (default: every step any run logged)")
     for g in "ab":
         p.add_argument(
             f"--exp-{g}",
@@ -300,6 +309,8 @@ def main(argv=None):
             raise ConfigError(f"--windows must be at least 2, got {args.windows}")
         if not 0 < args.alpha < 1:
             raise ConfigError(f"--alpha must lie in (0, 1), got {args.alpha}")
+        if args.steps is not None and args.steps < 1:
+            raise ConfigError(f"--steps must be at least 1, got {args.steps}")
         (la, ra), (lb, rb) = (
             parse_group(args.a, "--a", args.exp_a, args.env_id),
             parse_group(args.b, "--b", args.exp_b, args.env_id),
@@ -309,7 +320,7 @@ def main(argv=None):
         both = set(map(os.path.realpath, ra)) & set(map(os.path.realpath, rb))
         if both:
             raise ConfigError(f"{sorted(both)[0]!r} is in both groups; give each run to one group")
-        groups = [(la, load(ra, args.tags, la)), (lb, load(rb, args.tags, lb))]
+        groups = [(la, load(ra, args.tags, la, args.steps)), (lb, load(rb, args.tags, lb, args.steps))]
         end = max(r["last_step"] for _, runs in groups for r in runs)
         if end <= 0:
             raise ConfigError("every run logged at step 0 only; there is no step axis to cut into windows")
