@@ -284,7 +284,9 @@ def collect(runs_dir, tag=RETURN_TAG, unfinished=False, tool="report.py"):
             "script_git": summary.get("script_git") if summary else None,
             "extra_args": " ".join(summary["args"]) if summary else "",
             "from_runner": summary is not None,
-            "machine": machine_str(summary["machine"]) if summary else None,
+            # every part's machine from the runner's log (a run stopped at a budget has no summary), else the summary's
+            "machine": logged_machines(runs_dir, env_id, exp_name, seed)
+            or (machine_str(summary["machine"]) if summary else None),
             "mujoco": hp.get("mujoco"),
             # the run name ends in the start time of the run
             "started": int(named["time"]) if named.get("time", "").isdigit() else os.path.getmtime(d),
@@ -330,6 +332,19 @@ def machine_info():
         "hostname": platform.node(),
         "python": platform.python_version(),
     }
+
+
+def logged_machines(runs_dir, env_id, exp_name, seed):
+    """The machines the parts of a runner's run (its start, then each resume) ran on, as its log's header lines name
+    them, "; "-joined; None without a log (a run the runner did not start) or a machine in it."""
+    stem, _, digest = exp_name.rpartition("-")
+    path = os.path.join(runs_dir, "logs", f"{stem}__{env_id.replace('/', '-')}__{seed}__{digest}.log")
+    try:
+        with open(path, errors="replace") as f:
+            found = {m[1] for line in f if (m := re.match(r"# \S+ commit .* machine: (.+)$", line.rstrip("\n")))}
+    except OSError:
+        return None
+    return "; ".join(sorted(found)) or None
 
 
 def machine_str(m):

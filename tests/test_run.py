@@ -78,6 +78,22 @@ def test_runner_continues_a_run_that_stopped_from_its_checkpoint(fake, capsys):
         starts = [line for line in f if line.startswith(("# ", "$ "))]
     assert [line[0] for line in starts] == ["#", "$", "#", "$"] and "--resume" in starts[3]
     assert f"commit {s['git_commit']}" in starts[2]
+    here = runs.machine_str(runs.machine_info())
+    assert starts[0].endswith(f" machine: {here}\n") and starts[2].endswith(f" machine: {here}\n")
+    # the machines a report names come from the log: every part's, and also for a run that left no summary (stopped
+    # at a budget by a signal); a run with neither names none
+    (rec,) = runs.collect("runs", unfinished=True)
+    assert rec["machine"] == here
+    os.remove(runs.summary_path("runs", fake, "Crashy-v0", 1, extra))
+    with open(s["log_path"]) as f:
+        log = f.read()
+    with open(s["log_path"], "w") as f:
+        f.write(log.replace(f" machine: {here}\n", " machine: 8 cores, Another CPU, no GPU\n", 1))
+    (rec,) = runs.collect("runs", unfinished=True)
+    assert rec["machine"] == "; ".join(sorted([here, "8 cores, Another CPU, no GPU"]))
+    os.remove(s["log_path"])
+    (rec,) = runs.collect("runs", unfinished=True)
+    assert rec["machine"] is None
     assert "Crashy-v0 seed 1: ok" in capsys.readouterr().out
 
 

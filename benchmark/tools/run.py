@@ -19,7 +19,8 @@ Long runs: with `--save-model` among the extra args the scripts checkpoint every
 iterations, and a rerun continues a run that stopped early (killed, crashed, machine gone) from the
 newest checkpoint in its run dir, with `--resume`, logging on into the same TensorBoard dir (the
 scripts' purge_step drops what was logged after that checkpoint). The summary's commit is the last
-part's; the run's log in runs/logs/ lists every part's start, commit and command. Delete the run dir to
+part's; the run's log in runs/logs/ lists every part's start, commit, machine and command (report.py and solved.py
+name the machines from it, also for a run stopped short of its budget, which has no summary). Delete the run dir to
 start over.
 
 Stopping: Ctrl-C (SIGINT), SIGTERM or a hangup stops the whole sweep. Each run is the leader of its own process
@@ -60,6 +61,7 @@ from benchmark.runs import (
     finished,
     git_commit,
     machine_info,
+    machine_str,
     read_run,
     run_dirs,
     script_digest,
@@ -118,7 +120,7 @@ def run_one(script, env_id, seed, extra, runs_dir, threads, python, children=Non
         # a resumed run appends: its log then holds every part's start, commit and command
         log.write(
             f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(start))} commit {commit} script sha256 {digest} "
-            f"({git_state or 'not in git'})\n$ {' '.join(cmd)}\n"
+            f"({git_state or 'not in git'}) machine: {machine_str(machine_info())}\n$ {' '.join(cmd)}\n"
         )
         log.flush()
         # the scripts write runs/ relative to their working directory: run them in the parent of runs_dir
