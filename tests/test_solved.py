@@ -122,6 +122,24 @@ def test_a_budget_reads_the_runs_up_to_that_step(write_tb, tmp_path):
     )
 
 
+def test_window_gives_each_seeds_mean_return_per_window_up_to_the_budget(write_tb, tmp_path):
+    pong_run(write_tb, 1, RISE_AT_150)
+    pong_run(write_tb, 2, RISE_AT_200)
+    assert solved.main(["runs", *ARGS, "--window", "100000", "--out", str(tmp_path / "w")]) == 0
+    md = (tmp_path / "w" / "solved.md").read_text()
+    expected = []  # by hand: game i at step 1,000 (i + 1), so window k holds games 100 k .. 100 k + 99
+    for k in range(3):
+        cells = [f"{np.mean(returns[100 * k : 100 * (k + 1)]):.2f} (100)" for returns in (RISE_AT_150, RISE_AT_200)]
+        expected.append(f"| {k / 10:g}M-{(k + 1) / 10:g}M | " + " | ".join(cells) + " |")
+    assert "\n| steps | seed 1 | seed 2 |\n|---|---|---|\n" + "\n".join(expected) + "\n" in md
+    assert expected[1] == "| 0.1M-0.2M | 0.00 (100) | -21.00 (100) |"  # seed 1 won half of them, seed 2 none
+    # up to a budget: games 0-249, the last window holds 50
+    assert solved.main(["runs", *ARGS, "--window", "100000", "--budget", "250000", "--out", str(tmp_path / "b")]) == 0
+    assert "\n| 0.2M-0.3M | 21.00 (50) | 21.00 (50) |\n" in (tmp_path / "b" / "solved.md").read_text()
+    assert solved.main(["runs", *ARGS, "--out", str(tmp_path / "n")]) == 0
+    assert "| steps | seed 1 |" not in (tmp_path / "n" / "solved.md").read_text()
+
+
 def drawn_figures(monkeypatch):
     """The Figures solved.main draws, as it draws them (solved.draw wrapped, not replaced)."""
     figures, draw = [], solved.draw
@@ -329,6 +347,8 @@ def test_a_run_without_the_policy_lag_beside_runs_with_it_shows_n_a(write_tb, tm
         (["runs", *ARGS, "--budget", "0.5"], "--budget 0.5 is below 1; give the step to read the runs up to"),
         (["runs", *ARGS, "--budget", "-3"], "--budget -3 is below 1"),
         (["runs", *ARGS, "--budget", "12M"], "--budget '12M' is not a finite number; give numbers such as --budget 1200"),
+        (["runs", *ARGS, "--window", "0"], "--window 0 is below 1; give the steps of a window, e.g. --window 500000"),
+        (["runs", *ARGS, "--window", "half"], "--window 'half' is not a finite number; give numbers such as --window 500000"),
         (
             ["runs", *ARGS, "--published", "nan"],
             "--published 'nan' is not a finite number; give numbers such as --published 20.6",

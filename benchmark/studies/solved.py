@@ -2,7 +2,7 @@
 reached each goal, and the final score (the PAAC and IMPALA papers' "Pong solved" checks).
 
 Run:   python -m benchmark.studies.solved runs/ --script a2c_paac.py --env-id PongNoFrameskip-v4 [--exp-names NAME ...]
-       [--goals 18 20] [--budget STEPS] [--published VALUE [--published-label TEXT]] [--out DIR]
+       [--goals 18 20] [--budget STEPS] [--window STEPS] [--published VALUE [--published-label TEXT]] [--out DIR]
 
 The runs are found as benchmark/tools/report.py finds them (one a seed: the runner's, else the latest), and a run still
 going, or stopped short of its budget, counts too, as far as it got. A score is the published definition of a seed's
@@ -31,7 +31,9 @@ hours, each part's whole span, keep the latter; solved.md gives them too).
 
 Writes into --out (default: solved-<date>/ in the current directory):
 - solved.md: the command, the date, the machine, the table, a line per goal with the seeds that reached it, and a link to
-  the figure; prints it too;
+  the figure; with --window STEPS, a second table: per window of that many steps (0-STEPS, STEPS-2 STEPS, ... up to the
+  budget), each seed's mean return over the games it logged in the window and their number (how fast each seed rose);
+  prints it too;
 - <env id>.png, the figure: per seed (a thin line, "seed N") the score from its 100th game on, over its whole run, against
   the environment steps in millions; a dashed horizontal line at each goal, a dotted vertical one at --budget (where the
   table stopped reading), and with --published a horizontal line at that published score, labelled with
@@ -172,6 +174,25 @@ def summary_cells(rows, value, cell, leave_out=False):
     return cell(median), cell(float(np.mean(have))) + of
 
 
+def window_table(records, size, budget=None):
+    """Per window of `size` steps ((lo, lo + size], from 0 to the last step read), each seed's mean return over its
+    games in the window, with their number; "-" where a seed logged none there."""
+    seeds, read = sorted(records, key=lambda r: r["seed"]), []
+    for r in seeds:
+        steps, returns = np.asarray(r["steps"]), np.asarray(r["returns"], dtype=np.float64)
+        kept = steps <= (math.inf if budget is None else budget)  # up to the budget
+        read.append((steps[kept], returns[kept]))
+    end = max(float(steps.max()) for steps, _ in read if steps.size)
+    lines = ["| steps | " + " | ".join(f"seed {r['seed']}" for r in seeds) + " |", "|---" * (len(seeds) + 1) + "|"]
+    for lo in np.arange(0, end, size):
+        cells = []
+        for steps, returns in read:
+            games = returns[(steps > lo) & (steps <= lo + size)]
+            cells.append(f"{games.mean():.2f} ({games.size})" if games.size else "-")
+        lines.append(f"| {lo / 1e6:g}M-{(lo + size) / 1e6:g}M | " + " | ".join(cells) + " |")
+    return lines
+
+
 def table(rows, goals):
     cols = columns(goals, lag=any(row["logs_lag"] for row in rows))
     lines = ["| seed | " + " | ".join(h for h, *_ in cols) + " |", "|---" * (len(cols) + 1) + "|"]
@@ -247,6 +268,7 @@ def solved(argv):
     p.add_argument("--exp-names", nargs="*", default=[], help="only runs of these experiments (run.py's <stem>-<args hash>)")
     p.add_argument("--goals", nargs="+", default=["18", "20"], help="scores to reach (default: 18 20)")
     p.add_argument("--budget", default=None, help="read the runs up to this step (default: each run's last step)")
+    p.add_argument("--window", default=None, help="also each seed's mean return per window of this many steps, e.g. 500000")
     p.add_argument("--published", default=None, help="a published score to draw beside the seeds', e.g. 20.6")
     p.add_argument("--published-label", default=None, help="what --published is, e.g. 'the PAAC paper (115M steps)'")
     p.add_argument("--out", default=None, help="output dir (default: solved-<date> in the current directory)")
@@ -254,6 +276,9 @@ def solved(argv):
     goals = [finite(g, "--goals") for g in args.goals]
     budget = None if args.budget is None else finite(args.budget, "--budget", "12000000")
     published = None if args.published is None else finite(args.published, "--published", "20.6")
+    window = None if args.window is None else finite(args.window, "--window", "500000")
+    if window is not None and window < 1:
+        raise ConfigError(f"--window {args.window} is below 1; give the steps of a window, e.g. --window 500000")
     if budget is not None and budget < 1:
         raise ConfigError(f"--budget {args.budget} is below 1; give the step to read the runs up to, e.g. --budget 12000000")
     if args.published_label is not None and published is None:
@@ -322,6 +347,17 @@ def solved(argv):
         ),
         f"- the median seed by the final score, the one to ship: seed {med['seed']} ({number_cell(med['final'])}), "
         f"{med['run_dir']}",
+        *(
+            [
+                "",
+                f"Each seed's mean return over the games it logged in each window of {round(window):,} steps (the number "
+                "of games in parentheses):",
+                "",
+                *window_table(records, window, budget),
+            ]
+            if window is not None
+            else []
+        ),
         "",
         f"![each seed's mean of the last {FINAL_WINDOW} games against the steps, with the goals"
         + (", the budget" if budget is not None else "")
