@@ -394,20 +394,24 @@ def actor_loop(actor_id, args, run_name, actor_model, buffers, version, free_que
 
 def next_batch(full_queue, n, actors, timeout):
     """Buffer indices of the next `n` unrolls and the games they finished. Issue 24: every actor is checked at every
-    unroll, not only when the queue runs dry (the others may keep it full), so a dead one stops the run at once."""
-    indices, episodes, deadline = [], [], time.monotonic() + timeout
+    unroll, not only when the queue runs dry (the others may keep it full), so a dead one stops the run at once. The
+    `timeout` counts the time spent waiting: a wait of one poll that took far longer was the process suspended (Ctrl-Z,
+    SIGSTOP; its actors with it), which counts as two polls, so that the run goes on when it is resumed."""
+    indices, episodes, waited, poll = [], [], 0.0, min(1.0, timeout)
     while len(indices) < n:
         for i, p in enumerate(actors):
             if p.exitcode is not None:  # an exception (its traceback is on stderr), an exit, or the OOM killer's SIGKILL
                 how = f"killed by {signal.Signals(-p.exitcode).name}" if p.exitcode < 0 else f"exit code {p.exitcode}"
                 raise ActorError(f"actor {i} (pid {p.pid}) died ({how}); the run stops")
-        if time.monotonic() > deadline:
+        if waited > timeout:
             raise ActorError(f"no unroll arrived for {timeout:.0f} s although every actor is alive")
+        start = time.monotonic()
         try:
-            idx, finished = full_queue.get(timeout=min(1.0, timeout))
+            idx, finished = full_queue.get(timeout=poll)
         except queue.Empty:
+            waited += min(time.monotonic() - start, 2 * poll)
             continue
-        indices, episodes, deadline = indices + [idx], episodes + finished, time.monotonic() + timeout
+        indices, episodes, waited = indices + [idx], episodes + finished, 0.0
     return indices, episodes
 
 

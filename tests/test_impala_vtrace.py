@@ -417,6 +417,37 @@ def test_actor_crash_stops_the_run_with_its_error(monkeypatch, capfd):
     assert "RuntimeError: injected failure" in capfd.readouterr().err
 
 
+class PollingQueue:
+    """A queue of unrolls on a fake clock: each get() first moves the clock by its entry of `waits` (how long that poll
+    took), then gives its entry of `items` (None: the poll found nothing, queue.Empty)."""
+
+    def __init__(self, clock, waits, items):
+        self.clock, self.waits, self.items, self.polls = clock, list(waits), list(items), 0
+
+    def get(self, timeout):
+        self.polls += 1
+        self.clock[0] += self.waits.pop(0)
+        item = self.items.pop(0)
+        if item is None:
+            raise iv.queue.Empty
+        return item
+
+
+def test_a_silent_actor_stops_the_run_after_the_timeout_of_waiting_and_a_suspension_does_not(monkeypatch):
+    """--actor-timeout counts the learner's waiting: ten polls of 1 s that find nothing stop a 10 s timeout, and a run
+    suspended for 500 s (Ctrl-Z, SIGSTOP: the learner and its actors with it) goes on when resumed (it stopped with
+    "no unroll arrived for 120 s" after a 7-minute SIGSTOP of the whole run)."""
+    clock, alive = [0.0], [type("Actor", (), {"exitcode": None, "pid": 1})()] * 2
+    monkeypatch.setattr(iv.time, "monotonic", lambda: clock[0])
+    silent = PollingQueue(clock, [1.0] * 20, [None] * 20)
+    with pytest.raises(iv.ActorError, match=r"^no unroll arrived for 10 s although every actor is alive$"):
+        iv.next_batch(silent, 2, alive, timeout=10.0)
+    assert silent.polls == 11  # waited 11 s > 10 s: then it stops
+    suspended = PollingQueue(clock, [0.5, 500.0, 0.5, 0.2], [(3, [(1.0, 10)]), None, None, (4, [])])
+    assert iv.next_batch(suspended, 2, alive, timeout=10.0) == ([3, 4], [(1.0, 10)])  # the 500 s poll counts as 2 s
+    assert suspended.polls == 4
+
+
 def run_cli(*flags, prelude=None):
     """The script as `python impala_vtrace.py` runs it; with `prelude`, that code runs first in the same process. SIGINT
     at its default, as a terminal's: a shell that ran pytest in the background leaves it ignored, which the process

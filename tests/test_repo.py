@@ -257,7 +257,8 @@ LINE_TARGETS = {
 # policy step and the critic's minibatch losses; its natural-gradient step stays eager): its diff 319 -> 295. The
 # distributed IMPALA's docstring and comments written as impala_vtrace.py's where they say the same, and its memory
 # message naming the replay as the parent's: 254 -> 238.
-# --eval-checkpoint applies --torch-threads as training does (+1 in all; it was taken and ignored).
+# --eval-checkpoint applies --torch-threads as training does (+1 in all; it was taken and ignored). impala_vtrace.py +3:
+# --actor-timeout counts the learner's waiting, so a suspended run (Ctrl-Z, SIGSTOP) goes on when resumed.
 LINE_CEILINGS = {
     "ppo.py": 905,
     "ppo_shared.py": 897,
@@ -269,7 +270,7 @@ LINE_CEILINGS = {
     "ppo_multidiscrete.py": 927,
     "ppo_multidiscrete_mask.py": 942,
     "a2c_paac.py": 1006,
-    "impala_vtrace.py": 1044,
+    "impala_vtrace.py": 1048,
     "ppo_atari_multigpu.py": 1148,
     "impala_vtrace_distributed.py": 1046,
     "trpo_continuous_action.py": 1208,
@@ -292,7 +293,7 @@ SIBLINGS = [
     ("ppo_atari.py", "ppo_multidiscrete.py", 200, 343),
     ("ppo_multidiscrete.py", "ppo_multidiscrete_mask.py", 60, 41),
     ("ppo_atari.py", "ppo_atari_multigpu.py", 162, 248),
-    ("impala_vtrace.py", "impala_vtrace_distributed.py", 182, 238),
+    ("impala_vtrace.py", "impala_vtrace_distributed.py", 182, 242),  # +4: next_batch counts waiting (gloo waits there)
     ("ppo_continuous_action.py", "trpo_continuous_action.py", 250, 295),
 ]
 
