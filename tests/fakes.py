@@ -2,6 +2,7 @@
 returns as the scripts log them (in a fraction of a second, no torch), the runs it writes, a wrapper that times it as
 another implementation, and benchmark/ copied where a sweep's outputs stay in the test's folder."""
 
+import glob
 import json
 import os
 import shutil
@@ -182,3 +183,36 @@ def write_noisy_run(path, seed, shift=0.0, tags=NOISY_TAGS, steps=NOISY_STEPS, h
             w.add_scalar(tag, s / 1000 + rng.normal(0, 1) + (shift if s > 8000 else 0.0), int(s))
     w.close()
     return str(path)
+
+
+# ---- fake runs with known scores and times (solved.py's and wallclock.py's tests) ------------------------------------
+
+PONG = "PongNoFrameskip-v4"
+# 300 games, game i at step 1,000 (i + 1)
+STEPS = 1000 * np.arange(1, 301)
+RISE_AT_150 = [-21.0] * 150 + [21.0] * 150  # the last 100 games' mean first >= 18 at game 242 (93 of them 21), 20 at 247
+RISE_AT_200 = [-21.0] * 200 + [21.0] * 100  # 18 at game 292, 20 at game 297
+
+
+def retime(run_dir, start, base_step=0, seconds_per_step=0.036):
+    """The part write_tb has just written (the run's one event file not yet retimed) as if its process started at
+    `start` and logged step s at start + (s - base_step) x seconds_per_step (0.036: 100k steps an hour)."""
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    (path,) = [p for p in glob.glob(f"{run_dir}/events.out.tfevents.*") if not p.endswith(".retimed")]
+    events = [event_pb2.Event.FromString(record) for record in RawEventFileLoader(path).Load()]
+    with open(f"{run_dir}/events.out.tfevents.{int(start)}.retimed", "wb") as f:  # named, as TensorBoard orders, by start
+        for event in events:
+            event.wall_time = start + max(event.step - base_step, 0) * seconds_per_step
+            RecordWriter(f).write(event.SerializeToString())
+    os.remove(path)
+
+
+T0, HOUR = 1_000_000_000.0, 3600.0
+
+
+def last_100_mean(returns):
+    """The mean of the last 100 games at each game from the 100th on, by a sliding window, not solved.py's way."""
+    return np.convolve(returns, np.ones(100), mode="valid") / 100

@@ -623,6 +623,7 @@ def test_a_missing_extra_is_one_line_naming_its_install(script, package, install
 COMMAND_IMPORTS = {
     ("benchmark/peers/vs_cleanrl.py", "benchmark.tools.compare"): "--fidelity ends in compare.py's comparison",
     ("benchmark/peers/sb3_trpo.py", "benchmark.peers.sb3_a2c"): "its sibling's logging and command line",
+    ("benchmark/studies/wallclock.py", "benchmark.studies.solved"): "solved.py's reading of each seed, run per group",
 }
 # the code of other implementations, run in their environments as files (PYTHONPATH: theirs): outside the package
 OTHERS = "benchmark/peers/shims/"

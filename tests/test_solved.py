@@ -4,47 +4,23 @@ refuses; on fake runs whose answers are known by construction (games every 1,000
 
 import glob
 import math
-import os
 
 import numpy as np
 import pytest
-from fakes import write_run
+from fakes import HOUR, PONG, RISE_AT_150, RISE_AT_200, STEPS, T0, last_100_mean, retime, write_run
 from PIL import Image
 
 from benchmark import runs
 from benchmark.studies import solved
 
-PONG = "PongNoFrameskip-v4"
 SCRIPT = "a2c_paac.py"
 ARGS = ["--script", SCRIPT, "--env-id", PONG]  # a command line, not a table of scripts
-STEPS = 1000 * np.arange(1, 301)
-RISE_AT_150 = [-21.0] * 150 + [21.0] * 150  # the last 100 games' mean first >= 18 at game 242 (93 of them 21), 20 at 247
-RISE_AT_200 = [-21.0] * 200 + [21.0] * 100  # 18 at game 292, 20 at game 297
 
 
 def pong_run(write_tb, seed, returns, exp_name="a2c_paac-1a2b3c4d", steps=STEPS, purge_step=None):
     """A run of a2c_paac.py (or a part of one: with purge_step, a resume's) still going: 300 games of a 10M budget."""
     hparams = {"exp_name": exp_name, "seed": seed, "env_id": PONG, "total_timesteps": 10_000_000}
     write_tb(f"runs/{PONG}__{exp_name}__{seed}__1", hparams, returns, steps, purge_step=purge_step)
-
-
-def retime(run_dir, start, base_step=0, seconds_per_step=0.036):
-    """The part write_tb has just written (the run's one event file not yet retimed) as if its process started at
-    `start` and logged step s at start + (s - base_step) x seconds_per_step (0.036: 100k steps an hour)."""
-    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
-    from tensorboard.compat.proto import event_pb2
-    from tensorboard.summary.writer.record_writer import RecordWriter
-
-    (path,) = [p for p in glob.glob(f"{run_dir}/events.out.tfevents.*") if not p.endswith(".retimed")]
-    events = [event_pb2.Event.FromString(record) for record in RawEventFileLoader(path).Load()]
-    with open(f"{run_dir}/events.out.tfevents.{int(start)}.retimed", "wb") as f:  # named, as TensorBoard orders, by start
-        for event in events:
-            event.wall_time = start + max(event.step - base_step, 0) * seconds_per_step
-            RecordWriter(f).write(event.SerializeToString())
-    os.remove(path)
-
-
-T0, HOUR = 1_000_000_000.0, 3600.0
 
 
 def resumed_run(write_tb):
@@ -145,11 +121,6 @@ def drawn_figures(monkeypatch):
     figures, draw = [], solved.draw
     monkeypatch.setattr(solved, "draw", lambda *a, **k: figures.append(draw(*a, **k)) or figures[-1])
     return figures
-
-
-def last_100_mean(returns):
-    """The mean of the last 100 games at each game from the 100th on, by a sliding window, not solved.py's way."""
-    return np.convolve(returns, np.ones(100), mode="valid") / 100
 
 
 def lines_of(fig):

@@ -98,8 +98,15 @@ def test_the_paac_actors_sweep_runs_every_n_e_then_compares_each_with_32_and_rep
     every = {a[a.index("--num-envs") + 1]: a[a.index("--save-every") + 1] for a in args}
     assert every == {"16": "2", "32": "1", "64": "1"}
     out = tmp_path / "results" / "paac_actors_pong_100"
-    assert sorted(os.listdir(out)) == ["ne32_vs_ne16", "ne32_vs_ne64", "report"]
-    assert all((out / d / "report.md").exists() for d in os.listdir(out))
+    assert sorted(os.listdir(out)) == ["ne32_vs_ne16", "ne32_vs_ne64", "report", "wallclock"]
+    assert all((out / d / "report.md").exists() for d in os.listdir(out) if d != "wallclock")
+    # wallclock.py found each n_e's runs by the experiment name run.py gave them: a row each, its one seed
+    md = (out / "wallclock" / "wallclock.md").read_text()
+    names = {a[a.index("--num-envs") + 1]: runs.exp_name_for("a2c_paac.py", a) for a in args}
+    assert [line.split(" | ")[:3] for line in md.splitlines() if line.startswith("| n_e ")] == [
+        [f"| n_e {ne}", names[ne], "1"] for ne in ("16", "32", "64")
+    ]
+    assert "| step at -10 (median) | hours at -10 (median) | step at 0 (median) |" in md
 
 
 def test_a_paired_sweep_compares_only_finished_runs_and_names_the_others(tmp_path):

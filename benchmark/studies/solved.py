@@ -256,6 +256,34 @@ def finite(text, flag, example="18 20"):
     return x
 
 
+def runs_of(runs_dir, script, env_id, exp_names=(), tool=TOOL, pick="pick one with --exp-names"):
+    """The records (runs.collect's, unfinished ones too) of one experiment of `script` on `env_id` under `runs_dir`, one
+    a seed: of `exp_names` when given. None, or more than one experiment, is a ConfigError (`pick` says how to choose)."""
+    fix = "give the runs/ directory that the scripts or benchmark/tools/run.py logged into"
+    if not os.path.isdir(runs_dir):
+        raise ConfigError(f"{runs_dir!r} is not a directory; {fix}")
+    found = [r for r in collect(runs_dir, RETURN_TAG, unfinished=True, tool=tool) if r["env_id"] == env_id]
+    records = [r for r in found if r["script"] == script and (not exp_names or r["exp_name"] in exp_names)]
+    if not records:
+        raise ConfigError(
+            f"no run of {script} on {env_id} with {RETURN_TAG} under {runs_dir!r}"
+            + (f" of --exp-names {' '.join(exp_names)}" if exp_names else "")
+            + f" (runs on {env_id}: {', '.join(sorted({r['exp_name'] for r in found})) or 'none'}); {fix}"
+        )
+    names = sorted({r["exp_name"] for r in records})
+    if len(names) > 1:
+        raise ConfigError(f"the runs of {script} on {env_id} are of {len(names)} experiments ({', '.join(names)}); {pick}")
+    return records
+
+
+def write_report(out, name, md, figure, tool=TOOL):
+    """out/name, the report's markdown lines, written and printed, then the line naming it and its figure."""
+    with open(os.path.join(out, name), "w") as f:
+        f.write("\n".join(md) + "\n")
+    print("\n".join(md))
+    print(f"\n{tool}: wrote {out}/{name} and {out}/{figure}")
+
+
 def main(argv=None):
     return one_line_errors(TOOL, solved, argv)
 
@@ -285,25 +313,8 @@ def solved(argv):
         raise ConfigError(
             f"--published-label {args.published_label!r} needs --published, the score it names, e.g. --published 20.6"
         )
-    fix = "give the runs/ directory that the scripts or benchmark/tools/run.py logged into"
-    if not os.path.isdir(args.runs_dir):
-        raise ConfigError(f"{args.runs_dir!r} is not a directory; {fix}")
-
     script = os.path.basename(args.script)
-    found = [r for r in collect(args.runs_dir, RETURN_TAG, unfinished=True, tool=TOOL) if r["env_id"] == args.env_id]
-    records = [r for r in found if r["script"] == script and (not args.exp_names or r["exp_name"] in args.exp_names)]
-    if not records:
-        raise ConfigError(
-            f"no run of {script} on {args.env_id} with {RETURN_TAG} under {args.runs_dir!r}"
-            + (f" of --exp-names {' '.join(args.exp_names)}" if args.exp_names else "")
-            + f" (runs on {args.env_id}: {', '.join(sorted({r['exp_name'] for r in found})) or 'none'}); {fix}"
-        )
-    exp_names = sorted({r["exp_name"] for r in records})
-    if len(exp_names) > 1:
-        raise ConfigError(
-            f"the runs of {script} on {args.env_id} are of {len(exp_names)} experiments ({', '.join(exp_names)}); "
-            "pick one with --exp-names"
-        )
+    records = runs_of(args.runs_dir, script, args.env_id, args.exp_names)
     out = args.out or "solved-" + time.strftime("%Y%m%d-%H%M", time.gmtime())
     make_out_dir(out)
 
@@ -317,7 +328,7 @@ def solved(argv):
         f"- command: `python -m benchmark.studies.solved {shlex.join(argv)}`",
         f"- machine of the runs: {'; '.join(sorted({r['machine'] for r in records if r['machine']})) or 'unknown'}"
         f" (of this report: {machine_str(machine_info())})",
-        f"- experiment: {exp_names[0]}"
+        f"- experiment: {records[0]['exp_name']}"
         + (f" (`{records[0]['extra_args']}`)" if records[0]["extra_args"] else "")
         + f", seeds {', '.join(str(r['seed']) for r in records)}; their budget (--total-timesteps): "
         + ", ".join(sorted({steps_cell(r["budget"]) if r["budget"] else "unknown" for r in records})),
@@ -365,10 +376,7 @@ def solved(argv):
         + f"]({args.env_id}.png)",
     ]
     draw(os.path.join(out, f"{args.env_id}.png"), script, args.env_id, records, goals, budget, published, args.published_label)
-    with open(os.path.join(out, "solved.md"), "w") as f:
-        f.write("\n".join(md) + "\n")
-    print("\n".join(md))
-    print(f"\n{TOOL}: wrote {out}/solved.md and {out}/{args.env_id}.png")
+    write_report(out, "solved.md", md, f"{args.env_id}.png")
     return 0
 
 

@@ -2,20 +2,22 @@
 # The PAAC paper's claims about the number of actors (Clemente et al. 2017, Figures 3 and 4): a2c_paac.py at the
 # authors' released settings with n_e in {16, 32, 64, 128, 256} environments and the paper's learning rate 0.0007 * n_e
 # (the script's default when --learning-rate is not given), the same seeds and step budget each; then, per n_e,
-# compare.py's curves and verdict beside n_e = 32 (the paper's default), and report.py's table of every n_e (each its
-# own experiment). The time shares (charts/time_share_*) and the steps per second are among the compared tags.
+# compare.py's curves and verdict beside n_e = 32 (the paper's default), report.py's table of every n_e (each its own
+# experiment), and wallclock.py's score of every n_e against the steps and the training hours, with the steps and hours
+# at which each reached the GOALS (default "-10 0", Pong's). The time shares (charts/time_share_*) and the steps per
+# second are among the compared tags.
 #
 #   bash benchmark/sweeps/paac_actors.sh                                  # Pong, seeds 1 2, 10M steps a run
 #   STEPS=2000 SEEDS=1 SAVE_EVERY=1 NES="16 32" bash benchmark/sweeps/paac_actors.sh   # a smoke test, in minutes
 #
-# GAME (default Pong), STEPS, SEEDS, NES (the n_e values), WORKERS (runs at a time, default 1: each steps n_e envs on
-# 8 processes), TAGS (compared), ARGS (more flags for every run) and OUT override. Runs checkpoint every SAVE_EVERY
+# GAME (default Pong), STEPS, SEEDS, NES (the n_e values), GOALS, WORKERS (runs at a time, default 1: each steps n_e envs
+# on 8 processes), TAGS (compared), ARGS (more flags for every run) and OUT override. Runs checkpoint every SAVE_EVERY
 # updates of n_e = 32 (default 2000: 320k steps, the same steps at every n_e), so running it again resumes them; logs go
 # to runs/ of the current directory, the comparisons and the report to OUT (default
 # $RESULTS/paac_actors_<game>_<steps>, RESULTS default results/ of the current directory).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 WORKERS="${WORKERS:-1}"; STEPS="${STEPS:-10000000}"; SEEDS="${SEEDS:-1 2}"; GAME="${GAME:-Pong}"
-SAVE_EVERY="${SAVE_EVERY:-2000}"; NES="${NES:-16 32 64 128 256}"
+SAVE_EVERY="${SAVE_EVERY:-2000}"; NES="${NES:-16 32 64 128 256}"; GOALS="${GOALS:--10 0}"
 settings STEPS SEEDS WORKERS SAVE_EVERY
 for ne in $NES; do
     [[ $ne =~ ^[1-9][0-9]*$ ]] || { echo "$(basename "$0"): error: NES='$NES' must be whole numbers from 1 (e.g. NES=\"16 32\")" >&2; exit 2; }
@@ -36,4 +38,14 @@ for ne in $NES; do
     [ "$ne" = 32 ] || compare "$OUT/ne32_vs_ne$ne" ne32 a2c_paac.py "$(cell 32)" "ne$ne" a2c_paac.py "$(cell "$ne")"
 done
 python -m benchmark.tools.report runs/ --scripts a2c_paac.py --steps "$STEPS" --out "$OUT/report" || status=1
+groups=()
+for ne in $NES; do  # each n_e's experiment, named as run.py names it from the flags after its --
+    # shellcheck disable=SC2046  # cell's flags are split into words on purpose
+    exp=$(python -c 'import sys; from benchmark.runs import exp_name_for as f; print(f(sys.argv[1], sys.argv[2:]))' \
+        a2c_paac.py --total-timesteps "$STEPS" $(cell "$ne"))
+    groups+=(--group "n_e $ne=runs/:$exp")
+done
+# shellcheck disable=SC2086  # GOALS is split into words on purpose
+python -m benchmark.studies.wallclock --script a2c_paac.py --env-id "$ENV_ID" "${groups[@]}" --goals $GOALS \
+    --out "$OUT/wallclock" || status=1
 exit $status
