@@ -63,15 +63,20 @@ def test_the_impala_corrections_sweep_runs_every_cell_then_compares_and_reports(
     )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert len(calls()) == 8
-    cells = sorted(
-        (s["args"][s["args"].index("--correction") + 1], s["args"][s["args"].index("--replay-fraction") + 1])
-        for s in map(lambda p: json.load(open(p)), glob.glob("runs/summaries/*.json"))
-    )
-    assert cells == sorted((c, r) for c in ("vtrace", "one-step", "epsilon", "none") for r in ("0", "0.5"))
+    summaries = [json.load(open(p)) for p in glob.glob("runs/summaries/*.json")]
+    cells = [tuple(s["args"][s["args"].index(flag) + 1] for flag in ("--correction", "--replay-fraction")) for s in summaries]
+    assert sorted(cells) == sorted((c, r) for c in ("vtrace", "one-step", "epsilon", "none") for r in ("0", "0.5"))
     out = tmp_path / "results" / "impala_corrections_pong_100"
-    compared = sorted(d for d in os.listdir(out) if d != "report")
+    compared = sorted(d for d in os.listdir(out) if d not in ("report", "wallclock"))
     assert compared == sorted(f"vtrace_vs_{c}_replay_{r}" for c in ("one-step", "epsilon", "none") for r in ("0", "0.5"))
     assert all((out / d / "report.md").exists() for d in compared) and (out / "report" / "report.md").exists()
+    # wallclock.py's table as Table 2 sets it: a row per cell, found by the experiment name run.py gave its runs
+    names = {(c, r): runs.exp_name_for("impala_vtrace.py", s["args"]) for (c, r), s in zip(cells, summaries)}
+    md = (out / "wallclock" / "wallclock.md").read_text()
+    rows = [line.split(" | ")[:3] for line in md.splitlines() if ", replay " in line and line.startswith("| ")]
+    assert rows == [
+        [f"| {c}, replay {r}", names[c, r], "1"] for r in ("0", "0.5") for c in ("vtrace", "one-step", "epsilon", "none")
+    ]
     assert not os.path.exists(os.path.join(ROOT, "benchmark", "results", "impala_corrections_pong_100"))
 
 

@@ -109,6 +109,27 @@ def test_the_figure_draws_each_seeds_score_against_the_steps_and_the_hours_up_to
         assert list(lines["goal 18"].get_ydata()) == [18, 18] and lines["goal 18"].get_linestyle() == "--"
 
 
+def test_where_runs_log_the_policy_lag_each_group_has_the_median_of_its_seeds_mean_lags(write_tb):
+    """impala_vtrace.py's runs, a group per correction (the IMPALA paper's Table 2): each seed's mean lag up to the
+    budget (solved.py's), the median over the seeds; a run that logs none is left out of its group's median."""
+    lags = {("vtrace", 1): [0.5, 1.0], ("vtrace", 2): [1.0, 1.5], ("vtrace", 3): [2.0, 4.0], ("none", 1): None}
+    for (correction, seed), values in lags.items():
+        exp = f"impala_vtrace-{correction:0>8}"
+        extra = None if values is None else {"charts/policy_lag": [(100_000, values[0]), (250_000, values[1])]}
+        hparams = {"exp_name": exp, "seed": seed, "env_id": PONG, "total_timesteps": 10_000_000}
+        write_tb(f"{correction}/{PONG}__{exp}__{seed}__1", hparams, RISE_AT_150, STEPS, extra=extra)
+    argv = ["--script", "impala_vtrace.py", "--env-id", PONG, "--group", "V-trace=vtrace", "--group", "none=none"]
+    assert wallclock.main([*argv, "--goals", "18", "--out", "o"]) == 0
+    md = open("o/wallclock.md").read()
+    assert "| final score (median) | policy lag (median) | final score per seed | fewest steps |" in md
+    # the seeds' means 0.75, 1.25, 3.00: their median 1.25; up to step 200,000, their first values: 1.00
+    assert "| V-trace | impala_vtrace-00vtrace | 1, 2, 3 |" in md and "| 21.00 | 1.25 | 21.00, 21.00, 21.00 | 300,000 |" in md
+    assert "| none | impala_vtrace-0000none | 1 |" in md and "| 21.00 | n/a | 21.00 | 300,000 |" in md
+    assert wallclock.main([*argv, "--goals", "18", "--budget", "200000", "--out", "p"]) == 0
+    assert "| 0.00 | 1.00 | 0.00, 0.00, 0.00 | 200,000 |" in open("p/wallclock.md").read()
+    assert wallclock.main([*ARGS, "--group", "a=vtrace", "--out", "q"]) == 2  # the runs are impala_vtrace.py's
+
+
 @pytest.mark.parametrize(
     "text, parsed",
     [

@@ -16,8 +16,10 @@ Writes into --out (default: wallclock-<date>/ in the current directory):
 - wallclock.md: the command, the date, the machines, and a row per group: its experiment and seeds, the steps per
   second (each seed's steps over its training hours, the mean over the seeds), the median over the seeds of each goal's
   step and hours (a seed that did not reach it counts as never) and of the final score, each seed's final score, and
-  the fewest steps a seed reached (below the budget: a run stopped short, or still going). Hours are solved.py's: the
-  time the run's processes trained, so groups compare fairly only when their runs shared the machine alike;
+  the fewest steps a seed reached (below the budget: a run stopped short, or still going); where runs log
+  charts/policy_lag (impala_vtrace.py: e.g. the IMPALA paper's Table 2, a group per correction and replay setting), the
+  median over the seeds of each one's mean lag up to the budget. Hours are solved.py's: the time the run's processes
+  trained, so groups compare fairly only when their runs shared the machine alike;
 - <env id>.png: two panels, the score (the mean of the last 100 games, from the 100th game on, up to the budget) of
   each seed (a thin line, the group's colour) against the steps in millions and against the training hours, with a
   dashed line at each goal.
@@ -59,8 +61,11 @@ def group_row(label, records, goals, budget):
 
 
 def table(groups, goals):
-    """The markdown table: a row per group, the medians over its seeds of solved.py's goal and final-score columns."""
-    cols = [c for c in solved.columns(goals) if c[0].startswith(("step at", "hours at", "final score"))]
+    """The markdown table: a row per group, the medians over its seeds of solved.py's goal and final-score columns, and
+    of the policy lag where any run logs one (of the seeds that do)."""
+    lag = any(row["logs_lag"] for g in groups for row in g["rows"])
+    kept = ("step at", "hours at", "final score", "policy lag")
+    cols = [c for c in solved.columns(goals, lag) if c[0].startswith(kept)]
     head = ["group", "experiment", "seeds", "steps/s"] + [f"{h} (median)" for h, *_ in cols]
     lines = ["| " + " | ".join(head + ["final score per seed", "fewest steps"]) + " |", "|---" * (len(head) + 2) + "|"]
     for g in groups:

@@ -68,6 +68,13 @@ print(*("runs/" + json.load(open(path))["tb_dir"] for path in paths))
 EOF
 }
 
+# exp_name SCRIPT "ARGS": the experiment name run.py gives SCRIPT's runs with --total-timesteps $STEPS and ARGS
+exp_name() {
+    # shellcheck disable=SC2086  # ARGS is split into words on purpose, as sweep passes them
+    python -c 'import sys; from benchmark.runs import exp_name_for as f; print(f(sys.argv[1], sys.argv[2:]))' \
+        "$1" --total-timesteps "$STEPS" $2
+}
+
 # compare OUT LABEL_A SCRIPT_A "ARGS_A" LABEL_B SCRIPT_B "ARGS_B": compare.py's curves and verdicts of the two groups'
 # runs (run_dirs) for the tags in $TAGS into OUT/
 compare() {

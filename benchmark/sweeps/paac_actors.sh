@@ -39,11 +39,8 @@ for ne in $NES; do
 done
 python -m benchmark.tools.report runs/ --scripts a2c_paac.py --steps "$STEPS" --out "$OUT/report" || status=1
 groups=()
-for ne in $NES; do  # each n_e's experiment, named as run.py names it from the flags after its --
-    # shellcheck disable=SC2046  # cell's flags are split into words on purpose
-    exp=$(python -c 'import sys; from benchmark.runs import exp_name_for as f; print(f(sys.argv[1], sys.argv[2:]))' \
-        a2c_paac.py --total-timesteps "$STEPS" $(cell "$ne"))
-    groups+=(--group "n_e $ne=runs/:$exp")
+for ne in $NES; do
+    groups+=(--group "n_e $ne=runs/:$(exp_name a2c_paac.py "$(cell "$ne")")")
 done
 # shellcheck disable=SC2086  # GOALS is split into words on purpose
 python -m benchmark.studies.wallclock --script a2c_paac.py --env-id "$ENV_ID" "${groups[@]}" --goals $GOALS \
