@@ -31,6 +31,9 @@ SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "*.py
 RUN_NAME = "{env_id}__{exp_name}__{seed}__{time}"
 RETURN_TAG = "charts/episodic_return"
 FINAL_WINDOW = 100  # the published numbers average the last 100 logged episodic returns of each seed
+# seconds between two logged events of a run past which its process was stopped, not training (every script logs its
+# steps/s at least once an iteration or update: here the slowest ~25 s apart, an IMPALA learner waiting on its actors)
+PAUSE = 120.0
 # what every script says when --resume gets a checkpoint that already holds the whole run
 WHOLE_RUN_CHECKPOINT = re.compile(r"leaves no (iteration|update) to run .*; the checkpoint is at ")
 
@@ -159,22 +162,24 @@ def cut_short(run_dir, tool, used="used"):
 
 
 def part_spans(run_dir):
-    """[(first, last wall time)] of each of a run's event files, in time order: a file per start and per resume of its
-    process (a file with no event left out)."""
+    """[(first, last wall time)] of each stretch a run trained without a stop, in time order: its event files (a file per
+    start and per resume of its process; one with no event left out), each cut where two consecutive events are more
+    than PAUSE seconds apart (its process stopped and went on: SIGSTOP, Ctrl-Z, a suspended machine)."""
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
     spans = []
     for name in os.listdir(run_dir):
         if name.startswith("events.out.tfevents"):
-            times = [event.wall_time for event in EventFileLoader(os.path.join(run_dir, name)).Load()]
-            spans += [(min(times), max(times))] if times else []
+            times = sorted(event.wall_time for event in EventFileLoader(os.path.join(run_dir, name)).Load())
+            cuts = [i + 1 for i in range(len(times) - 1) if times[i + 1] - times[i] > PAUSE]
+            spans += [(times[a], times[b - 1]) for a, b in zip([0, *cuts], [*cuts, len(times)]) if times]
     return sorted(spans)
 
 
 def run_hours(run_dir, spans=None):
-    """The hours a run's processes ran: each event file's span (a file per start and per resume) summed, so the time
-    between an interruption and its resume is left out (the steps redone after the checkpoint are not). `spans`:
-    part_spans(run_dir), where already read."""
+    """The hours a run's processes ran: each part's span (part_spans: a file per start and per resume, cut at pauses)
+    summed, so the time between an interruption and its resume, and a pause, are left out (the steps redone after the
+    checkpoint are not). `spans`: part_spans(run_dir), where already read."""
     return sum(last - first for first, last in (part_spans(run_dir) if spans is None else spans)) / 3600
 
 

@@ -4,6 +4,7 @@ another implementation, and benchmark/ copied where a sweep's outputs stay in th
 
 import glob
 import json
+import math
 import os
 import shutil
 import sys
@@ -194,9 +195,10 @@ RISE_AT_150 = [-21.0] * 150 + [21.0] * 150  # the last 100 games' mean first >= 
 RISE_AT_200 = [-21.0] * 200 + [21.0] * 100  # 18 at game 292, 20 at game 297
 
 
-def retime(run_dir, start, base_step=0, seconds_per_step=0.036):
+def retime(run_dir, start, base_step=0, seconds_per_step=0.036, stop=(math.inf, 0.0)):
     """The part write_tb has just written (the run's one event file not yet retimed) as if its process started at
-    `start` and logged step s at start + (s - base_step) x seconds_per_step (0.036: 100k steps an hour)."""
+    `start` and logged step s at start + (s - base_step) x seconds_per_step (0.036: 100k steps an hour); with
+    stop=(STEP, SECONDS), as if stopped that long after logging STEP (every later step logged SECONDS later)."""
     from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
     from tensorboard.compat.proto import event_pb2
     from tensorboard.summary.writer.record_writer import RecordWriter
@@ -205,7 +207,7 @@ def retime(run_dir, start, base_step=0, seconds_per_step=0.036):
     events = [event_pb2.Event.FromString(record) for record in RawEventFileLoader(path).Load()]
     with open(f"{run_dir}/events.out.tfevents.{int(start)}.retimed", "wb") as f:  # named, as TensorBoard orders, by start
         for event in events:
-            event.wall_time = start + max(event.step - base_step, 0) * seconds_per_step
+            event.wall_time = start + max(event.step - base_step, 0) * seconds_per_step + stop[1] * (event.step > stop[0])
             RecordWriter(f).write(event.SerializeToString())
     os.remove(path)
 

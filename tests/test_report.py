@@ -63,14 +63,16 @@ def test_report_writes_markdown_csv_and_one_plot_per_env(write_tb, tmp_path):
     ]
 
 
-def test_report_gives_each_seeds_hours_its_parts_summed_without_the_gap_between(write_tb, tmp_path):
+def test_report_gives_each_seeds_hours_its_parts_summed_without_the_gap_between_nor_a_pause(write_tb, tmp_path):
     from tensorboard.compat.proto import event_pb2
     from tensorboard.summary.writer.record_writer import RecordWriter
 
     write_run(write_tb, "CartPole-v1", "ppo", 1, [400.0] * 150, 500000)  # written within a second
     run_dir = "runs/CartPole-v1__ppo__1__1"
-    # two more parts: an hour, then 50 hours down, then half an hour after its resume
-    for name, times in (("2", [1e9, 1e9 + 1800, 1e9 + 3600]), ("3", [1e9 + 54 * 3600, 1e9 + 54.5 * 3600])):
+    # two more parts: an hour (an event a minute), then 50 hours down; after its resume half an hour (an event every
+    # 120 s: no pause), stopped for 2 hours (SIGSTOP: no event), then half an hour more
+    resumed = [*(54 * 3600 + np.arange(0, 1801, 120)), *(56.5 * 3600 + np.arange(0, 1801, 60))]
+    for name, times in (("2", 1e9 + np.arange(0, 3601, 60)), ("3", 1e9 + np.array(resumed))):
         with open(f"{run_dir}/events.out.tfevents.{name}", "wb") as f:
             for t in times:
                 RecordWriter(f).write(event_pb2.Event(wall_time=t, step=1).SerializeToString())
@@ -90,15 +92,15 @@ def test_report_gives_each_seeds_hours_its_parts_summed_without_the_gap_between(
         )
     records = runs.collect("runs")
     assert [(r["seed"], r["threads"]) for r in records] == [(1, None), (2, 2)]
-    assert records[0]["hours"] == pytest.approx(1.5, abs=0.01)
+    assert records[0]["hours"] == pytest.approx(2.0, abs=0.01)
     assert report.main(["runs", "--out", str(tmp_path / "out"), "--no-plots"]) == 0
     assert (
-        "- hours per seed (the runs' processes, each part from its start or resume to its last log, summed; the "
-        "threads run.py gave its last part): ppo.py CartPole-v1: 1.5, 0.0 (2 threads)\n"
-        in (tmp_path / "out" / "report.md").read_text()
+        "- hours per seed (the runs' processes, each part from its start or resume to its last log, summed, a pause of "
+        "more than 120 s without a log left out; the threads run.py gave its last part): ppo.py CartPole-v1: 2.0, 0.0 "
+        "(2 threads)\n" in (tmp_path / "out" / "report.md").read_text()
     )
     with open(tmp_path / "out" / "per_seed.csv") as f:
-        assert [(row["hours"], row["threads"]) for row in csv.DictReader(f)] == [("1.5", ""), ("0.0", "2")]
+        assert [(row["hours"], row["threads"]) for row in csv.DictReader(f)] == [("2.0", ""), ("0.0", "2")]
 
 
 def test_report_curves_are_a_panel_of_the_figure_beside_the_published_number(write_tb, tmp_path, capsys):

@@ -84,6 +84,21 @@ def test_a_resumed_runs_hours_leave_out_the_gap_and_its_redone_steps_are_counted
     assert "(report.py's hours, each part whole: seed 1 3.50)\n" in md
 
 
+def test_a_pause_of_the_process_is_left_out_of_its_hours(write_tb, tmp_path):
+    """Seed 1 stopped 2 hours after step 100,000 (SIGSTOP: no event logged), seed 2 idle 60 s there (no pause: 36 + 60 s
+    between its two events, at most runs.PAUSE = 120 s), both at 100k steps an hour (a game every 36 s), RISE_AT_150:
+    18 at step 243,000."""
+    for seed, seconds in ((1, 2 * HOUR), (2, 60.0)):
+        pong_run(write_tb, seed, RISE_AT_150)
+        retime(f"runs/{PONG}__a2c_paac-1a2b3c4d__{seed}__1", T0, stop=(100_000, seconds))
+    assert solved.main(["runs", *ARGS, "--goals", "18", "--out", str(tmp_path / "o")]) == 0
+    md = (tmp_path / "o" / "solved.md").read_text()
+    # 2.43 h, not 4.43 (less the 36 s between the events around the stop, left out with it: the scripts log every second)
+    assert "| 1 | 243,000 | 2.42 | 21.00 | 300,000 | 2.99 | 300 |" in md
+    assert "| 2 | 243,000 | 2.45 | 21.00 | 300,000 | 3.02 | 300 |" in md  # the 60 s counted: 2.43 + 0.017
+    assert "seed 1 2.99, seed 2 3.02)" in md  # report.py's hours leave the pause out too
+
+
 def test_a_budget_reads_the_runs_up_to_that_step(write_tb, tmp_path):
     resumed_run(write_tb)
     assert solved.main(["runs", *ARGS, "--budget", "250000", "--out", str(tmp_path / "cut")]) == 0

@@ -27,7 +27,9 @@ file per part (its start, then each resume), and a resume logs from its checkpoi
 that step, at which TensorBoard's EventAccumulator drops every earlier event of that step or later: the steps the resume
 redid are kept once, from the resume. So each part counts from its first event to its last game that TensorBoard kept
 (the last part to its last event): the gap before a resume and the time of the redone steps are left out (report.py's
-hours, each part's whole span, keep the latter; solved.md gives them too).
+hours, each part's whole span, keep the latter; solved.md gives them too). A pause (the process stopped and went on:
+SIGSTOP, Ctrl-Z, a suspended machine; two consecutive events more than runs.PAUSE = 120 s apart) ends a part and the
+next event starts one, so its time is left out too.
 
 Writes into --out (default: solved-<date>/ in the current directory):
 - solved.md: the command, the date, the machine, the table, a line per goal with the seeds that reached it, and a link to
@@ -53,7 +55,7 @@ import time
 import numpy as np
 
 from benchmark.cli import ConfigError, make_out_dir, one_line_errors
-from benchmark.runs import FINAL_WINDOW, RETURN_TAG, collect, final_return, machine_info, machine_str, read_run
+from benchmark.runs import FINAL_WINDOW, PAUSE, RETURN_TAG, collect, final_return, machine_info, machine_str, read_run
 
 TOOL = "solved.py"
 NOT_REACHED = "not reached"
@@ -65,8 +67,8 @@ LAG_TAG = "charts/policy_lag"  # impala_vtrace.py's, once per learner update
 
 def training_hours(parts, wall_times, at=None):
     """The hours the run's processes trained up to each wall time `at` (default: each of its kept games, `wall_times`):
-    each part (an event file's first and last wall time, runs.part_spans) counts from its start to its last kept game,
-    the last part to its end."""
+    each part (runs.part_spans: an event file's first and last wall time, cut at pauses) counts from its start to its
+    last kept game, the last part to its end."""
     wall = np.asarray(wall_times, dtype=np.float64)
     starts = np.array([first for first, _ in parts], dtype=np.float64)
     ends = [max(wall[(wall >= first) & (wall <= last)], default=first) for first, last in parts[:-1]] + [parts[-1][1]]
@@ -335,8 +337,9 @@ def solved(argv):
         f"- score: the mean of the last {FINAL_WINDOW} values of `{RETURN_TAG}` (training games), report.py's final "
         f"return; a goal is reached at the first game, from the {FINAL_WINDOW}th on, whose score is at or above it",
         "- budget: " + (f"the runs read up to step {round(budget):,}" if budget is not None else "each run's last step"),
-        "- hours: the run's processes up to that game, each part (a start or a resume) from its start to its last game "
-        "that TensorBoard kept: the gap before a resume and the steps a resume redid left out (report.py's hours, each "
+        "- hours: the run's processes up to that game, each part (a start, a resume, or a return from a pause: no event "
+        f"for more than {PAUSE:g} s) from its start to its last game that TensorBoard kept: the gap before a resume, the "
+        "pauses and the steps a resume redid left out (report.py's hours, each "
         "part whole: " + ", ".join(f"seed {row['seed']} {row['process_hours']:.2f}" for row in rows) + ")",
         *(
             [

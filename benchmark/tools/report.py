@@ -37,7 +37,7 @@ import numpy as np
 from benchmark.cli import ConfigError, make_out_dir, one_line_errors
 from benchmark.curves import curve_row, window_means, write_curves
 from benchmark.reference import COMPARABLE_METRIC, REFERENCE_CSV, load_reference, number, pick_reference, verdict
-from benchmark.runs import FINAL_WINDOW, RETURN_TAG, collect, machine_info, machine_str, mujoco_line, steps_str
+from benchmark.runs import FINAL_WINDOW, PAUSE, RETURN_TAG, collect, machine_info, machine_str, mujoco_line, steps_str
 
 # ---- the numbers ----------------------------------------------------------------------------------------
 
@@ -336,7 +336,8 @@ def make_report(argv):
         "mean ± std across seeds with np.std (ddof=0), as the published numbers",
         "- verdict: our mean within the published mean ± std, above, below; not comparable when the steps budget differs",
         "- raw per-seed values: per_seed.csv; learning curves (mean of the last 100 episodes): <env>.png",
-        "- hours per seed (the runs' processes, each part from its start or resume to its last log, summed; the "
+        f"- hours per seed (the runs' processes, each part from its start or resume to its last log, summed, a pause of "
+        f"more than {PAUSE:g} s without a log left out; the "
         "threads run.py gave its last part): "
         + "; ".join(f"{res['script']} {res['env_id']}: " + ", ".join(hours_str(r) for r in res["records"]) for res in results),
         *([f"- event files cut short (their records before the cut used): {', '.join(cut)}"] if cut else []),
