@@ -19,7 +19,8 @@ Writes into --out (default: wallclock-<date>/ in the current directory):
   the fewest steps a seed reached (below the budget: a run stopped short, or still going); where runs log
   charts/policy_lag (impala_vtrace.py: e.g. the IMPALA paper's Table 2, a group per correction and replay setting), the
   median over the seeds of each one's mean lag up to the budget. Hours are solved.py's: the time the run's processes
-  trained, so groups compare fairly only when their runs shared the machine alike;
+  trained (a stop of the process, SIGSTOP or Ctrl-Z, left out), so groups compare fairly only when their runs shared
+  the machine alike;
 - <env id>.png: two panels, the score (the mean of the last 100 games, from the 100th game on, up to the budget) of
   each seed (a thin line, the group's colour) against the steps in millions and against the training hours, with a
   dashed line at each goal.
