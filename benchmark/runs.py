@@ -31,8 +31,8 @@ SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "*.py
 RUN_NAME = "{env_id}__{exp_name}__{seed}__{time}"
 RETURN_TAG = "charts/episodic_return"
 FINAL_WINDOW = 100  # the published numbers average the last 100 logged episodic returns of each seed
-# seconds between two logged events of a run past which its process was stopped, not training (every script logs its
-# steps/s at least once an iteration or update: here the slowest ~25 s apart, an IMPALA learner waiting on its actors)
+# seconds between two logged events of a run past which its process was stopped, not training: the scripts log at every
+# iteration or learner update (the longest gap while training in the Pong runs' logs here: 24 s, IMPALA's first update)
 PAUSE = 120.0
 # what every script says when --resume gets a checkpoint that already holds the whole run
 WHOLE_RUN_CHECKPOINT = re.compile(r"leaves no (iteration|update) to run .*; the checkpoint is at ")
@@ -171,8 +171,14 @@ def part_spans(run_dir):
     for name in os.listdir(run_dir):
         if name.startswith("events.out.tfevents"):
             times = sorted(event.wall_time for event in EventFileLoader(os.path.join(run_dir, name)).Load())
-            cuts = [i + 1 for i in range(len(times) - 1) if times[i + 1] - times[i] > PAUSE]
-            spans += [(times[a], times[b - 1]) for a, b in zip([0, *cuts], [*cuts, len(times)]) if times]
+            if not times:
+                continue
+            start = times[0]
+            for before, after in zip(times, times[1:]):
+                if after - before > PAUSE:  # a stop: the stretch before it ends, the next begins
+                    spans.append((start, before))
+                    start = after
+            spans.append((start, times[-1]))
     return sorted(spans)
 
 
