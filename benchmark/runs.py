@@ -6,6 +6,7 @@ text."""
 import glob
 import hashlib
 import json
+import logging
 import os
 import platform
 import re
@@ -113,7 +114,15 @@ def read_run(run_dir, tag=RETURN_TAG):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(run_dir, size_guidance={"scalars": 0, "tensors": 0})
-    acc.Reload()
+    # that drop is how a resume is meant to read; TensorBoard warns of each one ("out of order event.step likely caused
+    # by a TensorFlow restart"), a line per resumed run and read, saying nothing is wrong: not shown
+    tb_log = logging.getLogger("tensorboard")
+    level = tb_log.level
+    tb_log.setLevel(logging.ERROR)
+    try:
+        acc.Reload()
+    finally:
+        tb_log.setLevel(level)
     tags = acc.Tags()
     events = acc.Scalars(tag) if tag in tags["scalars"] else []
     last_step = max((acc.Scalars(t)[-1].step for t in tags["scalars"] if acc.Scalars(t)), default=0)
