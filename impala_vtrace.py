@@ -269,7 +269,7 @@ def vtrace(
     c_bar=1.0,
     correction="vtrace",
 ):
-    """V-trace targets and policy-gradient advantages (detail 4, seed 002 Sec. 4). Tensors [T, B]; bootstrap_value [B].
+    """V-trace targets and policy-gradient advantages (detail 4, the paper's Sec. 4). Tensors [T, B]; bootstrap_value [B].
     discounts[t] = gamma * (1 - done_t). rho_t = min(rho_bar, pi/mu), c_t = min(c_bar, pi/mu). vs_t = V(x_t) + delta_t
     + discounts_t c_t (vs_{t+1} - V(x_{t+1})), delta_t = rho_t (r_t + discounts_t V(x_{t+1}) - V(x_t)) (Remark 1),
     vs_T = bootstrap_value; pg_advantages_t = rho_t (r_t + discounts_t vs_{t+1} - V(x_t)). Neither carries a gradient.
@@ -393,7 +393,7 @@ def actor_loop(actor_id, args, run_name, actor_model, buffers, version, free_que
 
 
 def next_batch(full_queue, n, actors, timeout):
-    """Buffer indices of the next `n` unrolls and the games they finished. Issue 24: every actor is checked at every
+    """Buffer indices of the next `n` unrolls and the games they finished. Every actor is checked at every
     unroll, not only when the queue runs dry (the others may keep it full), so a dead one stops the run at once. The
     `timeout` counts the time spent waiting: a wait of one poll that took far longer was the process suspended (Ctrl-Z,
     SIGSTOP; its actors with it), which counts as two polls, so that the run goes on when it is resumed."""
@@ -583,7 +583,7 @@ def train(args: Args, given=None):
         writer.close()  # <= flush_secs late if a Ctrl-C cut a write (3.11's Condition.notify then loses a wakeup)
     # env and inference add up over the actors, which run side by side with each other and with the learner's update
     history["seconds"] = dict(zip(("env", "inference"), buffers["actor_seconds"].sum(0).tolist()), **history["seconds"])
-    # the learner's seconds add up to its total; the actors' are theirs, summed over them, beside it (issue 72)
+    # the learner's seconds add up to its total; the actors' are theirs, summed over them, beside it
     print(f"seconds: update {history['seconds']['update']:.1f}, total {time.time() - start_time:.1f}")
     print(
         f"actor seconds, summed over the {args.num_actors} actors beside the learner: env {history['seconds']['env']:.1f}, "
@@ -704,7 +704,7 @@ def check_args(args: Args, ckpt=None) -> None:
 
 def put_holding_signals(q, item):
     """q.put with Ctrl-C and SIGTERM held until it returns: one landing just after put takes the queue's lock leaves
-    it taken (CPython issue 29988), and the learner hung at exit, where the queue's finalizer takes the lock again."""
+    it taken (CPython's bpo-29988), and the learner hung at exit, where the queue's finalizer takes the lock again."""
     held = set()
     handlers = {s: signal.signal(s, lambda sig, frame: held.add(sig)) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -271,7 +271,7 @@ def vtrace(
     c_bar=1.0,
     correction="vtrace",
 ):
-    """V-trace targets and policy-gradient advantages (detail 4, seed 002 Sec. 4). Tensors [T, B]; bootstrap_value [B].
+    """V-trace targets and policy-gradient advantages (detail 4, the paper's Sec. 4). Tensors [T, B]; bootstrap_value [B].
     discounts[t] = gamma * (1 - done_t). rho_t = min(rho_bar, pi/mu), c_t = min(c_bar, pi/mu). vs_t = V(x_t) + delta_t
     + discounts_t c_t (vs_{t+1} - V(x_{t+1})), delta_t = rho_t (r_t + discounts_t V(x_{t+1}) - V(x_t)) (Remark 1),
     vs_T = bootstrap_value; pg_advantages_t = rho_t (r_t + discounts_t vs_{t+1} - V(x_t)). Neither carries a gradient.
@@ -580,7 +580,7 @@ def train(args: Args, given=None):
         writer.close()  # <= flush_secs late if a Ctrl-C cut a write (3.11's Condition.notify then loses a wakeup)
     # env and inference add up over the actors, which run side by side with each other and with the learner's update
     history["seconds"] = dict(zip(("env", "inference"), np.sum([r[2:] for r in ranks.values()], 0)), **history["seconds"])
-    # the learner's seconds add up to its total; the actors' are theirs, summed over them, beside it (issue 72)
+    # the learner's seconds add up to its total; the actors' are theirs, summed over them, beside it
     print(f"seconds: update {history['seconds']['update']:.1f}, total {time.time() - start_time:.1f}")
     print(
         f"actor seconds, summed over the {len(ranks)} actors beside the learner: env {history['seconds']['env']:.1f}, "

@@ -255,7 +255,7 @@ class Agent(nn.Module):
     def hidden(self, x, lstm_state, done):
         """x: [T * N, ...] time-major; done: [T * N], 1 where x begins an episode; lstm_state: two [1, N, 128].
         Returns the LSTM outputs [T * N, 128] and the state after the last step."""
-        # detail A9: uint8 pixels to [0, 1]; without it the first update's KL explodes (seed 000)
+        # detail A9: uint8 pixels to [0, 1]; without it the first update's KL explodes (as the blog found)
         x = x.contiguous(memory_format=self.memory_format).to(torch.bfloat16 if self.bf16 else torch.float32) / 255.0
         with torch.autocast(x.device.type, torch.bfloat16, enabled=self.bf16):  # --bf16: the CNN; the LSTM and heads stay fp32
             hidden = self.network(x).float()

@@ -250,7 +250,7 @@ class Agent(nn.Module):
         self.to(memory_format=self.memory_format)
 
     def hidden(self, x):
-        # detail A9: uint8 pixels to [0, 1]; without it the first update's KL explodes (seed 000)
+        # detail A9: uint8 pixels to [0, 1]; without it the first update's KL explodes (as the blog found)
         x = x.contiguous(memory_format=self.memory_format).to(torch.bfloat16 if self.bf16 else torch.float32) / 255.0
         with torch.autocast(x.device.type, torch.bfloat16, enabled=self.bf16):  # --bf16: the CNN; the heads stay fp32
             return self.network(x).float()

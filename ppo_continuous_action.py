@@ -202,7 +202,7 @@ class VecNormalize(gym.vector.VectorWrapper):
         self.obs_rms = update_rms(self.obs_rms, obs)  # after a done: the next episode's first observation
         # ... and restarts the return at a termination, before adding the reward (VecNormalize: after any episode end)
         self.ret = self.ret * (1 - terminations if gymnasium_rules else 1) * self.args.gamma + reward
-        scaling = self.args.reward_scaling  # by the std of the returns (C8), of the rewards (seed 004), or no scaling
+        scaling = self.args.reward_scaling  # the std of the returns (C8), of the rewards (Engstrom et al.), or none
         self.ret_rms = update_rms(self.ret_rms, self.ret if scaling == "returns" else reward)
         mean, std = (
             self.ret_rms[0] if scaling == "rewards" else 0.0,
@@ -244,7 +244,7 @@ class Agent(nn.Module):
             layer_init(nn.Linear(64, action_dim), std=0.01),
         )  # detail C1
         self.actor_logstd = nn.Parameter(torch.zeros(1, action_dim))  # detail C2: state-independent, initially 0
-        if not ortho_init:  # detail 2 off: seed 004's PPO-M init (its released "xavier"), before any edit made below
+        if not ortho_init:  # detail 2 off: PPO-M's init (Implementation Matters' "xavier"), before any edit below
             for layer in (m for m in self.modules() if isinstance(m, nn.Linear)):
                 nn.init.xavier_uniform_(layer.weight)
                 nn.init.zeros_(layer.bias)
@@ -395,7 +395,7 @@ def train(args: Args, given=None):
     obs_shape = envs.single_observation_space.shape
     agent = make_agent(args, envs.single_observation_space, envs.single_action_space).to(device)
     # detail 3: eps 1e-5; fused: the same Adam in one kernel per step, on CPU and CUDA. The critic is a param group of
-    # its own, at --value-lr (seed 004's value network learning rate; by default the same rate as the policy)
+    # its own, at --value-lr (Implementation Matters' value network learning rate; by default the same rate as the policy)
     critic = {id(p) for p in agent.critic.parameters()}
     optimizer = torch.optim.Adam(
         [
@@ -551,7 +551,7 @@ class ConfigError(ValueError):
 
 
 # every numeric flag's valid range (flags, low, high, low allowed), checked before anything is created; ent_coef may
-# be negative (seed 004's PPO-NoClip penalises entropy), and a clip's bound may be inf: no clip (OFF_AT_INF)
+# be negative (Implementation Matters' PPO-NoClip penalises entropy), and a clip's bound may be inf: no clip (OFF_AT_INF)
 RANGES = [
     ("total_timesteps num_envs num_steps num_minibatches update_epochs save_every eval_episodes", 1, math.inf, True),
     ("learning_rate value_lr clip_coef max_grad_norm target_kl clip_obs clip_reward", 0, math.inf, False),

@@ -188,7 +188,8 @@ def test_the_implementation_matters_pages_tables_are_its_reports_rows():
 
 # issue 72: what a user reads names papers and tools as the field does, never this project's numbering of its sources
 # ("seed 004") or of its work ("issue 50"); RESUMABLE (a name in the code) is not --help's to say
-INTERNAL = re.compile(r"\b[Ss]eed 00\d\b|\b[Ii]ssues? \d+\b|\bRESUMABLE\b")
+NUMBERING = r"\b[Ss]eed 00\d\b|\b[Ii]ssues? \d+\b"
+INTERNAL = re.compile(rf"{NUMBERING}|\bRESUMABLE\b")
 
 
 def what_users_read():
@@ -265,6 +266,18 @@ def test_no_internal_numbering_in_what_users_read():
         "RESUMABLE",
     ]
     assert INTERNAL.findall("seeds 1 2 3, seed 4, a known issue, resumable") == []
+
+
+def test_no_internal_numbering_in_a_scripts_code():
+    """A researcher who copies a script reads all of it, comments included: the papers by their names there too (a
+    name in the code such as RESUMABLE is the code's own)."""
+    found = [
+        f"{script}:{text[: m.start()].count(chr(10)) + 1}: {m[0]!r}"
+        for script in SCRIPTS
+        for text in [read(os.path.join(ROOT, script))]
+        for m in re.finditer(NUMBERING, text)
+    ]
+    assert found == [], found
 
 
 # ---- each script's page ------------------------------------------------------------------------------------------
