@@ -148,7 +148,7 @@ def read_run(run_dir, tag=RETURN_TAG):
 def cut_short(run_dir, tool, used="used"):
     """[(event file, the last step it logged)] of the run's TensorBoard files that end inside a record (a process killed
     while writing one, a copy cut short), each named in one warning line: TensorBoard reads the records before the cut
-    and says nothing (issue 75)."""
+    and says nothing."""
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
     cut = []
@@ -205,7 +205,7 @@ def mujoco_line(groups):
     if not any(v for _, v in used):
         return []
     text = "; ".join((f"{label}: " if label else "") + (", ".join(v) or "not logged") for label, v in used)
-    if any(int(x.split(".")[0]) >= 4 for _, v in used for x in v):  # issue 38 (tests/test_mujoco_physics.py)
+    if any(int(x.split(".")[0]) >= 4 for _, v in used for x in v):  # tests/test_mujoco_physics.py
         text += (
             " (MuJoCo 4 runs Humanoid, HumanoidStandup, Ant and Hopper on other physics than the published v4 "
             "numbers' 2.3.3; that physics: bash scripts/install.sh mujoco-ref)"

@@ -21,7 +21,7 @@ if [[ "$want" == *" procgen "* ]]; then
 fi
 
 if [[ "$want" == *" microrts "* ]]; then
-    # gym-microrts 0.4.3 (the grid mode the scripts ran until issue 23, kept for those results), --no-deps: it declares
+    # gym-microrts 0.4.3 (the grid mode the scripts ran until 2026-11-24, kept for those results), --no-deps: it declares
     # gym>=0.18.3,<0.19, a 2021 gym; it only uses gym.spaces, which gym 0.26.2 provides. Its simulator is Java (JPype).
     "${pip[@]}" install --require-hashes --no-deps -r requirements/microrts.txt
     # gym-microrts 0.2.0, the blog's env and the scripts' default, is an sdist whose package shares 0.4.3's import

@@ -268,13 +268,20 @@ def test_no_internal_numbering_in_what_users_read():
     assert INTERNAL.findall("seeds 1 2 3, seed 4, a known issue, resumable") == []
 
 
-def test_no_internal_numbering_in_a_scripts_code():
-    """A researcher who copies a script reads all of it, comments included: the papers by their names there too (a
-    name in the code such as RESUMABLE is the code's own)."""
+def test_no_internal_numbering_in_the_code_users_run():
+    """A researcher who copies a script reads all of it, comments included, and the benchmark tools' help and reports
+    come from their code: the papers by their names there too (a name in the code such as RESUMABLE is the code's own;
+    the stored results are records of their day)."""
+    files = [os.path.join(ROOT, script) for script in SCRIPTS]
+    for folder in ("benchmark", "scripts", "requirements"):
+        for root, dirs, names in os.walk(os.path.join(ROOT, folder)):
+            dirs[:] = [d for d in dirs if d not in ("results", "__pycache__")]
+            files += [os.path.join(root, n) for n in names if n.endswith((".py", ".sh", ".in", ".txt", ".md"))]
+    assert len(files) > 60
     found = [
-        f"{script}:{text[: m.start()].count(chr(10)) + 1}: {m[0]!r}"
-        for script in SCRIPTS
-        for text in [read(os.path.join(ROOT, script))]
+        f"{os.path.relpath(path, ROOT)}:{text[: m.start()].count(chr(10)) + 1}: {m[0]!r}"
+        for path in files
+        for text in [read(path)]
         for m in re.finditer(NUMBERING, text)
     ]
     assert found == [], found

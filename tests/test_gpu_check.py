@@ -165,7 +165,7 @@ def test_dry_run_checks_trains_resumes_evaluates_times_and_reports(tmp_path):
     assert f"| {multi} | torchrun x1 | 128 steps | 192 steps |" in md and "FAIL" not in md
     assert "— (its update all-reduces over the ranks" in md
     assert "envpool-1.0" in md and "cleanrl_probe-1.0" in md and "tensordict-1.0" in md  # the installed wheels, named
-    assert "## Against CleanRL and LeanRL (issue 53)" in md
+    assert "## Against CleanRL and LeanRL\n" in md
     assert f"| {cont} | LeanRL --compile --cudagraphs | 321 | 321 | — | 1.00 | not logged |" in md
     assert f"| {cont} | ours --compile | not run" not in md
     # the log: the correctness launches (ppo_continuous_action.py 1, torchrun 2 and --bf16's), the speed runs (ours 2

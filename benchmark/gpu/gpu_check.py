@@ -1,8 +1,8 @@
-"""Every script on CUDA in one prepared command, its speed beside CleanRL's on the same card, and its host-device syncs
-(issue 36). Made for the device machine the `device` tool lends (no network, 15 minutes); runs anywhere.
+"""Every script on CUDA in one prepared command, its speed beside CleanRL's on the same card, and its host-device syncs.
+Made for the device machine the `device` tool lends (no network, 15 minutes); runs anywhere.
 
 Run:   python3 -m benchmark.gpu.gpu_check --install .gpu/ours .gpu/cleanrl --cleanrl-dir .gpu/cleanrl-src --out $OUT
-Issue 53's (benchmark/README.md, "On a lent GPU"): --scripts ppo_continuous_action.py ppo_atari_envpool.py, with
+Against LeanRL too (benchmark/README.md, "On a lent GPU"): --scripts ppo_continuous_action.py ppo_atari_envpool.py, with
 .gpu/envpool and .gpu/leanrl installed too and --leanrl-dir .gpu/leanrl-src.
 CPU dry run (the same runs and report, small): python -m benchmark.gpu.gpu_check --no-cuda --tiny --scripts ppo.py --out DIR
 
@@ -138,7 +138,7 @@ CLEANRL_NEEDS = {
     "ppo_atari_envpool.py": ("torch", "gym", "envpool", "tyro"),
     "ppo_continuous_action.py": ("torch", "gymnasium", "tyro", "mujoco"),
 }
-# issue 53: LeanRL's torch.compile/cudagraphs rewrites of CleanRL's scripts (github.com/pytorch-labs/LeanRL, leanrl/)
+# LeanRL's torch.compile/cudagraphs rewrites of CleanRL's scripts (github.com/pytorch-labs/LeanRL, leanrl/)
 LEANRL = {
     "ppo_continuous_action.py": "ppo_continuous_action_torchcompile.py",
     "ppo_atari_envpool.py": "ppo_atari_envpool_torchcompile.py",
@@ -836,7 +836,7 @@ class Check:
             "",
             "steps/s: the last charts/SPS of one run each, seed 1, one after the other on the same card; threads: "
             "ours' --torch-threads defaults, CleanRL's torch's default; time: ours' env / inference / update "
-            "seconds. Goals (issue 36): every PPO script at CleanRL's steps/s or more; ppo_atari.py and "
+            "seconds. Goals: every PPO script at CleanRL's steps/s or more; ppo_atari.py and "
             "ppo_atari_envpool.py at 1.3x it with --bf16.",
             "",
             "| script | env | steps | ours | ours --bf16 | CleanRL | ours / CleanRL | --bf16 / CleanRL | goal | time (s) |",
@@ -849,7 +849,7 @@ class Check:
         if rows:
             md += [
                 "",
-                "## Against CleanRL and LeanRL (issue 53)",
+                "## Against CleanRL and LeanRL",
                 "",
                 "The same env, steps and seed, one run each, one after the other on the same card. Logged: the "
                 "run's own last steps/s (ours, CleanRL: charts/SPS, from the start; LeanRL: its `speed`, from the "

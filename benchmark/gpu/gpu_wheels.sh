@@ -125,7 +125,7 @@ call() {  # call N FOLDER...: one device call's size against the limit
 }
 call 1 procgen
 call 2 ours cleanrl cleanrl-src envpool
-[[ -z $leanrl ]] || call "2 (issue 53)" ours cleanrl cleanrl-src envpool leanrl leanrl-src
+[[ -z $leanrl ]] || call "2 (LeanRL)" ours cleanrl cleanrl-src envpool leanrl leanrl-src
 echo "left out: gym-microrts (needs a Java runtime); CleanRL's envpool 0.8.4 (no Python 3.12 wheel: its script runs"
 echo "  on envpool 1.2.5 behind benchmark/peers/shims/old_envpool_api.py); opencv-python-headless 4.10 for CleanRL"
 echo "  (~50 MB: the device's opencv serves it); wandb for LeanRL (benchmark/peers/shims/wandb.py stands in)"

@@ -1,4 +1,4 @@
-"""Ours and a CleanRL run in lockstep: seed 000's method (same seed; compare observations, actions, then losses step
+"""Ours and a CleanRL run in lockstep: the 37-details blog's method (same seed; compare observations, actions, then losses step
 by step) for the curves of benchmark/peers/vs_cleanrl.py --fidelity.
 
 Run:   python -m benchmark.peers.lockstep --cleanrl-run <CleanRL's TensorBoard run dir> [--script ppo_continuous_action.py] \
@@ -90,7 +90,7 @@ NOT_COMPARED = {
     "hf_entity",
     "mujoco",
 }
-# the envs whose physics MuJoCo 4 changed (issue 38; 1,000 random steps from reset(seed=3)): those with a free joint from
+# the envs whose physics MuJoCo 4 changed (1,000 random steps from reset(seed=3)): those with a free joint from
 # the first reset (Humanoid-v4's observation differs under 4.0.0 from 2.3.3 and 3.1.6, which agree to 4e-10), Hopper from
 # its first contacts (step 8). Walker2d agrees to 1e-12 under all three; HalfCheetah's rounding differences (1e-14)
 # grow past 1e-9 by step 49 between any two of them, as its dynamics amplify them

@@ -1,4 +1,4 @@
-"""Seed 004's released code (MadryLab/implementation-matters) trained on gymnasium's MuJoCo v4 envs, to set beside ours.
+"""Implementation Matters' released code (MadryLab/implementation-matters) on gymnasium's MuJoCo v4 envs, beside ours.
 
 Run:   git clone https://github.com/MadryLab/implementation-matters /tmp/im
        python -m benchmark.peers.paper_code --src /tmp/im --config walker_ppom --seed 1 --out runs/paper_code

@@ -1,5 +1,5 @@
 """Stable-Baselines3's A2C configured as PAAC (a2c_paac.py's algorithm): an independent implementation to run beside
-ours on the same protocol (issue 23).
+ours on the same protocol.
 
 Run:   python -m benchmark.peers.sb3_a2c --env-id BreakoutNoFrameskip-v4 --total-timesteps 2000000
        python -m benchmark.tools.run --script benchmark/peers/sb3_a2c.py --env-ids BreakoutNoFrameskip-v4 --seeds 1 2 -- \
@@ -249,7 +249,7 @@ def restore(model, envs, ckpt):
     model.num_timesteps, model._n_updates = ckpt["global_step"], ckpt["iteration"]
     # learn() resets no game. The observation goes back in the memory layout a step gives it (VecTransposeImage's
     # NCHW view of NHWC frames; the checkpoint holds a C-order copy): the convolutions pick their kernel by the
-    # input's layout, and on an AVX2-only CPU the two kernels' values differ in the last bits (issue 49)
+    # input's layout, and on an AVX2-only CPU the two kernels' values differ in the last bits
     model._last_obs = VecTransposeImage.transpose_image(np.ascontiguousarray(ckpt["last_obs"].transpose(0, 2, 3, 1)))
     model._last_episode_starts = ckpt["episode_starts"]
     games = envs.venv.envs  # DummyVecEnv's: swapped for the saved ones

@@ -1,5 +1,5 @@
 """Stable-Baselines3-contrib's TRPO configured as trpo_continuous_action.py: an independent implementation to run beside
-ours on the same protocol (issue 34).
+ours on the same protocol.
 
 Run:   python -m benchmark.peers.sb3_trpo --env-id Hopper-v4 --total-timesteps 1000000
        python -m benchmark.tools.run --script benchmark/peers/sb3_trpo.py --env-ids Hopper-v4 --seeds 1 2 3 \

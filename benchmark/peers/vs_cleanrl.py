@@ -7,10 +7,10 @@ Run:   python -m benchmark.peers.vs_cleanrl --cleanrl-dir PATH [--cleanrl-python
                                       [--windows 10] [--out benchmark/results] [--ours-args=--gymnasium-normalization] \
                                       [--ours-threads N]
 
-The speed goals of issues 2 and 4 are relative to the reference implementation, CleanRL: 500k CartPole-v1
+The project's speed goals are relative to the reference implementation, CleanRL: 500k CartPole-v1
 steps 2.5x faster than its ppo.py, and twice the steps/s of its ppo_continuous_action.py on HalfCheetah-v4.
 On a shared machine absolute times drift from day to day (CleanRL's ppo.py took about 85 s here when the
-issue was written, 112-147 s on 2026-11-22), so the two run in turn, seed by seed, and the ratio is the result.
+goals were set, 112-147 s on 2026-11-22), so the two run in turn, seed by seed, and the ratio is the result.
 
 PATH is a CleanRL checkout (git clone https://github.com/vwxyzjn/cleanrl) or a folder of its scripts. Its
 cleanrl/<script> (or <script> at the top of PATH) runs as it is, with --env-id, --seed and --total-timesteps, under
@@ -72,7 +72,7 @@ TASKS = {
     "ppo_atari_envpool.py": ("Breakout-v5", 10_000_000),
     "ppo_procgen.py": ("starpilot", 25_000_000),
 }
-SPEED_GOALS = ["ppo.py", "ppo_continuous_action.py"]  # issues 2 and 4: the default --scripts
+SPEED_GOALS = ["ppo.py", "ppo_continuous_action.py"]  # the speed goals' scripts: the default --scripts
 SAVE_EVERY = 50  # --fidelity: iterations between our checkpoints (the scripts' default), what a rerun resumes from
 
 

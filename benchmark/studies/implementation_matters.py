@@ -1,4 +1,5 @@
-"""Seed 004: what benchmark/studies/implementation_matters.sh runs, the stored runs, and the report.
+"""Implementation Matters in Deep Policy Gradients (Engstrom et al. 2020): what benchmark/studies/implementation_matters.sh
+runs, the stored runs, and the report.
 
 Run:   bash benchmark/studies/implementation_matters.sh [short]          (calls the three commands below; STORE, STEPS)
        python -m benchmark.studies.implementation_matters plan --mode full|short --store DIR [--cells CELL ...] [--steps N]
@@ -883,7 +884,7 @@ def report(store, out, steps=STEPS):
 
     envs, algos = ENVS, ALGOS
     lines = [
-        "# Seed 004 reproduced: PPO, PPO-M, TRPO, TRPO+, PPO-NoClip (Engstrom et al. 2020)",
+        "# Implementation Matters reproduced: PPO, PPO-M, TRPO, TRPO+, PPO-NoClip (Engstrom et al. 2020)",
         "",
         f"`bash benchmark/studies/implementation_matters.sh`, then `python -m benchmark.studies.implementation_matters report "
         f"--store {os.path.relpath(os.path.abspath(store), ROOT)}{'' if steps == STEPS else f' --steps {steps}'}`. "

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seed 004 (Engstrom et al., Implementation Matters in Deep Policy Gradients, ICLR 2020), with ppo_continuous_action.py
+# Engstrom et al., Implementation Matters in Deep Policy Gradients, ICLR 2020), with ppo_continuous_action.py
 # and trpo_continuous_action.py on the paper's protocol: 1M steps, 2048 steps per iteration from one env, 32
 # minibatches, 10 epochs, the settings of its released configs for each algorithm and env
 # (benchmark/studies/implementation_matters.py lists them, and what we run otherwise).

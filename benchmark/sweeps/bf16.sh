@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 25's learning check: ppo_atari.py on Breakout in fp32 (the reference) and with --bf16, same seeds and
+# --bf16's learning check: ppo_atari.py on Breakout in fp32 (the reference) and with --bf16, same seeds and
 # budget, the curves overlaid by compare.py with a verdict ("same", or the windows where they differ).
 #
 #   bash benchmark/sweeps/bf16.sh          # Breakout, 1M steps, seeds 1 2 3

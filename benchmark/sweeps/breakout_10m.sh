@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Seed 000's rule of thumb, "Check if your PPO could obtain 400 episodic return in Breakout", at the published 10M steps
-# (issue 50): docs/atari.md's command, `python ppo_atari.py --env-id BreakoutNoFrameskip-v4`, for seeds 1 2 3 through
+# The 37-details blog's rule of thumb, "Check if your PPO could obtain 400 episodic return in Breakout", at the published 10M steps:
+# docs/atari.md's command, `python ppo_atari.py --env-id BreakoutNoFrameskip-v4`, for seeds 1 2 3 through
 # run.py, checkpointed every 50 iterations so that running this again resumes each seed exactly where it stopped
 # (and skips the finished ones); then, into OUT:
 #   report.md, per_seed.csv, curves.csv, *.png  the final returns beside CleanRL's 414.66 ± 28.09 (report.py --curves;

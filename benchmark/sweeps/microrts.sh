@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Gym-μRTS: ppo_multidiscrete.py and ppo_multidiscrete_mask.py (invalid action masking) on the blog's mining task,
-# gym-microrts 0.2.0's MicrortsMining-v1 (the scripts' default since issue 23; 200 steps of 10 ticks a game).
+# gym-microrts 0.2.0's MicrortsMining-v1 (the scripts' default since 2026-11-24; 200 steps of 10 ticks a game).
 #
 #   bash benchmark/sweeps/microrts.sh          # the blog's protocol (2M steps, seeds 1 2 3)
 #   bash benchmark/sweeps/microrts.sh short    # 500k steps, seeds 1 2: masking should already learn far faster
 #
 # Nothing comparable is published as numbers (the blog shows curves), so the report's verdict is
 # "nothing published"; compare the two scripts' curves in the PNG.
-# Run it where runs/ holds no μRTS runs made before issue 23 (0.4.3's grid mode, same script and env names): the
+# Run it where runs/ holds no μRTS runs made before that (0.4.3's grid mode, same script and env names): the
 # report reads every run under runs/. Its results go to $RESULTS/microrts020_MODE (microrts_* are the grid mode's).
 # MICRORTS_ENV sets the env id (default: the mining task's id in these scripts; see their --help).
 # Logs go to runs/ of the current directory; rerunning skips the runs that already finished.

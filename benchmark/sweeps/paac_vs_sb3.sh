@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 23: a2c_paac.py beside Stable-Baselines3's A2C configured as PAAC (benchmark/peers/sb3_a2c.py) on Breakout, 2M steps,
+# a2c_paac.py beside Stable-Baselines3's A2C configured as PAAC (benchmark/peers/sb3_a2c.py) on Breakout, 2M steps,
 # seeds 1 2, with the settings of the authors' released run (paac_breakout_2m_released_2026-11-21.md), arch nips:
 #   1. a2c_paac.py, the learning rate annealed to 0 over the 2M steps: the args of the runs of that report
 #   2. a2c_paac.py with the full 115M-step run's schedule (--anneal-timesteps 115000000: 2M steps are its first 2%)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 34: trpo_continuous_action.py beside Stable-Baselines3-contrib's TRPO configured as it (benchmark/peers/sb3_trpo.py)
-# on Hopper-v4, 1M steps, seeds 1-4 a side (the issue asks 3; a fourth fills the core a third would leave idle), at
-# seed 004's TRPO settings for Hopper (delta 0.13, the critic at 2e-4) and the four values SB3 cannot change
+# trpo_continuous_action.py beside Stable-Baselines3-contrib's TRPO configured as it (benchmark/peers/sb3_trpo.py)
+# on Hopper-v4, 1M steps, seeds 1-4 a side (3 asked; a fourth fills the core a third would leave idle), at
+# Implementation Matters' TRPO settings for Hopper (delta 0.13, the critic at 2e-4) and the four values SB3 cannot change
 # (sb3_trpo.py's docstring), given to both; then the curves overlaid by compare.py with a verdict, and the report.
 # Then SB3 again with ours' KL direction in its line search (--kl-test old-new), compared with both.
 #

@@ -61,7 +61,7 @@ NOT_RUNNER = "not run through benchmark/tools/run.py"
 
 def median_seed(per_seed_csv):
     """The row of a report's per_seed.csv whose final return is the median of its seeds (of an even count, the lower of
-    the two middle ones; equal returns in seed order): the seed whose agent stands for the runs (issue 50)."""
+    the two middle ones; equal returns in seed order): the seed whose agent stands for the runs."""
     with open(per_seed_csv, newline="") as f:
         rows = sorted(csv.DictReader(f), key=lambda row: (float(row["final_return"]), int(row["seed"])))
     if not rows:

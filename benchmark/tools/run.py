@@ -245,7 +245,7 @@ def parse(argv):
     wrong = next((message for bad, message in problems if bad), None)
     if wrong:
         raise ConfigError(wrong)
-    writable(args.runs_dir, "--runs-dir")  # issue 75: else a traceback of the first run's thread
+    writable(args.runs_dir, "--runs-dir")  # else a traceback of the first run's thread
     return args, extra
 
 
