@@ -45,15 +45,16 @@ def test_a_row_per_group_with_its_steps_per_second_the_steps_and_hours_to_each_g
     # step 250,000 all won; the slow group's last 100 there half lost (0.00), 18 not reached by the budget
     assert (
         "| group | experiment | seeds | steps/s | step at 18 (median) | hours at 18 (median) | final score (median) | "
-        "final score per seed | fewest steps |\n|---|---|---|---|---|---|---|---|---|\n"
-        "| many envs | a2c_paac-aaaaaaaa | 1, 2 | 50 | 243,000 | 1.35 | 21.00 | 21.00, 21.00 | 250,000 |\n"
-        "| n_e 32 | a2c_paac-bbbbbbbb | 1, 2 | 25 | not reached | not reached | 0.00 | 0.00, 0.00 | 250,000 |\n"
+        "final score per seed | fall below its best, per seed | fewest steps |\n|---|---|---|---|---|---|---|---|---|---|\n"
+        "| many envs | a2c_paac-aaaaaaaa | 1, 2 | 50 | 243,000 | 1.35 | 21.00 | 21.00, 21.00 | 0.00, 0.00 | 250,000 |\n"
+        "| n_e 32 | a2c_paac-bbbbbbbb | 1, 2 | 25 | not reached | not reached | 0.00 | 0.00, 0.00 | 0.00, 0.00 | 250,000 |\n"
     ) in md
     # without the budget each run's last step: the slow group reaches 18 at game 292, after 293,000 x 0.04 s
     assert wallclock.main([*ARGS, *groups, "--goals", "18", "0", "--out", "whole"]) == 0
     md = open("whole/wallclock.md").read()
     assert (
-        "| n_e 32 | a2c_paac-bbbbbbbb | 1, 2 | 25 | 293,000 | 3.26 | 250,000 | 2.78 | 21.00 | 21.00, 21.00 | 300,000 |" in md
+        "| n_e 32 | a2c_paac-bbbbbbbb | 1, 2 | 25 | 293,000 | 3.26 | 250,000 | 2.78 | 21.00 | 21.00, 21.00 | 0.00, 0.00 | "
+        "300,000 |" in md
     )
 
 
@@ -68,11 +69,11 @@ def test_a_seed_that_did_not_reach_a_goal_counts_as_never_in_the_median_and_the_
     assert wallclock.main([*ARGS, "--group", "a=runs", "--goals", "18", "--out", "o"]) == 0
     # seeds 1, 3 at 243,000, seeds 2, 4 never: the median of four is the mean of 243,000 and never
     row = "| a | a2c_paac-aaaaaaaa | 1, 2, 3, 4 | 50 | not reached | not reached | 0.00 | 21.00, -21.00, 21.00, -21.00 |"
-    assert row + " 120,000 |" in open("o/wallclock.md").read()
+    assert row + " 0.00, 0.00, 0.00, 0.00 | 120,000 |" in open("o/wallclock.md").read()
     # up to step 200,000 seeds 1 and 3 are at 0 (50 of their last 100 games won), seed 4 whole; -21 at every 100th game
     assert wallclock.main([*ARGS, "--group", "a=runs", "--goals", "-21", "--budget", "200000", "--out", "p"]) == 0
-    row = "| a | a2c_paac-aaaaaaaa | 1, 2, 3, 4 | 50 | 100,000 | 0.56 | -10.50 | 0.00, -21.00, 0.00, -21.00 | 120,000 |"
-    assert row in open("p/wallclock.md").read()
+    row = "| a | a2c_paac-aaaaaaaa | 1, 2, 3, 4 | 50 | 100,000 | 0.56 | -10.50 | 0.00, -21.00, 0.00, -21.00 |"
+    assert row + " 0.00, 0.00, 0.00, 0.00 | 120,000 |" in open("p/wallclock.md").read()
 
 
 def test_the_figure_draws_each_seeds_score_against_the_steps_and_the_hours_up_to_the_budget(write_tb, monkeypatch):
@@ -121,13 +122,31 @@ def test_where_runs_log_the_policy_lag_each_group_has_the_median_of_its_seeds_me
     argv = ["--script", "impala_vtrace.py", "--env-id", PONG, "--group", "V-trace=vtrace", "--group", "none=none"]
     assert wallclock.main([*argv, "--goals", "18", "--out", "o"]) == 0
     md = open("o/wallclock.md").read()
-    assert "| final score (median) | policy lag (median) | final score per seed | fewest steps |" in md
+    assert "| final score (median) | policy lag (median) | final score per seed | fall below its best, per seed |" in md
     # the seeds' means 0.75, 1.25, 3.00: their median 1.25; up to step 200,000, their first values: 1.00
-    assert "| V-trace | impala_vtrace-00vtrace | 1, 2, 3 |" in md and "| 21.00 | 1.25 | 21.00, 21.00, 21.00 | 300,000 |" in md
-    assert "| none | impala_vtrace-0000none | 1 |" in md and "| 21.00 | n/a | 21.00 | 300,000 |" in md
+    assert (
+        "| V-trace | impala_vtrace-00vtrace | 1, 2, 3 |" in md
+        and "| 21.00 | 1.25 | 21.00, 21.00, 21.00 | 0.00, 0.00, 0.00 |" in md
+    )
+    assert "| none | impala_vtrace-0000none | 1 |" in md and "| 21.00 | n/a | 21.00 | 0.00 | 300,000 |" in md
     assert wallclock.main([*argv, "--goals", "18", "--budget", "200000", "--out", "p"]) == 0
-    assert "| 0.00 | 1.00 | 0.00, 0.00, 0.00 | 200,000 |" in open("p/wallclock.md").read()
+    assert "| 0.00 | 1.00 | 0.00, 0.00, 0.00 | 0.00, 0.00, 0.00 | 200,000 |" in open("p/wallclock.md").read()
     assert wallclock.main([*ARGS, "--group", "a=vtrace", "--out", "q"]) == 2  # the runs are impala_vtrace.py's
+
+
+def test_each_seeds_fall_below_its_best_shows_a_run_that_collapsed(write_tb):
+    """Seed 1 rises to 21 (games 100-199 won) then loses every game: its score falls from 21 to -21 by game 299; seed 2
+    rises, loses games 220-239 (its last 100 games' mean from 21 down to 21 - 20 x 0.42 = 12.6 at game 239) and wins the
+    rest (12.6 at game 299); seed 3 never falls. Up to step 230,000 (game 229) seed 1 has fallen 30 x 0.42 = 12.6, seed 2
+    10 x 0.42 = 4.2."""
+    collapse = [-21.0] * 100 + [21.0] * 100 + [-21.0] * 100
+    dip = [-21.0] * 100 + [21.0] * 120 + [-21.0] * 20 + [21.0] * 60
+    for seed, returns in ((1, collapse), (2, dip), (3, RISE_AT_150)):
+        timed_run(write_tb, "runs", "a2c_paac-aaaaaaaa", seed, returns, FAST)
+    assert wallclock.main([*ARGS, "--group", "a=runs", "--goals", "18", "--out", "o"]) == 0
+    assert "| 12.60 | -21.00, 12.60, 21.00 | 42.00, 8.40, 0.00 | 300,000 |" in open("o/wallclock.md").read()
+    assert wallclock.main([*ARGS, "--group", "a=runs", "--goals", "18", "--budget", "230000", "--out", "p"]) == 0
+    assert "| 8.40, 16.80, 12.60 | 12.60, 4.20, 0.00 | 230,000 |" in open("p/wallclock.md").read()
 
 
 @pytest.mark.parametrize(

@@ -91,12 +91,13 @@ def policy_lag(run_dir, budget=None):
 
 def seed_result(rec, goals, budget=None):
     """One seed's row: for each goal (step, hours) of the game that reached it, or None; the final score, the steps, the
-    hours and the games up to the budget (None: the run's last step); whether the run logs charts/policy_lag and the
+    hours and the games up to the budget (None: the run's last step); the most its score fell below the best it had
+    reached before (up to the budget: a collapse); whether the run logs charts/policy_lag and the
     mean of its values up to the budget (None: none there)."""
     steps, returns = np.asarray(rec["steps"]), np.asarray(rec["returns"], dtype=np.float64)
     n = int(np.sum(steps <= budget)) if budget is not None else len(steps)
     hours = training_hours(rec["parts"], rec["wall_times"])
-    scores = running_scores(returns[:n])  # of game i, from the 100th on
+    scores = np.asarray(running_scores(returns[:n]))  # of game i, from the 100th on
     reached = {}
     for goal in goals:
         i = next((i + FINAL_WINDOW - 1 for i, score in enumerate(scores) if score >= goal), None)
@@ -112,6 +113,7 @@ def seed_result(rec, goals, budget=None):
         "run_dir": rec["run_dir"],
         "reached": reached,
         "final": final_return(returns[:n]),
+        "fall": float(np.max(np.maximum.accumulate(scores) - scores)) if len(scores) else math.nan,  # below its best
         "steps": rec["last_step"] if whole else int(budget),
         "hours": reached_hours,
         "games": n,

@@ -15,12 +15,13 @@ last 100 games reached each goal, its final score (the mean of its last 100 game
 Writes into --out (default: wallclock-<date>/ in the current directory):
 - wallclock.md: the command, the date, the machines, and a row per group: its experiment and seeds, the steps per
   second (each seed's steps over its training hours, the mean over the seeds), the median over the seeds of each goal's
-  step and hours (a seed that did not reach it counts as never) and of the final score, each seed's final score, and
-  the fewest steps a seed reached (below the budget: a run stopped short, or still going); where runs log
-  charts/policy_lag (impala_vtrace.py: e.g. the IMPALA paper's Table 2, a group per correction and replay setting), the
-  median over the seeds of each one's mean lag up to the budget. Hours are solved.py's: the time the run's processes
-  trained (a stop of the process, SIGSTOP or Ctrl-Z, left out), so groups compare fairly only when their runs shared
-  the machine alike;
+  step and hours (a seed that did not reach it counts as never) and of the final score, each seed's final score and the
+  most its score fell below the best it had reached before (a collapse: the PAAC paper's runs that diverged, the IMPALA
+  paper's stability under policy lag), and the fewest steps a seed reached (below the budget: a run stopped short, or
+  still going); where runs log charts/policy_lag (impala_vtrace.py: e.g. the IMPALA paper's Table 2, a group per
+  correction and replay setting), the median over the seeds of each one's mean lag up to the budget. Hours are
+  solved.py's: the time the run's processes trained (a stop of the process, SIGSTOP or Ctrl-Z, left out), so groups
+  compare fairly only when their runs shared the machine alike;
 - <env id>.png: two panels, the score (the mean of the last 100 games, from the 100th game on, up to the budget) of
   each seed (a thin line, the group's colour) against the steps in millions and against the training hours, with a
   dashed line at each goal.
@@ -68,13 +69,15 @@ def table(groups, goals):
     kept = ("step at", "hours at", "final score", "policy lag")
     cols = [c for c in solved.columns(goals, lag) if c[0].startswith(kept)]
     head = ["group", "experiment", "seeds", "steps/s"] + [f"{h} (median)" for h, *_ in cols]
-    lines = ["| " + " | ".join(head + ["final score per seed", "fewest steps"]) + " |", "|---" * (len(head) + 2) + "|"]
+    tail = ["final score per seed", "fall below its best, per seed", "fewest steps"]
+    lines = ["| " + " | ".join(head + tail) + " |", "|---" * (len(head) + len(tail)) + "|"]
     for g in groups:
         rows = sorted(g["rows"], key=lambda row: row["seed"])
         medians = [solved.summary_cells(rows, value, cell, leave_out)[0] for _, value, cell, leave_out in cols]
         cells = [g["label"], g["exp_name"], ", ".join(str(row["seed"]) for row in rows), f"{g['sps']:.0f}", *medians]
         cells += [
             ", ".join(solved.number_cell(row["final"]) for row in rows),
+            ", ".join(solved.number_cell(row["fall"]) for row in rows),
             solved.steps_cell(min(row["steps"] for row in rows)),
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -158,6 +161,8 @@ def wallclock(argv):
         "- budget: " + (f"the runs read up to step {round(budget):,}" if budget is not None else "each run's last step"),
         "- hours: the time the run's processes trained (solved.py's); steps/s: each seed's steps over its hours, the mean "
         "over the seeds; groups compare fairly only when their runs shared the machine alike",
+        "- fall: the most a seed's score fell below the best it had reached before, up to the budget: far in a run that "
+        "collapsed, little in one that rose steadily",
         "",
         *table(groups, goals),
         "",
