@@ -10,10 +10,12 @@ import logging
 import os
 import platform
 import re
+import shlex
 import shutil
 import struct
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -369,6 +371,23 @@ def logged_machines(runs_dir, env_id, exp_name, seed):
 
 def machine_str(m):
     return f"{m['cores']} cores, {m['cpu']}" + (f", GPU {m['gpu']}" if m.get("gpu") else ", no GPU")
+
+
+def report_head(title, tool, argv, records=None):
+    """The first lines of a report's markdown: its title with the time (UTC), the command that wrote it (`python -m tool
+    argv`) and, given the runs it read (read_run's records), their machines beside this one."""
+    lines = [
+        f"# {title} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
+        "",
+        f"- command: `python -m {tool} {shlex.join(argv)}`",
+    ]
+    if records is not None:
+        machines = sorted({r["machine"] for r in records if r["machine"]})
+        lines.append(
+            f"- machine{'s' * (len(machines) > 1)} of the runs: {'; '.join(machines) or 'unknown'} "
+            f"(of this report: {machine_str(machine_info())})"
+        )
+    return lines
 
 
 def git_commit(path):

@@ -36,15 +36,17 @@ def assert_samples_the_softmax_and_scores_it(agent, n, atol):
     torch.testing.assert_close(value[:64], agent.get_value(x[:64]).detach())
 
 
-def assert_channels_last_is_the_same_math(make_agent, forward, x):
+def assert_channels_last_is_the_same_math(make_agent, x, forward=None):
     """--channels-last changes only the memory layout: same initial parameters, NHWC conv weights, outputs and
     gradients equal to float rounding, and a checkpoint that loads into a default (NCHW) agent.
 
-    make_agent(channels_last) builds an agent; forward(agent, x) returns a tensor or a tuple of tensors."""
+    make_agent(channels_last) builds an agent; forward(agent, x) returns a tensor or a tuple of tensors (by default the
+    log-probs, entropies and values get_action_and_value gives actions 0, 1, 2, 3, 0, ...)."""
+    actions = torch.arange(len(x)) % 4
 
     def outputs(agent):
-        out = forward(agent, x)
-        return torch.cat([o.reshape(-1) for o in (out if isinstance(out, tuple) else (out,))])
+        out = forward(agent, x) if forward else agent.get_action_and_value(x, actions)[1:]
+        return torch.cat([o.reshape(-1) for o in (out if isinstance(out, (tuple, list)) else (out,))])
 
     torch.manual_seed(0)
     plain = make_agent(False)

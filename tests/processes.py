@@ -227,6 +227,26 @@ class Forked:
             self.returncode = -signal.SIGKILL
 
 
+def install_sh(folder, *targets, python, empty=(), copied=(), timeout=60, **env):
+    """`bash scripts/install.sh TARGETS` run with PYTHON=python in `folder`, where scripts/install.sh is copied first, with
+    requirements/NAME.txt for each NAME in `empty` (an empty file) and in `copied` (ours)."""
+    texts = {"scripts/install.sh": open(os.path.join(ROOT, "scripts", "install.sh")).read()}
+    texts |= {f"requirements/{name}.txt": "" for name in empty}
+    texts |= {f"requirements/{name}.txt": open(os.path.join(ROOT, "requirements", f"{name}.txt")).read() for name in copied}
+    for path, text in texts.items():
+        os.makedirs(os.path.join(folder, os.path.dirname(path)), exist_ok=True)
+        with open(os.path.join(folder, path), "w") as f:
+            f.write(text)
+    return subprocess.run(
+        ["bash", "scripts/install.sh", *targets],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHON": str(python), **env},
+    )
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

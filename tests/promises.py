@@ -35,6 +35,26 @@ def read_scalars(run_dir, tag):
     return [e.value for e in acc.Scalars(tag)] if tag in acc.Tags()["scalars"] else None
 
 
+# the tags every script's run writes (its doc's "Explanation of the logged metrics"), and those PPO's update adds
+LOGGED = [
+    "charts/learning_rate",
+    "charts/SPS",
+    "losses/value_loss",
+    "losses/policy_loss",
+    "losses/entropy",
+    "losses/explained_variance",
+]
+PPO_LOGGED = LOGGED + ["losses/old_approx_kl", "losses/approx_kl", "losses/clipfrac"]
+
+
+def assert_logged(run_dir, tags, count=None):
+    """Each tag has finite values in the run's TensorBoard file, `count` of them where given."""
+    for tag in tags:
+        values = read_scalars(run_dir, tag)
+        assert values and all(np.isfinite(values)), tag
+        assert count is None or len(values) == count, (tag, len(values))
+
+
 # ---- bad input stops before training, in one line ---------------------------------------------------------------------
 
 
@@ -213,6 +233,22 @@ def resume_later(mod, checkpoint):
     """`mod.train(mod.Args(resume=checkpoint))`, in a later wall-clock second than the run it resumes (next_second)."""
     next_second()
     return mod.train(mod.Args(resume=checkpoint))
+
+
+def assert_resume_runs_longer_and_nothing_else(mod, full, field, value, longer, **flags):
+    """A finished run (`full`, saved) resumes with its own settings only: `field` changed to `value` or another learning
+    rate is refused by name, its own budget leaves nothing to run, and a budget of `longer` steps (with `flags`, which
+    may change on a resume) runs on to it; the longer run's result."""
+    with pytest.raises(mod.ConfigError, match=f"^--{field.replace('_', '-')} cannot change when resuming"):
+        mod.train(mod.Args(resume=full["checkpoint"], **{field: value}))
+    with pytest.raises(mod.ConfigError, match="^--learning-rate cannot change when resuming"):
+        mod.train(mod.Args(resume=full["checkpoint"], learning_rate=1e-3))
+    with pytest.raises(mod.ConfigError, match="leaves no (iteration|update) to run"):  # the run is already finished
+        mod.train(mod.Args(resume=full["checkpoint"]))
+    next_second()
+    longer_run = mod.train(mod.Args(resume=full["checkpoint"], total_timesteps=longer, **flags))
+    assert longer_run["global_step"] == longer
+    return longer_run
 
 
 def assert_resumed_log_reads_once(full, returns=True):

@@ -5,6 +5,7 @@ ranks, the μRTS scripts' one JVM a test). docs/reliability.md names the test of
 
 import glob
 import importlib
+import math
 import os
 import signal
 
@@ -66,6 +67,18 @@ def test_num_envs_beyond_memory_refused_and_defaults_fit_8_gb(script, monkeypatc
     mod = module(script)
     field = "num_envs_per_actor" if "num_envs_per_actor" in mod.Args.__dataclass_fields__ else "num_envs"  # IMPALA's
     assert_memory_checked(mod, monkeypatch, mod.Args(**{field: 10**9}), flag=f"--{field.replace('_', '-')}")
+
+
+@pytest.mark.parametrize("script", over(SCRIPTS))
+def test_every_numeric_flag_is_range_checked(script):
+    """Each flag in the script's RANGES is refused at or below its low end (below, where the low end is allowed), as
+    nan, and above its high end, with a message that names the flag."""
+    mod = module(script)
+    for names, low, high, closed in mod.RANGES:
+        for name in names.split():
+            for v in [low - 1 if closed else low, math.nan] + ([high + 1] if high < math.inf else []):
+                with pytest.raises(mod.ConfigError, match=f"^--{name.replace('_', '-')} must be a finite number"):
+                    mod.check_args(tiny(mod, **{name: v}))
 
 
 # new_run_dir() is the same text in every script (tests/test_repo.py): the PPO pair, and the two that start processes

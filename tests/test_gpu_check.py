@@ -17,6 +17,7 @@ import pytest
 import torch
 from conftest import ROOT
 from fakes import FAKE_SCRIPT
+from processes import install_sh
 from tiny import SCRIPTS
 
 from benchmark.gpu import gpu_check
@@ -396,17 +397,7 @@ def test_gpu_wheels_reads_a_relative_checkout_and_python_from_where_it_is_run(tm
 def test_install_with_a_python_that_does_not_run_says_so_and_makes_no_venv(tmp_path, target, python, example):
     """scripts/install.sh (tested here beside gpu_wheels.sh, the other script that sets a machine up) took a PYTHON that
     does not start for one of the wrong version ("... is bash: ...: No such file or directory; the lock is for ...")."""
-    (tmp_path / "scripts").mkdir()
-    (tmp_path / "requirements").mkdir()
-    (tmp_path / "scripts" / "install.sh").write_text(open(os.path.join(ROOT, "scripts", "install.sh")).read())
-    (tmp_path / "requirements" / f"{target}.txt").write_text("")
-    run = subprocess.run(
-        ["bash", "scripts/install.sh", target],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHON": python},
-    )
+    run = install_sh(tmp_path, target, python=python, empty=[target])
     found = "" if python.startswith("/") else " (not found)"
     assert run.returncode == 2 and run.stderr == (
         f"install.sh: error: PYTHON {python} does not run{found}; give one that "

@@ -1,5 +1,5 @@
-"""benchmark/studies/implementation_matters.py: seed 004's cells are the paper's released settings, the study goes on from the
-runs it stored, and the report reads them."""
+"""benchmark/studies/implementation_matters.py: the Implementation Matters study's cells are the paper's released
+settings, the study goes on from the runs it stored, and the report reads them."""
 
 import glob
 import json
@@ -23,102 +23,38 @@ from benchmark.studies import implementation_matters as im
 
 STUDY = tool("benchmark.studies.implementation_matters")  # run with root_on_path(): from the test's folder
 
-# the released configs (MadryLab/implementation-matters configs/*.py over src/MuJoCo.json), written out by hand; TRPO+'s
-# max_kl_final is not: the released Trainer adds its increments to an attribute its trpo_step does not read
+# the released configs (MadryLab/implementation-matters configs/*.py over src/MuJoCo.json), written out by hand: what
+# each algorithm sets in both games, then each game's own; TRPO+'s max_kl_final is not: the released Trainer adds its
+# increments to an attribute its trpo_step does not read
+PPO_M = dict(
+    clip_vloss=False, max_grad_norm=math.inf, anneal_lr=False, reward_scaling="none", ortho_init=False, clip_obs=math.inf
+)
+NO_CLIP = dict(clip_coef=1e32, reward_scaling="rewards", grad_clip_scope="actor", clip_vloss=False)
+TRPO = dict(max_kl_final=None, clip_vloss=False, anneal_lr=False, max_grad_norm=math.inf)
+TRPO_M = dict(TRPO, reward_scaling="none", ortho_init=False, clip_obs=math.inf)
+TRPO_PLUS = dict(TRPO, reward_scaling="returns", ortho_init=True, clip_obs=10.0, clip_reward=10.0)
 CONFIGS = {
     ("PPO", "Walker2d-v4"): dict(learning_rate=4e-4, value_lr=3e-4, clip_vloss=True, max_grad_norm=math.inf),
     ("PPO", "Hopper-v4"): dict(learning_rate=3e-4, value_lr=2.5e-4, clip_vloss=False, max_grad_norm=math.inf),
-    ("PPO-M", "Walker2d-v4"): dict(
-        learning_rate=1e-4,
-        value_lr=2e-4,
-        clip_vloss=False,
-        max_grad_norm=math.inf,
-        anneal_lr=False,
-        reward_scaling="none",
-        ortho_init=False,
-        clip_obs=math.inf,
-    ),
-    ("PPO-M", "Hopper-v4"): dict(
-        learning_rate=1.7e-4,
-        value_lr=4e-4,
-        clip_vloss=False,
-        max_grad_norm=math.inf,
-        anneal_lr=False,
-        reward_scaling="none",
-        ortho_init=False,
-        clip_obs=math.inf,
-    ),
+    ("PPO-M", "Walker2d-v4"): dict(PPO_M, learning_rate=1e-4, value_lr=2e-4),
+    ("PPO-M", "Hopper-v4"): dict(PPO_M, learning_rate=1.7e-4, value_lr=4e-4),
     ("PPO-NoClip", "Walker2d-v4"): dict(
+        NO_CLIP,
         learning_rate=7.25e-5,
         value_lr=6e-4,
-        clip_coef=1e32,
         ent_coef=-0.01,
         gae_lambda=0.85,
-        reward_scaling="rewards",
         clip_reward=30.0,
         clip_obs=math.inf,
         max_grad_norm=0.1,
-        grad_clip_scope="actor",
-        clip_vloss=False,
     ),
     ("PPO-NoClip", "Hopper-v4"): dict(
-        learning_rate=6e-5,
-        value_lr=4e-4,
-        clip_coef=1e32,
-        ent_coef=-0.005,
-        gae_lambda=0.925,
-        reward_scaling="rewards",
-        clip_reward=2.5,
-        max_grad_norm=4.0,
-        grad_clip_scope="actor",
-        clip_vloss=False,
+        NO_CLIP, learning_rate=6e-5, value_lr=4e-4, ent_coef=-0.005, gae_lambda=0.925, clip_reward=2.5, max_grad_norm=4.0
     ),
-    ("TRPO", "Walker2d-v4"): dict(
-        max_kl=0.04,
-        max_kl_final=None,
-        value_lr=3e-4,
-        clip_vloss=False,
-        anneal_lr=False,
-        reward_scaling="none",
-        ortho_init=False,
-        clip_obs=math.inf,
-        max_grad_norm=math.inf,
-    ),
-    ("TRPO", "Hopper-v4"): dict(
-        max_kl=0.13,
-        max_kl_final=None,
-        value_lr=2e-4,
-        clip_vloss=False,
-        anneal_lr=False,
-        reward_scaling="none",
-        ortho_init=False,
-        clip_obs=math.inf,
-        max_grad_norm=math.inf,
-    ),
-    ("TRPO+", "Walker2d-v4"): dict(
-        max_kl=0.07,
-        max_kl_final=None,
-        value_lr=1e-4,
-        clip_vloss=False,
-        anneal_lr=False,
-        reward_scaling="returns",
-        ortho_init=True,
-        clip_obs=10.0,
-        clip_reward=10.0,
-        max_grad_norm=math.inf,
-    ),
-    ("TRPO+", "Hopper-v4"): dict(
-        max_kl=0.04,
-        max_kl_final=None,
-        value_lr=2e-4,
-        clip_vloss=False,
-        anneal_lr=False,
-        reward_scaling="returns",
-        ortho_init=True,
-        clip_obs=10.0,
-        clip_reward=10.0,
-        max_grad_norm=math.inf,
-    ),
+    ("TRPO", "Walker2d-v4"): dict(TRPO_M, max_kl=0.04, value_lr=3e-4),
+    ("TRPO", "Hopper-v4"): dict(TRPO_M, max_kl=0.13, value_lr=2e-4),
+    ("TRPO+", "Walker2d-v4"): dict(TRPO_PLUS, max_kl=0.07, value_lr=1e-4),
+    ("TRPO+", "Hopper-v4"): dict(TRPO_PLUS, max_kl=0.04, value_lr=2e-4),
 }
 TRPO_COMMON = dict(fisher_frac=0.1, cg_steps=10, cg_damping=0.1, backtrack_steps=10)
 COMMON = dict(

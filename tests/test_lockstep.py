@@ -12,22 +12,18 @@ from conftest import ROOT, import_copy
 from benchmark.peers import lockstep
 
 SCRIPT = os.path.join(ROOT, "ppo_continuous_action.py")
-TINY = [
-    "--env-id",
-    "Pendulum-v1",
-    "--seed",
-    "3",
-    "--total-timesteps",
-    "1024",
-    "--num-envs",
-    "1",
-    "--num-steps",
-    "128",
-    "--num-minibatches",
-    "4",
-    "--update-epochs",
-    "3",
-]
+TINY = dict(seed=3, num_envs=1, num_steps=128, num_minibatches=4, update_epochs=3)
+PENDULUM = dict(env_id="Pendulum-v1", total_timesteps=1024)
+
+
+def flags(**run):
+    """The command line of the tiny run with `run`'s settings."""
+    return [x for name, v in {**run, **TINY}.items() for x in (f"--{name.replace('_', '-')}", str(v))]
+
+
+def tiny_run(module, **run):
+    """The tiny run of `module` (the patched copy: the stand-in for CleanRL's script) with `run`'s settings."""
+    return module.train(module.Args(**run, **TINY, cuda=False))
 
 
 class Recorder(torch.nn.Module):
@@ -106,18 +102,7 @@ def test_same_flags_run_in_lockstep_and_another_learning_rate_differs_from_itera
     assert "holds no losses/value_loss" in capsys.readouterr().err
     module = import_copy(lockstep.patched(open(SCRIPT).read(), 8), tmp_path / "lockstep_full.py")
     monkeypatch.chdir(tmp_path)
-    ref = module.train(
-        module.Args(
-            env_id="Pendulum-v1",
-            seed=3,
-            total_timesteps=1024,
-            num_envs=1,
-            num_steps=128,
-            num_minibatches=4,
-            update_epochs=3,
-            cuda=False,
-        )
-    )
+    ref = tiny_run(module, **PENDULUM)
     assert ref["learning_rate"] == [3e-4 * (1 - i / 8) for i in range(8)]  # CleanRL's schedule: lr / 8 at the last
     ref_dir = ref["run_dir"]
     base = ["--cleanrl-run", os.path.join(tmp_path, ref_dir), "--iterations", "2", "--work-dir", str(tmp_path / "w")]
@@ -126,28 +111,16 @@ def test_same_flags_run_in_lockstep_and_another_learning_rate_differs_from_itera
     err = capsys.readouterr().err
     assert err == f"lockstep.py: --script ppo_nosuch.py: no such file here or at the top of {ROOT}\n"
     base += ["--script", "ppo_continuous_action.py"]  # a name, from another folder: the script at the repository's top
-    assert lockstep.main(base + ["--"] + TINY) == 0
+    assert lockstep.main(base + ["--"] + flags(**PENDULUM)) == 0
     out = capsys.readouterr().out
     assert "identical (relative difference <= 0.0001) through iteration 2 of 2" in out
-    other = module.train(
-        module.Args(
-            env_id="Pendulum-v1",
-            seed=3,
-            total_timesteps=1024,
-            num_envs=1,
-            num_steps=128,
-            num_minibatches=4,
-            update_epochs=3,
-            cuda=False,
-            learning_rate=1e-3,
-        )
-    )
+    other = tiny_run(module, **PENDULUM, learning_rate=1e-3)
     lines, same = lockstep.side_by_side(other["run_dir"], ref_dir, 2, 1e-4)
     assert same == 0 and lines[-1] == "identical (relative difference <= 0.0001) through iteration 0 of 2"
     # issue 37.9: runs of other flags or another env were compared as if they were a pair; now refused, named, by our
     # script's own parser before anything runs (nothing is printed of a run, no run directory is made)
     runs, _ = sorted(os.listdir(tmp_path / "w" / "runs")), capsys.readouterr()
-    assert lockstep.main(base + ["--"] + TINY + ["--learning-rate", "1e-3"]) == 2
+    assert lockstep.main(base + ["--"] + flags(**PENDULUM) + ["--learning-rate", "1e-3"]) == 2
     refused = capsys.readouterr()
     assert (
         refused.err
@@ -157,11 +130,12 @@ def test_same_flags_run_in_lockstep_and_another_learning_rate_differs_from_itera
         )
         and refused.out == ""
     )
-    assert lockstep.main(base + ["--"] + TINY[2:] + ["--env-id", "MountainCarContinuous-v0"]) == 2
+    assert lockstep.main(base + ["--"] + flags(**{**PENDULUM, "env_id": "MountainCarContinuous-v0"})) == 2
     assert capsys.readouterr().err.startswith(
         "lockstep.py: the flags after -- give env_id MountainCarContinuous-v0 (CleanRL's run Pendulum-v1)"
     )
-    assert lockstep.main(base + ["--"] + TINY + ["--learning-rate", "fast"]) == 2  # one it cannot read: its own line
+    bad = flags(**PENDULUM) + ["--learning-rate", "fast"]  # one it cannot read: its own line
+    assert lockstep.main(base + ["--"] + bad) == 2
     assert capsys.readouterr().err == (
         "lockstep.py: the flags after --: Error parsing --learning-rate: could not convert string to float: 'fast'\n"
     )
@@ -207,34 +181,8 @@ def test_walker2d_on_another_mujoco_is_not_refused_and_the_output_names_each_sid
     """Walker2d's physics are the same under MuJoCo 2.3.3 and 4.0.0 (tests/test_mujoco_physics.py)."""
     module = import_copy(lockstep.patched(open(SCRIPT).read(), 2), tmp_path / "lockstep_walker.py")
     monkeypatch.chdir(tmp_path)
-    ref = module.train(
-        module.Args(
-            env_id="Walker2d-v4",
-            seed=3,
-            total_timesteps=256,
-            num_envs=1,
-            num_steps=128,
-            num_minibatches=4,
-            update_epochs=3,
-            cuda=False,
-        )
-    )
-    flags = [
-        "--env-id",
-        "Walker2d-v4",
-        "--seed",
-        "3",
-        "--total-timesteps",
-        "256",
-        "--num-envs",
-        "1",
-        "--num-steps",
-        "128",
-        "--num-minibatches",
-        "4",
-        "--update-epochs",
-        "3",
-    ]
+    walker = dict(env_id="Walker2d-v4", total_timesteps=256)
+    ref = tiny_run(module, **walker)
     capsys.readouterr()
     assert (
         lockstep.main(
@@ -248,7 +196,7 @@ def test_walker2d_on_another_mujoco_is_not_refused_and_the_output_names_each_sid
                 "--work-dir",
                 str(tmp_path / "w"),
                 "--",
-                *flags,
+                *flags(**walker),
             ]
         )
         == 0

@@ -19,7 +19,7 @@ import numpy as np
 import processes
 import pytest
 import torch
-from conftest import ROOT, CountingEnv, interrupt_at_update, next_second, resume_elsewhere
+from conftest import ROOT, CountingEnv, interrupt_at_update, resume_elsewhere
 from hacks import (
     assert_every_group_annealed,
     critic_group_copy,
@@ -29,10 +29,13 @@ from hacks import (
 from processes import run_cli
 from promises import (
     PPO_BAD_INPUT,
+    PPO_LOGGED,
     assert_checkpoint_evaluates,
     assert_cli_error_is_one_line,
+    assert_logged,
     assert_rejected_before_training,
     assert_resume_matches_uninterrupted_run,
+    assert_resume_runs_longer_and_nothing_else,
     keep_checkpoint,
     machine_memory,
     poison_weights_at,
@@ -359,22 +362,7 @@ def test_logged_returns_are_episode_reward_sums(mod):
 def test_all_logging_keys_present(mod):
     out = mod.train(tiny(mod))
     run_dir = f"runs/{out['run_name']}"
-    for tag in [
-        "charts/episodic_return",
-        "charts/episodic_length",
-        "charts/learning_rate",
-        "charts/SPS",
-        "losses/value_loss",
-        "losses/policy_loss",
-        "losses/entropy",
-        "losses/old_approx_kl",
-        "losses/approx_kl",
-        "losses/clipfrac",
-        "losses/explained_variance",
-    ]:
-        values = read_scalars(run_dir, tag)
-        assert values, tag
-        assert all(np.isfinite(values)), tag
+    assert_logged(run_dir, ["charts/episodic_return", "charts/episodic_length"] + PPO_LOGGED)
 
 
 # ---- truncation ----------------------------------------------------------------------------------
@@ -588,15 +576,8 @@ def test_capture_video_without_a_renderer_is_named_before_training(mod, monkeypa
 
 def test_resume_applies_a_longer_budget_and_refuses_other_flags(mod):
     full = mod.train(tiny(mod, save_model=True))
-    with pytest.raises(mod.ConfigError, match="--num-envs cannot change when resuming"):
-        mod.train(mod.Args(resume=full["checkpoint"], num_envs=8))
-    with pytest.raises(mod.ConfigError, match="--learning-rate cannot change"):
-        mod.train(mod.Args(resume=full["checkpoint"], learning_rate=1e-3))
-    with pytest.raises(mod.ConfigError, match="leaves no iteration to run"):  # the run is already finished
-        mod.train(mod.Args(resume=full["checkpoint"]))
-    next_second()
-    longer = mod.train(mod.Args(resume=full["checkpoint"], total_timesteps=2 * 16 * 6))
-    assert longer["global_step"] == 2 * 16 * 6 and len(longer["losses"]) == 2
+    longer = assert_resume_runs_longer_and_nothing_else(mod, full, "num_envs", 8, 2 * 16 * 6)
+    assert len(longer["losses"]) == 2
     assert longer["run_dir"] == full["run_dir"]  # logs on in the run's own directory
 
 

@@ -74,7 +74,7 @@ def test_channels_last_is_the_same_math():
         )
         return logprob, entropy, value, h, c
 
-    assert_channels_last_is_the_same_math(lambda cl: lstm_mod.Agent(1, 4, cl), forward, x)
+    assert_channels_last_is_the_same_math(lambda cl: lstm_mod.Agent(1, 4, cl), x, forward)
     assert lstm_mod.Args().channels_last
 
 

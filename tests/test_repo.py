@@ -13,6 +13,7 @@ import sys
 import pytest
 from conftest import ROOT
 from lock import lock_pins
+from processes import install_sh
 from tiny import SCRIPTS
 
 
@@ -525,20 +526,9 @@ def test_install_with_an_unsupported_python_makes_no_venv_so_a_rerun_with_the_ri
     """Issue 37.10: Python 3.10 made a 3.10 .venv before it was refused, and that .venv then refused the rerun with
     the right Python."""
     clone = tmp_path / "clone"
-    (clone / "scripts").mkdir(parents=True)
-    (clone / "requirements").mkdir()
-    (clone / "scripts" / "install.sh").write_text(open(os.path.join(ROOT, "scripts", "install.sh")).read())
-    (clone / "requirements" / "core.txt").write_text("")
     (tmp_path / "python3.10").write_text(FAKE_PYTHON_310)
     (tmp_path / "python3.10").chmod(0o755)
-    old = subprocess.run(
-        ["bash", "scripts/install.sh"],
-        cwd=clone,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHON": str(tmp_path / "python3.10")},
-    )
+    old = install_sh(clone, python=tmp_path / "python3.10", empty=["core"])
     assert old.returncode == 1 and not (clone / ".venv").exists()
     assert old.stderr == (
         f"install.sh: error: {tmp_path / 'python3.10'} is Python 3.10.14; the lock is for 3.11-3.13: "
@@ -547,37 +537,20 @@ def test_install_with_an_unsupported_python_makes_no_venv_so_a_rerun_with_the_ri
     wheels = tmp_path / "wheels"  # so that Python 3.11 does not look for torch's index
     wheels.mkdir()
     (wheels / "torch-2.13.0+cpu-cp311-none-any.whl").write_text("")
-    right = subprocess.run(
-        ["bash", "scripts/install.sh"],
-        cwd=clone,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHON": sys.executable, "TORCH_FIND_LINKS": str(wheels)},
-    )
+    right = install_sh(clone, python=sys.executable, timeout=300, TORCH_FIND_LINKS=str(wheels))
     assert "the lock is for 3.11-3.13" not in right.stderr and (clone / ".venv" / "bin" / "python").exists()
 
 
 def test_install_of_mujoco_ref_on_a_python_after_3_11_is_one_line_and_makes_no_venv(tmp_path):
     """Issue 38: MuJoCo 2.3.3, the published v4 numbers' physics, has no wheel for Python 3.12+; its target says so
     before it makes its venv (.venv-mujoco-ref), so that a rerun with Python 3.11 proceeds."""
-    for path in ("scripts/install.sh", "requirements/mujoco-ref.txt"):
-        (tmp_path / path).parent.mkdir(exist_ok=True)
-        (tmp_path / path).write_text(open(os.path.join(ROOT, path)).read())
     python = tmp_path / "python3.12"  # this Python, telling the checks it runs that it is 3.12
     python.write_text(
         f'#!/bin/bash\n[[ $1 == -V ]] && echo "Python 3.12.1" && exit 0\n[[ $1 == -c ]] && exec '
         f'{sys.executable} -c "import sys; sys.version_info = (3, 12, 1); exec(sys.argv[1])" "$2"\nexit 1\n'
     )
     python.chmod(0o755)
-    refused = subprocess.run(
-        ["bash", "scripts/install.sh", "mujoco-ref"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHON": str(python)},
-    )
+    refused = install_sh(tmp_path, "mujoco-ref", python=python, copied=["mujoco-ref"])
     assert refused.returncode == 1 and not (tmp_path / ".venv-mujoco-ref").exists() and not (tmp_path / ".venv").exists()
     assert refused.stderr == (
         f"install.sh: error: {python} is Python 3.12.1; MuJoCo 2.3.3 (requirements/mujoco-ref.txt) "

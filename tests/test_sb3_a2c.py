@@ -18,7 +18,9 @@ import torch
 from conftest import ROOT
 from promises import (
     ANNEAL_CASES,
+    LOGGED,
     assert_anneals_to_0_at,
+    assert_logged,
     assert_rejected_before_training,
     assert_resumed_log_reads_once,
     keep_checkpoint,
@@ -221,16 +223,7 @@ def test_tiny_run_writes_our_tags_and_run_py_reads_it(tiny_run):
     out, where = tiny_run
     assert out["run_dir"].startswith("runs/BreakoutNoFrameskip-v4__sb3_a2c__1__") and out["global_step"] == 40
     tb = os.path.join(where, out["run_dir"])
-    for tag in [
-        "charts/learning_rate",
-        "charts/SPS",
-        "losses/value_loss",
-        "losses/policy_loss",
-        "losses/entropy",
-        "losses/explained_variance",
-    ]:
-        values = read_scalars(tb, tag)
-        assert values is not None and len(values) == 4 and np.all(np.isfinite(values)), tag
+    assert_logged(tb, LOGGED, count=4)
     assert 1.35 < read_scalars(tb, "losses/entropy")[0] <= np.log(4)  # H, not SB3's -H: near uniform over 4 actions
     data = runs.read_run(tb)
     assert data["last_step"] == 40 and data["hparams"]["total_timesteps"] == "40"

@@ -54,6 +54,20 @@ def copy_weights(policy, agent):
     assert sum(p.numel() for p in policy.parameters()) == sum(p.numel() for p in agent.parameters())  # nothing left out
 
 
+def one_batch(**changes):
+    """One iteration of one env's 256 steps, updated as one batch (the derived sizes set as train() sets them)."""
+    return tiny(
+        sb3,
+        num_steps=256,
+        total_timesteps=256,
+        num_minibatches=1,
+        batch_size=256,
+        minibatch_size=256,
+        num_iterations=1,
+        **changes,
+    )
+
+
 @pytest.mark.parametrize("ortho_init, cg_from_0", [(False, False), (True, False), (False, True)])
 def test_first_update_equals_ours_on_the_same_rollout(ortho_init, cg_from_0, monkeypatch):
     """One rollout (256 Hopper steps) and one TRPO update of SB3, then ours' update() from the same weights on SB3's
@@ -61,17 +75,7 @@ def test_first_update_equals_ours_on_the_same_rollout(ortho_init, cg_from_0, mon
     Tolerance: SB3 starts conjugate gradient at 1e-4 * N(0, 1), ours at 0; after 10 iterations the policies differ by
     up to 1.8e-5 in a step of 0.08 (measured, 2e-4 of it): 5e-5. Started at 0 (randn_like patched to zeros, which only
     its CG calls) they differ by float32 rounding (2.4e-7 measured): 2e-6. The critic: 1e-4 relative."""
-    args = tiny(
-        sb3,
-        num_steps=256,
-        total_timesteps=256,
-        num_minibatches=1,
-        update_epochs=3,
-        ortho_init=ortho_init,
-        batch_size=256,
-        minibatch_size=256,
-        num_iterations=1,
-    )
+    args = one_batch(update_epochs=3, ortho_init=ortho_init)
     envs = sb3.make_envs(args)
     try:
         model = sb3.make_model(args, envs)
@@ -133,17 +137,7 @@ def test_kl_test_is_the_direction_its_line_search_measures(kl_test):
     """--kl-test: SB3's line search tests (and logs, per action component) its own KL(new || old), or with old-new the
     KL(old || new) of ours and the paper's code: the logged KL of the step taken times A equals that direction's exact
     Gaussian KL between the policies before and after the update on the batch's states, and not the other's."""
-    args = tiny(
-        sb3,
-        num_steps=256,
-        total_timesteps=256,
-        num_minibatches=1,
-        update_epochs=1,
-        kl_test=kl_test,
-        batch_size=256,
-        minibatch_size=256,
-        num_iterations=1,
-    )
+    args = one_batch(update_epochs=1, kl_test=kl_test)
     envs = sb3.make_envs(args)
     try:
         model = sb3.make_model(args, envs)

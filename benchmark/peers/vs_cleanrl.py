@@ -60,7 +60,17 @@ from benchmark.cleanrl import NEEDS_ALE_IMPORT, checkout_commit, command, refere
 from benchmark.cli import unused_path
 from benchmark.curves import TAGS
 from benchmark.processes import KILL_AFTER_S, last_line, root_on_path, tool
-from benchmark.runs import RESULTS, ROOT, final_return, git_commit, load_summaries, machine_info, read_run, steps_str
+from benchmark.runs import (
+    RESULTS,
+    ROOT,
+    final_return,
+    git_commit,
+    load_summaries,
+    machine_info,
+    machine_str,
+    read_run,
+    steps_str,
+)
 from benchmark.tools import compare
 
 # our script -> (the env of the comparison, its budget): CleanRL's defaults for its script of the same name
@@ -140,9 +150,7 @@ def write_markdown(pairs, refs, args, argv, out, commits):
         + ", ".join(os.path.relpath(path, args.cleanrl_dir) for path in refs.values())
         + f" in {args.cleanrl_dir} (commit {commits['ref'] or 'unknown: not a git checkout'}), {threads}, "
         f"python {args.cleanrl_python}",
-        f"- machine: {m['cores']} cores, {m['cpu']}"
-        + (f", GPU {m['gpu']}" if m["gpu"] else ", no GPU")
-        + f"; python {m['python']}",
+        f"- machine: {machine_str(m)}; python {m['python']}",
         "- wall: the whole process, start-up included; steps/s: the last charts/SPS logged; final: mean return of "
         "the last 100 episodes; the order in each pair alternates by seed, CleanRL first for the first",
         "",

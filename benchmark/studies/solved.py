@@ -48,14 +48,13 @@ one line (exit status 2).
 import argparse
 import math
 import os
-import shlex
 import sys
 import time
 
 import numpy as np
 
 from benchmark.cli import ConfigError, make_out_dir, one_line_errors
-from benchmark.runs import FINAL_WINDOW, PAUSE, RETURN_TAG, collect, final_return, machine_info, machine_str, read_run
+from benchmark.runs import FINAL_WINDOW, PAUSE, RETURN_TAG, collect, final_return, read_run, report_head
 
 TOOL = "solved.py"
 NOT_REACHED = "not reached"
@@ -325,13 +324,8 @@ def solved(argv):
     rows = [seed_result(r, goals, budget) for r in records]
     med = median_seed(rows)
     cut = [f"{path} at step {step}" for r in records for path, step in r["cut"]]
-    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     md = [
-        f"# When {args.env_id} was solved: {script} ({date})",
-        "",
-        f"- command: `python -m benchmark.studies.solved {shlex.join(argv)}`",
-        f"- machine of the runs: {'; '.join(sorted({r['machine'] for r in records if r['machine']})) or 'unknown'}"
-        f" (of this report: {machine_str(machine_info())})",
+        *report_head(f"When {args.env_id} was solved: {script}", "benchmark.studies.solved", argv, records),
         f"- experiment: {records[0]['exp_name']}"
         + (f" (`{records[0]['extra_args']}`)" if records[0]["extra_args"] else "")
         + f", seeds {', '.join(str(r['seed']) for r in records)}; their budget (--total-timesteps): "

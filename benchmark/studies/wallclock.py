@@ -31,14 +31,13 @@ finite number) stops it with one line (exit status 2).
 
 import argparse
 import os
-import shlex
 import sys
 import time
 
 import numpy as np
 
 from benchmark.cli import ConfigError, make_out_dir, one_line_errors
-from benchmark.runs import FINAL_WINDOW, machine_info, machine_str
+from benchmark.runs import FINAL_WINDOW, report_head
 from benchmark.studies import solved
 
 TOOL = "wallclock.py"
@@ -146,13 +145,13 @@ def wallclock(argv):
     make_out_dir(out)
 
     groups = [group_row(label, recs, goals, budget) for label, recs in zip(labels, records)]
-    machines = sorted({r["machine"] for recs in records for r in recs if r["machine"]})
-    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     md = [
-        f"# {script} on {args.env_id}: the score per step and per training hour ({date})",
-        "",
-        f"- command: `python -m benchmark.studies.wallclock {shlex.join(argv)}`",
-        f"- machines of the runs: {'; '.join(machines) or 'unknown'} (of this report: {machine_str(machine_info())})",
+        *report_head(
+            f"{script} on {args.env_id}: the score per step and per training hour",
+            "benchmark.studies.wallclock",
+            argv,
+            [r for recs in records for r in recs],
+        ),
         "- groups: "
         + "; ".join(f"{label}: {d}" + (f" ({e})" if e else "") for label, d, e in parsed)
         + " (the experiments' flags: each run's args in its runs/ directory)",

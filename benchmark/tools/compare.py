@@ -27,16 +27,14 @@ the per-seed values, the verdict.
 
 import argparse
 import os
-import shlex
 import sys
-import time
 import warnings
 
 import numpy as np
 
 from benchmark.cli import ConfigError, make_out_dir
 from benchmark.curves import TAGS, curve_row, holm, welch_p, window_means, write_curves
-from benchmark.runs import collect, find_run_dirs, mujoco_line, read_run
+from benchmark.runs import collect, find_run_dirs, mujoco_line, read_run, report_head
 
 PLOT_BINS = 100  # points of the plotted curves: each seed's values averaged in this many equal bins of the step axis
 
@@ -239,9 +237,7 @@ def settings_diff(groups):
 def write_report(groups, results, edges, args, argv, out):
     (la, ra), (lb, rb) = groups
     md = [
-        f"# {la} vs {lb} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
-        "",
-        f"- command: `python -m benchmark.tools.compare {shlex.join(argv)}`",
+        *report_head(f"{la} vs {lb}", "benchmark.tools.compare", argv),
         *(
             f"- {label}: {len(runs)} run{'s' * (len(runs) > 1)}, last steps {', '.join(str(r['last_step']) for r in runs)}: "
             + ", ".join(f"`{r['dir']}`" for r in runs)

@@ -27,7 +27,6 @@ import argparse
 import csv
 import math
 import os
-import shlex
 import sys
 import time
 from collections import defaultdict
@@ -37,7 +36,7 @@ import numpy as np
 from benchmark.cli import ConfigError, make_out_dir, one_line_errors
 from benchmark.curves import curve_row, window_means, write_curves
 from benchmark.reference import COMPARABLE_METRIC, REFERENCE_CSV, load_reference, number, pick_reference, verdict
-from benchmark.runs import FINAL_WINDOW, PAUSE, RETURN_TAG, collect, machine_info, machine_str, mujoco_line, steps_str
+from benchmark.runs import FINAL_WINDOW, PAUSE, RETURN_TAG, collect, mujoco_line, report_head, steps_str
 
 # ---- the numbers ----------------------------------------------------------------------------------------
 
@@ -313,21 +312,15 @@ def make_report(argv):
             f"({', '.join(f'{s} {e}' for s, e, _ in kinds[:3])}{', ...' if len(kinds) > 3 else ''}); "
             "leave one with --scripts and --steps"
         )
-    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     out = args.out or "report-" + time.strftime("%Y%m%d-%H%M", time.gmtime())
     make_out_dir(out)
 
     table, sources, results = build_table(group(records), reference, compare_as)
-    m = machine_info()
     commits = sorted({r["git_commit"] for r in records if r["git_commit"]})
     code = sorted({(r["script"], r["script_sha256"], r["script_git"]) for r in records if r["script_sha256"]})
     cut = [f"{path} at step {step}" for r in records for path, step in r["cut"]]
     md = [
-        f"# Benchmark report ({date})",
-        "",
-        f"- command: `python -m benchmark.tools.report {shlex.join(argv)}`",
-        f"- machine of the runs: {'; '.join(sorted({r['machine'] for r in records if r['machine']})) or 'unknown'}"
-        f" (of this report: {machine_str(m)})",
+        *report_head("Benchmark report", "benchmark.tools.report", argv, records),
         f"- git commit of the runs: {', '.join(commits) or f'unknown ({NOT_RUNNER})'}",
         "- the scripts' code (sha256 of the file, and git's word on it: a copy or an edit shows here): "
         + (", ".join(f"{s} {h} ({g or 'not in git'})" for s, h, g in code) or f"unknown ({NOT_RUNNER})"),

@@ -26,7 +26,6 @@ import argparse
 import importlib
 import json
 import os
-import shlex
 import statistics
 import subprocess
 import sys
@@ -35,7 +34,7 @@ import time
 
 from benchmark.cli import unused_path
 from benchmark.processes import last_line, root_on_path, tool
-from benchmark.runs import RESULTS, ROOT, launch, machine_info, read_run
+from benchmark.runs import RESULTS, ROOT, launch, machine_info, machine_str, read_run, report_head
 
 # a few rollouts of each script's default configuration (at least one rollout of its batch), short
 # enough that every script fits in a minute or two on a 2-core CPU
@@ -160,14 +159,9 @@ def write_markdown(rows, args, argv, sb3_version, out):
     from importlib.metadata import version
 
     m = machine_info()
-    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     md = [
-        f"# Throughput ({date})",
-        "",
-        f"- command: `python -m benchmark.tools.throughput {shlex.join(sys.argv[1:] if argv is None else argv)}`",
-        f"- machine: {m['cores']} cores, {m['cpu']}"
-        + (f", GPU {m['gpu']}" if m["gpu"] else ", no GPU")
-        + f"; torch {version('torch')}, python {m['python']}"
+        *report_head("Throughput", "benchmark.tools.throughput", sys.argv[1:] if argv is None else argv),
+        f"- machine: {machine_str(m)}; torch {version('torch')}, python {m['python']}"
         + (f", stable-baselines3 {sb3_version}" if sb3_version else ""),
         f"- each script with its default hyperparameters, --torch-threads {args.torch_threads} and "
         f"OMP_NUM_THREADS={args.torch_threads} (SB3: one thread); ours = last charts/SPS (training loop); "
