@@ -14,8 +14,9 @@ Implementation details (the IMPALA paper's Sec. 3, Sec. 4, Appendix F / Table F.
      sampled a step and the update that consumes it (0 with --sync)
   4. V-trace targets and advantages, `vtrace`, truncation levels rho_bar = c_bar = 1 (torchbeast's); --correction
      one-step, epsilon or none: the paper's other off-policy corrections (Sec. 5.2.1, Table 2), for its comparison;
-     --replay-fraction: that share of every batch drawn uniformly from the last --replay-size unrolls (Table 2's
-     replay), past ones only; charts/policy_lag counts their age too. A resumed run's replay starts empty
+     --replay-fraction: that share of every batch drawn uniformly, with replacement, from the last --replay-size
+     unrolls (Table 2's replay), past ones only (the first batch, the replay empty, holds its new unrolls alone);
+     charts/policy_lag counts their age too. A resumed run's replay starts empty
   5. losses summed over time and batch (Table C.1): policy gradient with the V-trace advantage, baseline 0.5 * 1/2
      (vs - V)^2 (the paper's (vs - V) grad V times its baseline cost 0.5, as torchbeast), entropy bonus 0.01
   6. RMSProp, epsilon 0.01, momentum 0, decay 0.99; 7. learning rate 6e-4 annealed linearly to 0; 8. global gradient
@@ -437,13 +438,18 @@ class Replay:
             self.next, self.count = (self.next + 1) % self.size, min(self.count + 1, self.size)
 
 
+def batch_plan(args):
+    """The unrolls of a learner batch, how many of them the replay gives, and the new env steps an update consumes."""
+    buffers_per_batch = args.batch_size // args.num_envs_per_actor
+    replayed = round(args.replay_fraction * buffers_per_batch)
+    return buffers_per_batch, replayed, args.unroll_length * (buffers_per_batch - replayed) * args.num_envs_per_actor
+
+
 def train(args: Args, given=None):
     """Train; return a dict with the per-game returns/lengths, per-update losses and lags, the agent and optimizer."""
     ckpt, args = load_checkpoint(args.resume, args, given) if args.resume else (None, args)
     check_args(args, ckpt)
-    buffers_per_batch = args.batch_size // args.num_envs_per_actor
-    replayed = round(args.replay_fraction * buffers_per_batch)  # the unrolls of a batch drawn from the replay
-    steps_per_update = args.unroll_length * (buffers_per_batch - replayed) * args.num_envs_per_actor  # new env steps
+    buffers_per_batch, replayed, steps_per_update = batch_plan(args)
     num_updates = args.total_timesteps // steps_per_update
     num_buffers = buffers_per_batch + 2 * args.num_actors  # the spare ones keep the actors busy during updates
     run_name, run_dir, writer, lock = open_run(args, ckpt)  # the lock is held while `lock` lives
@@ -667,7 +673,7 @@ def check_args(args: Args, ckpt=None) -> None:
             f"--batch-size {args.batch_size} is not divisible by --num-envs-per-actor "
             f"{args.num_envs_per_actor}; a batch is made of whole actor unrolls"
         )
-    steps = args.unroll_length * args.batch_size
+    steps = batch_plan(args)[2]  # the new env steps of an update: with replay, fewer than a batch's
     if args.total_timesteps < steps or (ckpt and args.total_timesteps // steps <= ckpt["update"]):
         raise ConfigError(
             f"--total-timesteps {args.total_timesteps} leaves no update to run (one is {steps} "

@@ -18,7 +18,7 @@ import processes
 import pytest
 import torch
 import torch.nn as nn
-from conftest import ROOT, resume_elsewhere
+from conftest import ROOT, next_second, resume_elsewhere
 from hacks import Scale, edited_agent
 from networks import assert_channels_last_is_the_same_math, assert_samples_the_softmax_and_scores_it
 from promises import (
@@ -168,12 +168,43 @@ def test_replay_batches_hold_their_share_of_past_unrolls(monkeypatch):
         return all(torch.equal(p, q) for p, q in zip(x, y))
 
     for u, b in enumerate(batches[1:], start=1):
-        past = [unroll(batches[v], i) for v in range(max(0, u - 2), u) for i in range(2)]  # the replay: the last 3 of these
+        # the replay: the last 3 of the earlier batches' new unrolls, each with the update that made it
+        past = [(v, unroll(batches[v], i)) for v in range(max(0, u - 2), u) for i in range(2)][-3:]
+        ages = []
         for i in (2, 3):
-            assert any(same(unroll(b, i), p) for p in past[-3:]), (u, i)  # a past unroll, within the last 3
+            made = [v for v, p in past if same(unroll(b, i), p)]
+            assert len(made) == 1, (u, i)  # a past unroll, within the last 3
+            ages.append(u - made[0])
         assert not any(same(unroll(b, i), unroll(b, j)) for i in (2, 3) for j in (0, 1))
-    # --sync: the new unrolls' lag is 0, the replayed ones' their age, 1 or more
-    assert out["policy_lag"][0] == 0 and all(lag >= 0.5 for lag in out["policy_lag"][1:])
+        # --sync: a new unroll's lag is 0, a replayed one's its age in updates; the log has the mean over the steps
+        assert out["policy_lag"][u] == pytest.approx(sum(ages) / 4), u
+    assert out["policy_lag"][0] == 0
+
+
+def test_the_replay_draws_uniformly_with_replacement_from_its_last_size_unrolls():
+    replay = iv.Replay(3)
+    assert replay.sample(2) is None  # nothing yet: the first batch holds new unrolls alone
+    replay.add({"actions": torch.arange(2)})
+    assert len(replay.sample(5)["actions"]) == 2  # no more than it holds
+    replay.add({"actions": torch.arange(2, 5)})  # 5 unrolls in a ring of 3: 0 and 1 dropped, the oldest first
+    torch.manual_seed(0)
+    drawn = torch.cat([replay.sample(2)["actions"] for _ in range(3000)])
+    counts = torch.bincount(drawn, minlength=5).tolist()
+    # 6000 draws of 3 kept unrolls: 2000 each, a standard deviation of 37
+    assert counts[:2] == [0, 0] and all(abs(c - 2000) < 200 for c in counts[2:]), counts
+    assert any(len(set(replay.sample(2)["actions"].tolist())) == 1 for _ in range(100))  # with replacement
+
+
+def test_a_replay_runs_budget_counts_new_steps_when_it_starts_and_when_it_resumes():
+    """With --replay-fraction 0.5 an update takes 20 new steps here (2 new unrolls of 10): a budget of one such update
+    runs, and a finished run resumes to 1.5 times its budget (both were refused, checked against a whole batch's 40)."""
+    iv.check_args(tiny(iv, replay_fraction=0.5, total_timesteps=10 * 2))
+    first = iv.train(tiny(iv, save_model=True, replay_fraction=0.5, total_timesteps=10 * 2 * 2))
+    assert first["global_step"] == 40 and len(first["losses"]) == 2
+    next_second()
+    more = tiny(iv, resume=first["checkpoint"], replay_fraction=0.5, total_timesteps=10 * 2 * 3)
+    longer = iv.train(more, given={"resume", "total_timesteps"})
+    assert longer["global_step"] == 60 and len(longer["losses"]) == 1
 
 
 def test_resume_refuses_another_correction_or_replay_and_bad_settings_are_one_line():

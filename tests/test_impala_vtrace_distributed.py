@@ -394,6 +394,15 @@ def test_the_memory_check_counts_every_rank_on_the_machine(monkeypatch):
         ivd.check_args(ivd.Args(replay_fraction=0.5, replay_size=10**8))
 
 
+def test_a_replay_runs_budget_counts_new_steps():
+    """As impala_vtrace.py's (tested there on a run): with --replay-fraction 0.5 an update takes half a batch of new
+    steps, 20 here, so a budget of 20 runs, and a checkpoint at update 2 resumes to 60 (both refused at a batch's 40)."""
+    ivd.check_args(tiny(ivd, replay_fraction=0.5, total_timesteps=10 * 2))
+    ivd.check_args(tiny(ivd, replay_fraction=0.5, total_timesteps=10 * 2 * 3), {"update": 2})
+    with pytest.raises(ivd.ConfigError, match=r"leaves no update to run \(one is 20 steps; the checkpoint is at update 3"):
+        ivd.check_args(tiny(ivd, replay_fraction=0.5, total_timesteps=10 * 2 * 3), {"update": 3})
+
+
 @pytest.mark.parametrize("case", ["MASTER_ADDR unset", "port in use"])
 def test_a_rank_started_by_hand_that_cannot_start_the_process_group_is_one_line_and_writes_nothing(case):
     """Issue 37.7: without torchrun, MASTER_ADDR unset was a ValueError traceback and a port in use a DistNetworkError

@@ -259,7 +259,10 @@ LINE_TARGETS = {
 # distributed IMPALA's docstring and comments written as impala_vtrace.py's where they say the same, and its memory
 # message naming the replay as the parent's: 254 -> 238.
 # --eval-checkpoint applies --torch-threads as training does (+1 in all; it was taken and ignored). impala_vtrace.py +3:
-# --actor-timeout counts the learner's waiting, so a suspended run (Ctrl-Z, SIGSTOP) goes on when resumed.
+# --actor-timeout counts the learner's waiting, so a suspended run (Ctrl-Z, SIGSTOP) goes on when resumed. The two IMPALA
+# scripts +6: batch_plan, the new steps of an update, which check_args now shares with train() (it checked a replay
+# run's budget against a whole batch's steps, and refused to resume one past half its budget), and the replay's
+# docstring line (with replacement; the first batch's new unrolls alone).
 LINE_CEILINGS = {
     "ppo.py": 905,
     "ppo_shared.py": 897,
@@ -271,9 +274,9 @@ LINE_CEILINGS = {
     "ppo_multidiscrete.py": 927,
     "ppo_multidiscrete_mask.py": 942,
     "a2c_paac.py": 1006,
-    "impala_vtrace.py": 1048,
+    "impala_vtrace.py": 1054,
     "ppo_atari_multigpu.py": 1148,
-    "impala_vtrace_distributed.py": 1046,
+    "impala_vtrace_distributed.py": 1052,
     "trpo_continuous_action.py": 1208,
 }
 # issue 50: the Atari scripts' --resume continues the same games (ppo_atari.py +34 lines: the emulators' state pickled
