@@ -49,6 +49,22 @@ def test_a_family_sweep_takes_its_budget_from_the_environment_and_reports_beside
     assert {json.load(open(p))["args"][1] for p in glob.glob("runs/summaries/*.json")} == {"100"}
     assert (tmp_path / "results" / "classic_control_full" / "report.md").exists()
     assert sorted(os.listdir(tmp_path)) == ["benchmark", "calls.txt", "fake.py", "ppo.py", "ppo_shared.py", "results", "runs"]
+    # ppo.py edited since: run.py refuses its finished run, naming the sweep's way to say what to do; RUN_FLAGS says it
+    with open(tmp_path / "ppo.py", "a") as f:
+        f.write("# edited\n")
+    again = subprocess.run(
+        ["bash", str(bench / "sweeps" / "classic_control.sh")], capture_output=True, text=True, env={**env, **settings}
+    )
+    assert again.returncode == 1 and "run.py: error: ppo.py changed since 1 of these runs finished" in again.stderr
+    assert "(a sweep script takes them as RUN_FLAGS=--rerun-changed)" in again.stderr and len(calls()) == 2
+    reused = subprocess.run(
+        ["bash", str(bench / "sweeps" / "classic_control.sh")],
+        capture_output=True,
+        text=True,
+        env={**env, **settings, "RUN_FLAGS": "--reuse-changed"},
+    )
+    assert reused.returncode == 0, reused.stderr[-2000:]
+    assert len(calls()) == 2  # kept, not run again
 
 
 def test_the_impala_corrections_sweep_runs_every_cell_then_compares_and_reports(tmp_path, fake):

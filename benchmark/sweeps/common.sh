@@ -35,11 +35,13 @@ settings() {
 # sweep SCRIPT ENV_ID...: every (env, seed) of SCRIPT through run.py; a failed run fails the sweep, the rest go on.
 # ARGS="--flag value ..." in the environment is passed on to every run (e.g. a variant's settings); THREADS=N caps
 # each run's threads (run.py --threads; default cores // workers), e.g. THREADS=1 beside another run on 2 cores.
+# RUN_FLAGS=--rerun-changed (or --reuse-changed) is passed on to run.py: what to do with the finished runs of a script
+# edited since (run.py refuses to go on without one of them).
 sweep() {
     local script="$1"; shift
     # shellcheck disable=SC2086  # ARGS is split into words on purpose
     python -m benchmark.tools.run --script "$REPO/$script" --env-ids "$@" --seeds $SEEDS --workers "$WORKERS" \
-        ${THREADS:+--threads "$THREADS"} -- --total-timesteps "$STEPS" ${ARGS:-}
+        ${THREADS:+--threads "$THREADS"} ${RUN_FLAGS:-} -- --total-timesteps "$STEPS" ${ARGS:-}
     local code=$?
     if [ $code -gt 128 ]; then exit $code; fi  # run.py was stopped by a signal (Ctrl-C, SIGTERM): stop the sweep too
     if [ $code -ne 0 ]; then status=1; fi

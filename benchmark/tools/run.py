@@ -279,7 +279,7 @@ def main(argv=None):
         print(
             f"run.py: error: {name} changed since {len(changed)} of these runs finished ({env_id} seed {seed}: script "
             f"sha256 {then} then, {digest} now); --rerun-changed runs them again with it, --reuse-changed keeps their "
-            "results",
+            "results (a sweep script takes them as RUN_FLAGS=--rerun-changed)",
             file=sys.stderr,
         )
         return 2
