@@ -578,6 +578,9 @@ def test_resume_applies_a_longer_budget_and_refuses_other_flags(mod):
     full = mod.train(tiny(mod, save_model=True))
     longer = assert_resume_runs_longer_and_nothing_else(mod, full, "num_envs", 8, 2 * 16 * 6)
     assert len(longer["losses"]) == 2
+    # the schedule is the longer budget's (docs/reliability.md): iterations 5 and 6 of 6 at 1/5 of the rate and 0, where
+    # iteration 4 of 4 had reached 0
+    assert full["learning_rate"][-1] == 0.0 and longer["learning_rate"] == pytest.approx([2.5e-4 / 5, 0.0])
     assert longer["run_dir"] == full["run_dir"]  # logs on in the run's own directory
 
 
