@@ -443,8 +443,8 @@ def train(args: Args, given=None):
                 with torch.inference_mode():  # detail 2: one batched forward for all n_e envs
                     action, logprob, _, value = agent.get_action_and_value(torch.as_tensor(next_obs, device=device))
                 rollout.append((action, logprob, value))
-                t1 = time.perf_counter()
-                next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+                action, t1 = action.cpu().numpy(), time.perf_counter()  # the copy waits for the forward on a GPU
+                next_obs, reward, terminations, truncations, infos = envs.step(action)
                 seconds["inference"] += t1 - t0
                 seconds["env"] += time.perf_counter() - t1
                 rewards[step], dones[step] = np.clip(reward, -1.0, 1.0), terminations | truncations  # detail 8
