@@ -776,28 +776,21 @@ def test_a_study_on_another_mujoco_is_planned_stored_and_reported_apart(tmp_path
     assert plan_lines(store, "full", "--cells", "PPO")[0][:3] == ["PPO", "Walker2d-v4", "1"]  # the lock's: seed 2 done
 
 
+def on_mujoco_233(store, cell, finals, **extra):
+    """Rows of `cell`'s runs on Hopper-v4 under MuJoCo 2.3.3, seeds 1, 2, ... ending at `finals`, in the store's
+    mujoco-2.3.3/runs.csv."""
+    flags = im.SETTINGS[cell, "Hopper-v4"]
+    row = dict(cell=cell, script="ppo_continuous_action.py", env_id="Hopper-v4", flags=flags, git_commit="abc1234")
+    row |= dict(args_hash=im.args_hash(im.extra_args(flags)), mujoco="2.3.3", **extra)
+    rows = [dict(row, seed=seed, final_return=final) for seed, final in enumerate(finals, start=1)]
+    im.append_rows(str(store / "mujoco-2.3.3" / "runs.csv"), rows)
+
+
 def test_the_report_sets_another_mujocos_runs_beside_the_tables(tmp_path):
     synthetic_store(tmp_path / "a")
     table = im.finals(im.read_csv(tmp_path / "a" / "runs.csv"), "PPO", "Hopper-v4")
     os.makedirs(tmp_path / "a" / "mujoco-2.3.3")
-    im.append_rows(
-        str(tmp_path / "a" / "mujoco-2.3.3" / "runs.csv"),
-        [
-            dict(
-                cell="PPO",
-                script="ppo_continuous_action.py",
-                env_id="Hopper-v4",
-                seed=s,
-                flags=im.SETTINGS["PPO", "Hopper-v4"],
-                args_hash=im.args_hash(im.extra_args(im.SETTINGS["PPO", "Hopper-v4"])),
-                final_return=table[s - 1] + 300,
-                final_5=3000,
-                git_commit="abc1234",
-                mujoco="2.3.3",
-            )
-            for s in (1, 2, 3, 4)
-        ],
-    )
+    on_mujoco_233(tmp_path / "a", "PPO", table[:4] + 300, final_5=3000)
     assert make_report(tmp_path / "a", draw=("mujoco-2.3.3.png",)) == 0
     text = (tmp_path / "a" / "report.md").read_text()
     (row,) = [line for line in text.splitlines() if line.startswith("| PPO | Hopper-v4 | 2513 |")]
@@ -815,23 +808,7 @@ def test_the_report_sets_another_mujocos_runs_beside_the_tables(tmp_path):
     )
     assert "The claims on MuJoCo 2.3.3" not in text  # no PPO-M there yet
     ppo_m = im.finals(im.read_csv(tmp_path / "a" / "runs.csv"), "PPO-M", "Hopper-v4")[:3]
-    im.append_rows(
-        str(tmp_path / "a" / "mujoco-2.3.3" / "runs.csv"),
-        [
-            dict(
-                cell="PPO-M",
-                script="ppo_continuous_action.py",
-                env_id="Hopper-v4",
-                seed=s,
-                flags=im.SETTINGS["PPO-M", "Hopper-v4"],
-                args_hash=im.args_hash(im.extra_args(im.SETTINGS["PPO-M", "Hopper-v4"])),
-                final_return=ppo_m[s - 1],
-                git_commit="abc1234",
-                mujoco="2.3.3",
-            )
-            for s in (1, 2, 3)
-        ],
-    )
+    on_mujoco_233(tmp_path / "a", "PPO-M", ppo_m)
     assert make_report(tmp_path / "a") == 0
     (claims,) = [
         line
