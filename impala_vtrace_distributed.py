@@ -16,7 +16,7 @@ Implementation details (the IMPALA paper's Sec. 3, Sec. 4, Appendix F / Table F.
   4. V-trace targets and advantages, `vtrace`, truncation levels rho_bar = c_bar = 1 (torchbeast's); --correction
      one-step, epsilon or none: the paper's other off-policy corrections (Sec. 5.2.1, Table 2), for its comparison;
      --replay-fraction: that share of every batch drawn uniformly, with replacement, from the last --replay-size
-     unrolls (Table 2's replay), past ones only (the first batch, the replay empty, holds its new unrolls alone);
+     unrolls (Table 2's replay), past ones only (a batch is short while the replay holds fewer: at 0.5, the first);
      charts/policy_lag counts their age too. A resumed run's replay starts empty
   5. losses summed over time and batch (Table C.1): policy gradient with the V-trace advantage, baseline 0.5 * 1/2
      (vs - V)^2 (the paper's (vs - V) grad V times its baseline cost 0.5, as torchbeast), entropy bonus 0.01
