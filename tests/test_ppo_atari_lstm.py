@@ -270,16 +270,22 @@ def test_resume_matches_uninterrupted_run_and_evaluate(monkeypatch):
     scores = lstm_mod.evaluate(full["checkpoint"], eval_episodes=1, seed=0)
     assert scores == lstm_mod.evaluate(full["checkpoint"], eval_episodes=1, seed=0)  # seeded: repeatable
     assert len(scores) == 1 and scores[0] % 50 == 0  # whole-game Asterix scores
-    starts = []  # evaluation resets the LSTM state after each lost life (detail L3) and carries it otherwise
+    starts, given, returned = [], [], []  # evaluation resets the state after each lost life (detail L3), carries it else
 
     class Spy(lstm_mod.Agent):
         def get_action_and_value(self, x, lstm_state, done, action=None):
             starts.append(done.item())
-            return super().get_action_and_value(x, lstm_state, done, action)
+            given.append(lstm_state)
+            out = super().get_action_and_value(x, lstm_state, done, action)
+            returned.append(out[-1])
+            return out
 
     monkeypatch.setattr(lstm_mod, "Agent", Spy)
     assert lstm_mod.evaluate(full["checkpoint"], eval_episodes=1, seed=0) == scores
     assert starts.count(1.0) == 2 and len(starts) > 100  # Asterix: 3 lives, the game ends with the third
+    # each step is given the state the step before returned (the reset is the agent's, on its done flag), not zeros
+    assert all(all(torch.equal(a, b) for a, b in zip(g, r)) for g, r in zip(given[1:], returned[:-1]))
+    assert not any(torch.equal(h, torch.zeros_like(h)) for h, _ in given[1:])
 
 
 @pytest.mark.parametrize(

@@ -39,6 +39,20 @@ def test_scripts_import_nothing_from_the_project():
         assert not pattern.search(open(os.path.join(ROOT, f"{name}.py")).read()), name
 
 
+def test_every_gymnasium_vector_env_of_the_scripts_resets_in_the_step_that_ends_a_game():
+    """gymnasium 1.x's default autoreset (NEXT_STEP) returns an ended game's last observation and resets a step later,
+    which the scripts' done flags, bootstrap and LSTM resets would all misread, and a run would still train: every
+    SyncVectorEnv or AsyncVectorEnv a script makes names SAME_STEP (envpool, Procgen and Gym-μRTS bring their own)."""
+    makes = {}
+    for script in SCRIPTS:
+        for node in ast.walk(ast.parse(open(os.path.join(ROOT, script)).read())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("SyncVectorEnv", "AsyncVectorEnv"):
+                mode = {k.arg: ast.unparse(k.value) for k in node.keywords}.get("autoreset_mode")
+                makes.setdefault(script, []).append((node.lineno, mode))
+    assert {s: m for s, made in makes.items() for m in made if m[1] != "gym.vector.AutoresetMode.SAME_STEP"} == {}
+    assert sorted(makes) == sorted(set(SCRIPTS) - {"ppo_atari_envpool.py", "ppo_procgen.py"})
+
+
 def test_importing_every_script_prints_and_writes_nothing():
     """`import <script>` as a user's code would, every script in one fresh interpreter (each start imports torch and the
     rest again, 3-4 s of CPU): nothing printed on either stream, no file written. A NUL and the name written before each
