@@ -7,6 +7,7 @@ import glob
 import hashlib
 import json
 import logging
+import math
 import os
 import platform
 import re
@@ -173,23 +174,35 @@ def cut_short(run_dir, tool, used="used"):
 
 
 def part_spans(run_dir):
-    """[(first, last wall time)] of each stretch a run trained without a stop, in time order: its event files (a file per
-    start and per resume of its process; one with no event left out), each cut where two consecutive events are more
-    than PAUSE seconds apart (its process stopped and went on: SIGSTOP, Ctrl-Z, a suspended machine)."""
+    """[(first, last, last kept wall time)] of each stretch a run trained without a stop, in time order: its event files
+    (a file per start and per resume of its process; one with no event left out), each cut where two consecutive events
+    are more than PAUSE seconds apart (its process stopped and went on: SIGSTOP, Ctrl-Z, a suspended machine). Its last
+    kept event is its last one that TensorBoard keeps: a resume starts its file with a SessionLog START at its
+    checkpoint's step, and drops every earlier file's event of that step or later (the steps it redoes); where it keeps
+    none, the stretch's first."""
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.compat.proto.event_pb2 import SessionLog
 
-    spans = []
+    files = []
     for name in os.listdir(run_dir):
         if name.startswith("events.out.tfevents"):
-            times = sorted(event.wall_time for event in EventFileLoader(os.path.join(run_dir, name)).Load())
-            if not times:
-                continue
-            start = times[0]
-            for before, after in zip(times, times[1:]):
-                if after - before > PAUSE:  # a stop: the stretch before it ends, the next begins
-                    spans.append((start, before))
-                    start = after
-            spans.append((start, times[-1]))
+            events = EventFileLoader(os.path.join(run_dir, name)).Load()
+            starts = [
+                (e.wall_time, e.step, e.HasField("session_log") and e.session_log.status == SessionLog.START) for e in events
+            ]
+            if starts:
+                files.append(sorted(starts))
+    files.sort()
+    spans = []
+    for i, events in enumerate(files):
+        cut = min((step for later in files[i + 1 :] for _, step, purge in later if purge), default=math.inf)
+        first, kept = events[0][0], None
+        for j, (t, step, _) in enumerate(events):
+            kept = t if step < cut else kept
+            if j + 1 == len(events) or events[j + 1][0] - t > PAUSE:  # the file's end, or a stop: the stretch ends
+                spans.append((first, t, first if kept is None else kept))
+                if j + 1 < len(events):
+                    first, kept = events[j + 1][0], None
     return sorted(spans)
 
 
@@ -197,7 +210,7 @@ def run_hours(run_dir, spans=None):
     """The hours a run's processes ran: each part's span (part_spans: a file per start and per resume, cut at pauses)
     summed, so the time between an interruption and its resume, and a pause, are left out (the steps redone after the
     checkpoint are not). `spans`: part_spans(run_dir), where already read."""
-    return sum(last - first for first, last in (part_spans(run_dir) if spans is None else spans)) / 3600
+    return sum(last - first for first, last, _ in (part_spans(run_dir) if spans is None else spans)) / 3600
 
 
 def mujoco_line(groups):

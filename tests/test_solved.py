@@ -102,6 +102,29 @@ def test_a_pause_of_the_process_is_left_out_of_its_hours(write_tb, tmp_path):
     assert "seed 1 2.99, seed 2 3.02)" in md  # report.py's hours leave the pause out too
 
 
+def test_each_part_counts_to_its_last_event_that_tensorboard_keeps(write_tb):
+    """Hours per part (a review found a part cut at its last game, leaving out what it logged after it): seed 1 paused 2
+    hours after step 100,000, stopped at 200,000 and resumed 56 hours later from its checkpoint at 150,000; seed 2 the
+    same, resumed from 100,000, so that none of its stretch after the pause is kept. At 100k steps an hour."""
+    # per seed: (the resume's step, the last kept event of the stretch after the pause, the hours of the whole run)
+    for seed, resumed_at, kept, hours in ((1, 150_000, 3.5, 1.0 + 0.49 + 1.5), (2, 100_000, 3.01, 1.0 + 0.0 + 2.0)):
+        run = f"runs/{PONG}__a2c_paac-1a2b3c4d__{seed}__1"
+        pong_run(write_tb, seed, [-21.0] * 200, steps=STEPS[:200])
+        retime(run, T0, stop=(100_000, 2 * HOUR))
+        games = (300_000 - resumed_at) // 1000
+        pong_run(write_tb, seed, [21.0] * games, steps=STEPS[300 - games :], purge_step=resumed_at + 1)
+        retime(run, T0 + 60 * HOUR, base_step=resumed_at)
+        spans = runs.part_spans(run)
+        # (first, last, last kept), in hours: to the pause, after it to the stop, then the resume to step 300,000
+        end = 60.0 + (300_000 - resumed_at) / 100_000
+        assert [tuple(round((t - T0) / HOUR, 2) for t in span) for span in spans] == [
+            (0.0, 1.0, 1.0),
+            (3.01, 4.0, kept),
+            (60.0, end, end),
+        ]
+        assert solved.training_hours(spans, [], [T0 + 100 * HOUR])[0] == pytest.approx(hours, abs=1e-3)
+
+
 def test_a_budget_reads_the_runs_up_to_that_step(write_tb, tmp_path):
     resumed_run(write_tb)
     assert solved.main(["runs", *ARGS, "--budget", "250000", "--out", str(tmp_path / "cut")]) == 0

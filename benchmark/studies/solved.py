@@ -25,11 +25,11 @@ order, as report.py's median_seed): the one whose agent to ship.
 Hours are the time the run's processes trained up to a game, as TensorBoard keeps the run. A resumed run has an event
 file per part (its start, then each resume), and a resume logs from its checkpoint's step on with a SessionLog START at
 that step, at which TensorBoard's EventAccumulator drops every earlier event of that step or later: the steps the resume
-redid are kept once, from the resume. So each part counts from its first event to its last game that TensorBoard kept
-(the last part to its last event): the gap before a resume and the time of the redone steps are left out (report.py's
-hours, each part's whole span, keep the latter; solved.md gives them too). A pause (the process stopped and went on:
-SIGSTOP, Ctrl-Z, a suspended machine; two consecutive events more than runs.PAUSE = 120 s apart) ends a part and the
-next event starts one, so its time is left out too.
+redid are kept once, from the resume. So each part counts from its first event to its last event that TensorBoard
+kept: the gap before a resume and the time of the redone steps are left out (report.py's hours, each part's whole span,
+keep the latter; solved.md gives them too). A pause (the process stopped and went on: SIGSTOP, Ctrl-Z, a suspended
+machine; two consecutive events more than runs.PAUSE = 120 s apart) ends a part and the next event starts one, so its
+time is left out too.
 
 Writes into --out (default: solved-<date>/ in the current directory):
 - solved.md: the command, the date, the machine, the table, a line per goal with the seeds that reached it, and a link to
@@ -66,13 +66,12 @@ LAG_TAG = "charts/policy_lag"  # impala_vtrace.py's, once per learner update
 
 def training_hours(parts, wall_times, at=None):
     """The hours the run's processes trained up to each wall time `at` (default: each of its kept games, `wall_times`):
-    each part (runs.part_spans: an event file's first and last wall time, cut at pauses) counts from its start to its
-    last kept game, the last part to its end."""
-    wall = np.asarray(wall_times, dtype=np.float64)
-    starts = np.array([first for first, _ in parts], dtype=np.float64)
-    ends = [max(wall[(wall >= first) & (wall <= last)], default=first) for first, last in parts[:-1]] + [parts[-1][1]]
-    at = wall if at is None else np.asarray(at, dtype=np.float64)
-    return np.clip(at[:, None] - starts[None, :], 0.0, (np.array(ends) - starts)[None, :]).sum(axis=1) / 3600
+    each part (runs.part_spans: an event file's stretch between stops) counts from its start to its last event that
+    TensorBoard keeps (the steps a resume redid after its checkpoint count once, in the resume's part)."""
+    starts = np.array([first for first, _, _ in parts], dtype=np.float64)
+    ends = np.array([kept for _, _, kept in parts], dtype=np.float64)
+    at = np.asarray(wall_times if at is None else at, dtype=np.float64)
+    return np.clip(at[:, None] - starts[None, :], 0.0, (ends - starts)[None, :]).sum(axis=1) / 3600
 
 
 def running_scores(returns):
@@ -334,8 +333,8 @@ def solved(argv):
         f"return; a goal is reached at the first game, from the {FINAL_WINDOW}th on, whose score is at or above it",
         "- budget: " + (f"the runs read up to step {round(budget):,}" if budget is not None else "each run's last step"),
         "- hours: the run's processes up to that game, each part (a start, a resume, or a return from a pause: no event "
-        f"for more than {PAUSE:g} s) from its start to its last game that TensorBoard kept: the gap before a resume, the "
-        "pauses and the steps a resume redid left out (report.py's hours, each "
+        f"for more than {PAUSE:g} s) from its start to its last event that TensorBoard kept: the gap before a resume, "
+        "the pauses and the steps a resume redid left out (report.py's hours, each "
         "part whole: " + ", ".join(f"seed {row['seed']} {row['process_hours']:.2f}" for row in rows) + ")",
         *(
             [
