@@ -125,6 +125,18 @@ def test_each_part_counts_to_its_last_event_that_tensorboard_keeps(write_tb):
         assert solved.training_hours(spans, [], [T0 + 100 * HOUR])[0] == pytest.approx(hours, abs=1e-3)
 
 
+def test_the_median_of_an_even_count_is_the_mean_of_its_middle_two_and_a_seed_that_never_reached_counts_as_never():
+    """summary_cells (a review: no test told the middle two's mean from the upper or lower one): the steps to a goal."""
+    rows = [{"at": v} for v in (100.0, 300.0, 200.0, 900.0)]
+    assert solved.summary_cells(rows, lambda row: row["at"], solved.steps_cell) == ("250", "375")
+    rows[3]["at"] = None  # never: above every finite one, so the median is still 250; the mean is of the three, "3 of 4"
+    assert solved.summary_cells(rows, lambda row: row["at"], solved.steps_cell) == ("250", "200 (3 of 4)")
+    rows[1]["at"] = None  # two never: the middle two are 200 and never
+    assert solved.summary_cells(rows, lambda row: row["at"], solved.steps_cell)[0] == solved.NOT_REACHED
+    # leave_out (the policy lag): the seeds with a value alone, the median's count named too
+    assert solved.summary_cells(rows, lambda row: row["at"], solved.lag_cell, True) == ("150.00 (2 of 4)", "150.00 (2 of 4)")
+
+
 def test_a_budget_reads_the_runs_up_to_that_step(write_tb, tmp_path):
     resumed_run(write_tb)
     assert solved.main(["runs", *ARGS, "--budget", "250000", "--out", str(tmp_path / "cut")]) == 0
