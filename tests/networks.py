@@ -36,12 +36,14 @@ def assert_samples_the_softmax_and_scores_it(agent, n, atol):
     torch.testing.assert_close(value[:64], agent.get_value(x[:64]).detach())
 
 
-def assert_channels_last_is_the_same_math(make_agent, x, forward=None):
+def assert_channels_last_is_the_same_math(make_agent, x, forward=None, on_by_default=None):
     """--channels-last changes only the memory layout: same initial parameters, NHWC conv weights, outputs and
-    gradients equal to float rounding, and a checkpoint that loads into a default (NCHW) agent.
+    gradients equal to float rounding, and a checkpoint that loads into a default (NCHW) agent; with on_by_default (a
+    script's module), the flag is that script's default.
 
     make_agent(channels_last) builds an agent; forward(agent, x) returns a tensor or a tuple of tensors (by default the
     log-probs, entropies and values get_action_and_value gives actions 0, 1, 2, 3, 0, ...)."""
+    assert on_by_default is None or on_by_default.Args().channels_last
     actions = torch.arange(len(x)) % 4
 
     def outputs(agent):

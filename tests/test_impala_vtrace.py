@@ -346,8 +346,7 @@ def test_networks_shapes():
 @pytest.mark.parametrize("deep", [False, True])
 def test_channels_last_is_the_same_math(deep):
     x = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
-    assert_channels_last_is_the_same_math(lambda cl: iv.Agent(6, deep, cl), x)
-    assert iv.Args().channels_last
+    assert_channels_last_is_the_same_math(lambda cl: iv.Agent(6, deep, cl), x, on_by_default=iv)
 
 
 # ---- details 1-3, 6-8: actors and learner --------------------------------------------------------

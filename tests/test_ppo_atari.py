@@ -67,8 +67,7 @@ def test_nature_cnn_init_and_pixel_scaling():
 
 def test_channels_last_is_the_same_math():
     x = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
-    assert_channels_last_is_the_same_math(lambda cl: ppo_atari.Agent(4, 6, cl), x)
-    assert ppo_atari.Args().channels_last
+    assert_channels_last_is_the_same_math(lambda cl: ppo_atari.Agent(4, 6, cl), x, on_by_default=ppo_atari)
 
 
 def test_observation_shape_dtype_and_frame_stack():

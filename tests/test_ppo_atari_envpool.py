@@ -41,8 +41,7 @@ def test_reference_defaults_and_v4_equivalent_processing():
 
 def test_channels_last_is_the_same_math():
     x = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
-    assert_channels_last_is_the_same_math(lambda cl: pool.Agent(4, 6, cl), x)
-    assert pool.Args().channels_last
+    assert_channels_last_is_the_same_math(lambda cl: pool.Agent(4, 6, cl), x, on_by_default=pool)
 
 
 def test_envpool_reset_step_ignores_the_action():

@@ -74,8 +74,7 @@ def test_channels_last_is_the_same_math():
         )
         return logprob, entropy, value, h, c
 
-    assert_channels_last_is_the_same_math(lambda cl: lstm_mod.Agent(1, 4, cl), x, forward)
-    assert lstm_mod.Args().channels_last
+    assert_channels_last_is_the_same_math(lambda cl: lstm_mod.Agent(1, 4, cl), x, forward, on_by_default=lstm_mod)
 
 
 def test_state_reset_at_episode_start():

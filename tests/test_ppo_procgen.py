@@ -60,8 +60,7 @@ def test_impala_cnn_shapes_init_and_pixel_scaling():
 
 def test_channels_last_is_the_same_math():
     x = torch.randint(0, 256, (3, 3, 64, 64), dtype=torch.uint8)
-    assert_channels_last_is_the_same_math(lambda cl: mod.Agent(3, 15, cl), x)
-    assert mod.Args().channels_last
+    assert_channels_last_is_the_same_math(lambda cl: mod.Agent(3, 15, cl), x, on_by_default=mod)
 
 
 def test_reference_defaults():
